@@ -1,0 +1,112 @@
+// pipelink.h — the only header a component author needs.
+//
+// A component never hard-codes where it sits in the SM: every placement (shared-memory
+// offsets, named-barrier ids, ring depth, facts owned by other components, its warp range)
+// is read through a *handle*: an extern "C" device function that the linker defines
+// after solving one joint placement. nvJitLink's LTO inlines the handle and folds the
+// value into an immediate, so reading a handle costs nothing at run time.
+//
+// Handles take the instance number, so two instances of one package in one kernel get
+// separate placements: the dispatcher calls each instance with a constant instance
+// number and LTO folds the switch in the generated handle.
+//
+// Usage:
+//   #define PL_COMPONENT mainloop            // the contract's component.name
+//   #include <pipelink.h>
+//   PL_DECLARE_SMEM(scratch);                // contract: [smem.scratch]
+//   PL_ENTRY(run) { ... PL_SMEM_PTR(scratch) ... }
+#pragma once
+#include <stdint.h>
+
+#ifndef PL_COMPONENT
+#error "define PL_COMPONENT to the contract's component.name before including pipelink.h"
+#endif
+
+#define PL_CAT_(a, b) a##b
+#define PL_CAT(a, b) PL_CAT_(a, b)
+// pl_<component>__<kind>__<name>
+#define PL_SYM(kind, name) PL_CAT(PL_CAT(PL_CAT(pl_, PL_COMPONENT), PL_CAT(__, kind)), PL_CAT(__, name))
+
+// ---- declarations (one per contract clause that has a handle) ----------------------
+#define PL_DECLARE_HANDLE_(kind, name) extern "C" __device__ unsigned PL_SYM(kind, name)(unsigned)
+#define PL_DECLARE_SMEM(name) PL_DECLARE_HANDLE_(smem, name)          // [smem.<name>]
+#define PL_DECLARE_BARRIER(name) PL_DECLARE_HANDLE_(bar, name)        // [barrier.<name>]
+#define PL_DECLARE_FACT(name) PL_DECLARE_HANDLE_(fact, name)          // [fact.<name>] read
+#define PL_DECLARE_RING(name)                                          \
+  PL_DECLARE_HANDLE_(ring_depth, name);                                \
+  PL_DECLARE_HANDLE_(ring_buffer, name);                               \
+  PL_DECLARE_HANDLE_(ring_full, name);                                 \
+  PL_DECLARE_HANDLE_(ring_empty, name)                                 // [ring.<name>]
+// An owned fact: its value is a compile-time constant of the owner, recorded in the object
+// (pack checks it against the contract) and handed to readers by the linker.
+#define PL_OWN_FACT(name, value) \
+  extern "C" __device__ const unsigned PL_SYM(own, name) = (value)
+// A tensor this component exports: calling it hands the thread's fragment to the importer
+// the linker bound (directly, or through a generated shared-memory transfer).
+#define PL_DECLARE_EXPORT(name) \
+  extern "C" __device__ void PL_SYM(export, name)(unsigned, void*, unsigned, unsigned)
+// A tensor this component imports: the component defines this function.
+#define PL_IMPORT(name) \
+  extern "C" __device__ void PL_SYM(import, name)(unsigned pl_inst, void* pl_frag, unsigned pl_row0, unsigned pl_col0)
+// Callables: the exporter defines PL_CALLABLE(name); the importer calls PL_CALL(name).
+#define PL_CALLABLE(name) extern "C" __device__ void PL_SYM(callable, name)
+#define PL_DECLARE_CALL(name, ...) extern "C" __device__ void PL_SYM(call, name)(unsigned, __VA_ARGS__)
+
+// The role entry the generated dispatcher calls from the instance's warps.
+#define PL_ENTRY(name) \
+  extern "C" __device__ void PL_SYM(entry, name)(unsigned pl_inst, const void* pl_params)
+
+// ---- reading handles (inside PL_ENTRY / PL_IMPORT, where pl_inst is in scope) -------
+#define PL_SMEM(name) PL_SYM(smem, name)(pl_inst)
+#define PL_SMEM_PTR(name) (pl::smem_base() + PL_SMEM(name))
+#define PL_BARRIER(name) PL_SYM(bar, name)(pl_inst)
+#define PL_FACT(name) PL_SYM(fact, name)(pl_inst)
+#define PL_RING_DEPTH(name) PL_SYM(ring_depth, name)(pl_inst)
+#define PL_RING_BUFFER(name) PL_SYM(ring_buffer, name)(pl_inst)
+#define PL_RING_FULL(name) PL_SYM(ring_full, name)(pl_inst)
+#define PL_RING_EMPTY(name) PL_SYM(ring_empty, name)(pl_inst)
+#define PL_EXPORT(name, frag, row0, col0) PL_SYM(export, name)(pl_inst, (void*)(frag), (row0), (col0))
+#define PL_CALL(name, ...) PL_SYM(call, name)(pl_inst, __VA_ARGS__)
+#define PL_PARAMS(type) (*static_cast<const type*>(pl_params))
+
+// Warp range of this instance: the dispatcher passes it through handles too.
+extern "C" __device__ unsigned PL_SYM(role, warp_begin)(unsigned);
+extern "C" __device__ unsigned PL_SYM(role, warps)(unsigned);
+#define PL_WARP_BEGIN() PL_SYM(role, warp_begin)(pl_inst)
+#define PL_WARPS() PL_SYM(role, warps)(pl_inst)
+
+#ifndef PL_HELPERS_DEFINED
+#define PL_HELPERS_DEFINED
+namespace pl {
+// The dynamic shared-memory window every placement is an offset into.
+__device__ __forceinline__ uint8_t* smem_base() {
+  extern __shared__ __align__(1024) uint8_t pl_dynamic_smem[];
+  return pl_dynamic_smem;
+}
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Index of this thread within its role instance (0 .. 32*warps-1).
+__device__ __forceinline__ unsigned role_thread(unsigned warp_begin) {
+  return threadIdx.x - 32u * warp_begin;
+}
+// Named barrier among `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// mbarrier helpers (sm_90).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned phase) {
+  asm volatile(
+      "{\n .reg .pred p;\n"
+      "PL_WAIT_%=:\n"
+      " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra PL_WAIT_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(phase) : "memory");
+}
+}  // namespace pl
+#endif
