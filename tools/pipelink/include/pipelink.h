@@ -15,7 +15,8 @@
 //   #include <pipelink.h>
 //   PL_DECLARE_SMEM(scratch);                // contract: [smem.scratch]
 //   PL_ENTRY(run) { ... PL_SMEM_PTR(scratch) ... }
-#pragma once
+// No include guard on purpose: a control build includes several components into one
+// translation unit, each with its own PL_COMPONENT; the shared helpers below are guarded.
 #include <stdint.h>
 
 #ifndef PL_COMPONENT
@@ -42,13 +43,20 @@
 #define PL_OWN_FACT(name, value) \
   extern "C" __device__ const unsigned PL_SYM(own, name) = (value)
 // A tensor this component exports: calling it hands the thread's fragment to the importer
-// the linker bound (directly, or through a generated shared-memory transfer).
+// the linker bound (directly, or through a generated shared-memory transfer). The
+// exporter's pl_params travel along; the generated transfer turns them into the
+// importer's own params, so the importer reads its host parameters with PL_PARAMS.
 #define PL_DECLARE_EXPORT(name) \
-  extern "C" __device__ void PL_SYM(export, name)(unsigned, void*, unsigned, unsigned)
-// A tensor this component imports: the component defines this function.
-#define PL_IMPORT(name) \
-  extern "C" __device__ void PL_SYM(import, name)(unsigned pl_inst, void* pl_frag, unsigned pl_row0, unsigned pl_col0)
-// Callables: the exporter defines PL_CALLABLE(name); the importer calls PL_CALL(name).
+  extern "C" __device__ void PL_SYM(export, name)(unsigned, const void*, void*, unsigned, unsigned)
+// A tensor this component imports: the component defines this function. In its body
+// pl_inst, pl_params (the importer's own host parameters), pl_frag (this thread's
+// fragment, laid out as the contract's [import.<name>] layout says) and pl_row0/pl_col0
+// (the tile origin) are in scope.
+#define PL_IMPORT(name)                                                                  \
+  extern "C" __device__ void PL_SYM(import, name)(unsigned pl_inst, const void* pl_params, \
+                                                   void* pl_frag, unsigned pl_row0, unsigned pl_col0)
+// Callables: the exporter defines PL_CALLABLE(name)(unsigned pl_inst, <args>); the importer
+// declares PL_DECLARE_CALL(name, <arg types>) and calls PL_CALL(name, <args>).
 #define PL_CALLABLE(name) extern "C" __device__ void PL_SYM(callable, name)
 #define PL_DECLARE_CALL(name, ...) extern "C" __device__ void PL_SYM(call, name)(unsigned, __VA_ARGS__)
 
@@ -65,7 +73,8 @@
 #define PL_RING_BUFFER(name) PL_SYM(ring_buffer, name)(pl_inst)
 #define PL_RING_FULL(name) PL_SYM(ring_full, name)(pl_inst)
 #define PL_RING_EMPTY(name) PL_SYM(ring_empty, name)(pl_inst)
-#define PL_EXPORT(name, frag, row0, col0) PL_SYM(export, name)(pl_inst, (void*)(frag), (row0), (col0))
+#define PL_EXPORT(name, frag, row0, col0) \
+  PL_SYM(export, name)(pl_inst, pl_params, (void*)(frag), (row0), (col0))
 #define PL_CALL(name, ...) PL_SYM(call, name)(pl_inst, __VA_ARGS__)
 #define PL_PARAMS(type) (*static_cast<const type*>(pl_params))
 

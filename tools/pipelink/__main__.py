@@ -1,0 +1,5 @@
+import sys
+
+from pipelink.cli import main
+
+sys.exit(main())

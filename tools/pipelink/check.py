@@ -1,0 +1,437 @@
+"""Check pass: contracts against each other -> a `Checked` kernel ready to solve.
+
+Pairs every import with an export, every ring's producer with its consumer, every read
+fact with its one owner, and collects the SM resources to place. All conflicts found are
+reported together, each naming both sides with file:line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelink.compose import Composition, Instance
+from pipelink.contract import PARAM_TYPES, CallableDecl, TensorDecl
+from pipelink.diagnostics import Diagnostic, Fact, Rejected
+from pipelink.expr import ExprError, evaluate
+
+SMEM_CAPACITY = {"sm_90a": 232448, "sm_90": 232448, "sm_100a": 232448, "sm_120a": 101376, "sm_80": 166912}
+DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
+# Register layouts the linker can stage through shared memory (see generate.LAYOUTS).
+STAGEABLE_LAYOUTS = {"blocked", "cyclic"}
+
+
+@dataclass(frozen=True)
+class Role:
+    inst: Instance
+    warps: int
+    aligned: bool
+    regs: tuple[int, int]
+    measured_regs: int
+
+
+@dataclass(frozen=True)
+class Ring:
+    name: str
+    producer: Instance
+    consumer: Instance
+    stage_bytes: int
+    depth: tuple[int, int]
+    full_arrivals: int  # producer's arrivals per stage
+    empty_arrivals: int  # consumer's arrivals per stage
+    align: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A shared-memory region to place. Size is `bytes` + `per_depth` * depth(ring)."""
+
+    key: str  # "inst.smem.name" / "ring.name.buffer" / "transfer.x"
+    bytes: int
+    align: int
+    phase: str
+    ring: str | None = None
+    per_depth: int = 0
+
+
+@dataclass(frozen=True)
+class Barrier:
+    key: str  # "inst.name" or "transfer.x"
+    threads: int
+
+
+@dataclass(frozen=True)
+class Transfer:
+    exporter: Instance
+    export: TensorDecl
+    importer: Instance
+    imp: TensorDecl
+    kind: str  # "direct" | "staged"
+    shape: tuple[int, ...]
+    threads: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.exporter.name}.{self.export.name}"
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for x in self.shape:
+            n *= x
+        return n
+
+
+@dataclass(frozen=True)
+class CallBinding:
+    importer: Instance
+    imp: CallableDecl
+    exporter: Instance
+    exp: CallableDecl
+
+
+@dataclass
+class Checked:
+    comp: Composition
+    facts: dict[str, int]
+    fact_owner: dict[str, Instance]
+    roles: list[Role]
+    rings: list[Ring]
+    claims: list[Claim]
+    barriers: list[Barrier]
+    transfers: list[Transfer]
+    calls: list[CallBinding]
+    params: dict[str, str]  # kernel-wide name -> type
+    static_smem: int
+    capacity: int
+    warnings: list[Diagnostic] = field(default_factory=list)
+
+
+def _side(inst: Instance) -> str:
+    return f"{inst.name} ({inst.package.name})"
+
+
+class _Diags:
+    def __init__(self):
+        self.items: list[Diagnostic] = []
+
+    def add(self, code, message, *, clause="", facts=(), hint=""):
+        self.items.append(Diagnostic(code, message, clause, tuple(facts), hint))
+
+
+def check(comp: Composition) -> Checked:
+    d = _Diags()
+    insts = comp.instances
+    _check_arch(comp, d)
+    params = _check_params(comp, d)
+    facts, owner = _check_facts(comp, d)
+    env = dict(facts)
+
+    def ev(expr, inst: Instance, clause: str, origin) -> int | None:
+        try:
+            return evaluate(expr, env)
+        except ExprError as e:
+            d.add("C-EXPR", f"{_side(inst)}: {clause}: {e}", clause=clause,
+                  facts=[Fact(_side(inst), f"{expr!r}", str(origin))],
+                  hint="an expression may use only integers and facts the contract declares (own or read)")
+            return None
+
+    roles = []
+    for i in insts:
+        c = i.contract
+        if c.role:
+            measured = i.package.measured.regs.get(f"pl_{c.name}__entry__{c.entry}", 0)
+            roles.append(Role(i, c.role.warps, c.role.warpgroup_aligned, c.role.regs, measured))
+    if not roles:
+        d.add("L-ROLE", f"kernel {comp.name} has no role component", clause="instance",
+              facts=[Fact(f"kernel {comp.name}", "instances: " + ", ".join(_side(i) for i in insts), comp.file)],
+              hint='at least one component must have kind = "role" so the dispatcher has warps to run')
+    total_warps = sum(r.warps for r in roles)
+    if total_warps > 32:
+        d.add("L-WARPS", f"the roles need {total_warps} warps; a block has at most 32",
+              facts=[Fact(_side(r.inst), f"role.warps = {r.warps}", str(r.inst.contract.role.origin)) for r in roles],
+              hint="use fewer or smaller roles")
+
+    rings = _check_rings(comp, d, ev)
+    claims: list[Claim] = []
+    barriers: list[Barrier] = []
+    for i in insts:
+        c = i.contract
+        for s in c.smem:
+            b = ev(s.bytes, i, f"smem.{s.name}.bytes", s.origin)
+            if b is not None:
+                claims.append(Claim(f"{i.name}.smem.{s.name}", b, s.align, s.phase))
+        for b in c.barriers:
+            threads = 32 * c.role.warps if b.threads == "role" else int(b.threads)
+            if threads % 32 or threads <= 0 or threads > 1024:
+                d.add("L-BARRIER-THREADS", f"{_side(i)}: barrier {b.name} counts {threads} threads",
+                      clause=f"barrier.{b.name}",
+                      facts=[Fact(_side(i), f"threads = {b.threads!r}", str(b.origin))],
+                      hint="bar.sync counts whole warps: use a multiple of 32 up to 1024")
+            barriers.append(Barrier(f"{i.name}.{b.name}", threads))
+    for r in rings:
+        claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes))
+        claims.append(Claim(f"ring.{r.name}.full", 0, 8, "kernel", r.name, 8))
+        claims.append(Claim(f"ring.{r.name}.empty", 0, 8, "kernel", r.name, 8))
+
+    transfers = _check_tensors(comp, d, ev)
+    for t in transfers:
+        if t.kind == "staged":
+            # A warp-scoped tile is staged per warp (each warp of the role may export its own);
+            # a wider scope stages once and synchronises on a solver-placed named barrier.
+            copies = t.exporter.contract.role.warps if t.export.scope == "warp" else 1
+            claims.append(Claim(f"transfer.{t.key}", t.elements * DTYPE_BYTES[t.export.dtype] * copies, 16, "kernel"))
+            if t.export.scope != "warp":
+                barriers.append(Barrier(f"transfer.{t.key}", t.threads))
+    calls = _check_callables(comp, d)
+
+    if len(barriers) > 15:
+        d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",
+              facts=[Fact("barriers", ", ".join(b.key for b in barriers))],
+              hint="share a barrier between phases, or use mbarriers")
+    static = sum(i.package.measured.static_smem for i in {id(i.package): i for i in insts}.values())
+    capacity = SMEM_CAPACITY.get(comp.arch, 232448)
+    if d.items:
+        raise Rejected(d.items)
+    return Checked(comp, facts, owner, roles, rings, claims, barriers, transfers, calls, params, static, capacity)
+
+
+def _check_arch(comp: Composition, d: _Diags):
+    for i in comp.instances:
+        c = i.contract
+        if c.arch != comp.arch:
+            d.add("L-ARCH", f"{_side(i)} was built for {c.arch}, the kernel links for {comp.arch}",
+                  clause="component.arch",
+                  facts=[Fact(_side(i), f"arch = {c.arch!r}", str(c.origin)),
+                         Fact(f"kernel {comp.name}", f"arch = {comp.arch!r}", comp.file)],
+                  hint=f"rebuild {c.name} for {comp.arch} (one source can serve several archs)")
+    versions = {i.package.measured.toolkit for i in comp.instances}
+    if len({v.split(".")[0] for v in versions}) > 1:
+        d.add("L-ARCH", "packages were built by different CUDA majors: " + ", ".join(sorted(versions)),
+              facts=[Fact(_side(i), f"toolkit {i.package.measured.toolkit}") for i in comp.instances],
+              hint="LTO-IR does not link across CUDA majors: rebuild all components with one toolkit")
+
+
+def _check_params(comp: Composition, d: _Diags) -> dict[str, str]:
+    seen: dict[str, tuple[str, Instance]] = {}
+    for i in comp.instances:
+        for name, t in i.contract.params:
+            if name in seen and seen[name][0] != t:
+                other = seen[name][1]
+                d.add("L-PARAMS", f"parameter {name!r} is {seen[name][0]} for {_side(other)} but {t} for {_side(i)}",
+                      clause=f"params.{name}",
+                      facts=[Fact(_side(other), f"{name} = {seen[name][0]!r}", other.contract.file),
+                             Fact(_side(i), f"{name} = {t!r}", i.contract.file)],
+                      hint="one name is one host value: rename one of them or agree on the type")
+            seen.setdefault(name, (t, i))
+    return {k: v[0] for k, v in seen.items()}
+
+
+def _check_facts(comp: Composition, d: _Diags):
+    owners: dict[str, list[tuple[Instance, object]]] = {}
+    readers: dict[str, list[tuple[Instance, object]]] = {}
+    for i in comp.instances:
+        for f in i.contract.facts:
+            (owners if f.own is not None else readers).setdefault(f.name, []).append((i, f))
+    facts, owner = {}, {}
+    for name, os_ in owners.items():
+        if len(os_) > 1:
+            d.add("L-FACT-OWNERS", f"fact {name!r} has {len(os_)} owners",
+                  clause=f"fact.{name}",
+                  facts=[Fact(_side(i), f"own = {f.own}", str(f.origin)) for i, f in os_],
+                  hint="a fact has one owner; make the others readers (accept = [...])")
+        i, f = os_[0]
+        facts[name], owner[name] = f.own, i
+    for name, rs in readers.items():
+        if name not in facts:
+            d.add("L-FACT-OWNERS", f"fact {name!r} is read but no component owns it",
+                  clause=f"fact.{name}",
+                  facts=[Fact(_side(i), f"reads {name} ({f.accept_text()})", str(f.origin)) for i, f in rs],
+                  hint=f"add the component that owns {name} to the kernel")
+            continue
+        oi = owner[name]
+        of = oi.contract.fact(name)
+        for i, f in rs:
+            if f.type != of.type:
+                d.add("L-FACT-TYPE", f"fact {name!r} is {of.type} at its owner but {f.type} at {_side(i)}",
+                      clause=f"fact.{name}.type",
+                      facts=[Fact(_side(oi), f"type = {of.type!r}", str(of.origin)),
+                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))])
+            elif not f.accepts(of.own):
+                d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {of.own} from {_side(oi)}",
+                      clause=f"fact.{name}",
+                      facts=[Fact(_side(oi), f"own = {of.own}", str(of.origin)),
+                             Fact(_side(i), f.accept_text(), str(f.origin))],
+                      hint=f"change the owner's {name}, or widen what {i.package.name} accepts (and support it)")
+    return facts, owner
+
+
+def _check_rings(comp, d, ev) -> list[Ring]:
+    sides: dict[str, dict[str, list]] = {}
+    for i in comp.instances:
+        for r in i.contract.rings:
+            sides.setdefault(r.name, {"producer": [], "consumer": []})[r.side].append((i, r))
+    rings = []
+    for name, s in sides.items():
+        prods, cons = s["producer"], s["consumer"]
+        if len(prods) != 1 or len(cons) != 1:
+            have = [Fact(_side(i), f"side = {r.side!r}", str(r.origin)) for i, r in prods + cons]
+            missing = "producer" if not prods else "consumer" if not cons else None
+            d.add("L-RING-SIDE",
+                  f"ring {name!r} has no {missing}" if missing else
+                  f"ring {name!r} has {len(prods)} producers and {len(cons)} consumers",
+                  clause=f"ring.{name}", facts=have,
+                  hint="a ring connects exactly one producer and one consumer instance")
+            continue
+        (pi, p), (ci, c) = prods[0], cons[0]
+        ps = ev(p.stage_bytes, pi, f"ring.{name}.stage_bytes", p.origin)
+        cs = ev(c.stage_bytes, ci, f"ring.{name}.stage_bytes", c.origin)
+        if ps is not None and cs is not None and ps != cs:
+            d.add("L-RING-STAGE", f"ring {name!r}: producer stages are {ps} bytes, consumer stages {cs}",
+                  clause=f"ring.{name}.stage_bytes",
+                  facts=[Fact(_side(pi), f"stage_bytes = {p.stage_bytes!r} = {ps}", str(p.origin)),
+                         Fact(_side(ci), f"stage_bytes = {c.stage_bytes!r} = {cs}", str(c.origin))],
+                  hint="both sides must agree on the stage layout (usually they read the same tile facts)")
+        lo, hi = max(p.depth[0], c.depth[0]), min(p.depth[1], c.depth[1])
+        if lo > hi:
+            d.add("L-RING-DEPTH", f"ring {name!r}: depth ranges {list(p.depth)} and {list(c.depth)} do not intersect",
+                  clause=f"ring.{name}.depth",
+                  facts=[Fact(_side(pi), f"depth = {list(p.depth)}", str(p.origin)),
+                         Fact(_side(ci), f"depth = {list(c.depth)}", str(c.origin))],
+                  hint="widen one side's depth range")
+        for me, mine, other, theirs in ((pi, p, ci, c), (ci, c, pi, p)):
+            if mine.peer_arrivals is not None and mine.peer_arrivals != theirs.arrivals:
+                d.add("L-RING-ARRIVALS",
+                      f"ring {name!r}: {_side(me)} assumes {mine.peer_arrivals} arrivals from its peer, "
+                      f"{_side(other)} makes {theirs.arrivals}",
+                      clause=f"ring.{name}.arrivals",
+                      facts=[Fact(_side(me), f"peer_arrivals = {mine.peer_arrivals}", str(mine.origin)),
+                             Fact(_side(other), f"arrivals = {theirs.arrivals}", str(theirs.origin))],
+                      hint="the barrier's count is the other side's arrivals; make them agree")
+        if ps is not None and lo <= hi:
+            rings.append(Ring(name, pi, ci, ps, (lo, hi), p.arrivals, c.arrivals, max(p.align, c.align)))
+    return rings
+
+
+def _scope_threads(inst: Instance, t: TensorDecl) -> int:
+    if t.scope == "warp":
+        return 32
+    if t.scope == "warpgroup":
+        return 128
+    role = inst.contract.role
+    return 32 * role.warps if role else 0
+
+
+def _check_tensors(comp: Composition, d: _Diags, ev) -> list[Transfer]:
+    exports = [(i, t) for i in comp.instances for t in i.contract.tensors if t.direction == "export"]
+    imports = [(i, t) for i in comp.instances for t in i.contract.tensors if t.direction == "import"]
+    explicit = {b.importer: b for b in comp.binds}
+    out = []
+    used_exports: dict[str, tuple] = {}
+    for ii, it in imports:
+        key = f"{ii.name}.{it.name}"
+        if key in explicit:
+            ek = explicit[key].exporter
+            cands = [(ei, et) for ei, et in exports if f"{ei.name}.{et.name}" == ek]
+        else:
+            cands = [(ei, et) for ei, et in exports if et.name == it.name]
+        if len(cands) != 1:
+            d.add("L-TENSOR-UNBOUND",
+                  f"{_side(ii)} imports tensor {it.name!r}: " +
+                  ("no component exports it" if not cands else f"{len(cands)} exports match"),
+                  clause=f"import.{it.name}",
+                  facts=[Fact(_side(ii), f"[import.{it.name}]", str(it.origin))] +
+                        [Fact(_side(ei), f"[export.{et.name}]", str(et.origin)) for ei, et in cands],
+                  hint="add the exporting component, or pick one with [[bind]] import = \"inst.name\" export = \"inst.name\"")
+            continue
+        ei, et = cands[0]
+        ekey = f"{ei.name}.{et.name}"
+        if ekey in used_exports:
+            pi, pt = used_exports[ekey]
+            d.add("L-TENSOR-UNBOUND", f"export {ekey} is bound to two imports",
+                  clause=f"export.{et.name}",
+                  facts=[Fact(_side(pi), f"[import.{pt.name}]", str(pt.origin)),
+                         Fact(_side(ii), f"[import.{it.name}]", str(it.origin))],
+                  hint="an exported register tile is handed to exactly one importer")
+            continue
+        used_exports[ekey] = (ii, it)
+        both = lambda what, a, b: [Fact(_side(ei), f"{what} = {a}", str(et.origin)),  # noqa: E731
+                                   Fact(_side(ii), f"{what} = {b}", str(it.origin))]
+        es = [ev(x, ei, f"export.{et.name}.shape", et.origin) for x in et.shape]
+        is_ = [ev(x, ii, f"import.{it.name}.shape", it.origin) for x in it.shape]
+        if None in es or None in is_:
+            continue
+        ok = True
+        if es != is_:
+            d.add("L-TENSOR-SHAPE", f"tensor {it.name!r}: export shape {es} but import shape {is_}",
+                  clause=f"import.{it.name}.shape", facts=both("shape", f"{list(et.shape)} = {es}", f"{list(it.shape)} = {is_}"),
+                  hint="both sides must use the same tile shape (read the same tile facts)")
+            ok = False
+        if et.dtype != it.dtype:
+            d.add("L-TENSOR-DTYPE", f"tensor {it.name!r}: exported as {et.dtype}, imported as {it.dtype}",
+                  clause=f"import.{it.name}.dtype", facts=both("dtype", et.dtype, it.dtype),
+                  hint="convert in the exporter or import the exporter's dtype")
+            ok = False
+        if et.space != it.space or et.scope != it.scope or et.space != "reg":
+            d.add("L-TENSOR-SPACE",
+                  f"tensor {it.name!r}: export is {et.space}/{et.scope}, import is {it.space}/{it.scope}",
+                  clause=f"import.{it.name}.space",
+                  facts=both("space/scope", f"{et.space}/{et.scope}", f"{it.space}/{it.scope}"),
+                  hint="generated transfers move register tiles between the same threads of one block")
+            ok = False
+        if not ok:
+            continue
+        kind = "direct"
+        if et.layout != it.layout:
+            if et.layout in STAGEABLE_LAYOUTS and it.layout in STAGEABLE_LAYOUTS:
+                kind = "staged"
+            else:
+                d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: layout {et.layout!r} cannot be converted to {it.layout!r}",
+                      clause=f"import.{it.name}.layout", facts=both("layout", et.layout, it.layout),
+                      hint=f"the linker stages between {sorted(STAGEABLE_LAYOUTS)}; otherwise use the same layout on both sides")
+                continue
+        threads = _scope_threads(ei, et)
+        n = 1
+        for x in es:
+            n *= x
+        if kind == "staged" and (threads == 0 or n % threads):
+            d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: {n} elements do not divide among {threads} threads",
+                  clause=f"export.{et.name}.shape", facts=both("shape", es, is_))
+            continue
+        out.append(Transfer(ei, et, ii, it, kind, tuple(es), threads))
+    for ei, et in exports:
+        if f"{ei.name}.{et.name}" not in used_exports:
+            d.add("L-TENSOR-UNBOUND", f"{_side(ei)} exports tensor {et.name!r} but nothing imports it",
+                  clause=f"export.{et.name}", facts=[Fact(_side(ei), f"[export.{et.name}]", str(et.origin))],
+                  hint="add the importing component; the exporter calls PL_EXPORT, so it needs a receiver")
+    return out
+
+
+def _check_callables(comp: Composition, d: _Diags) -> list[CallBinding]:
+    exports = [(i, c) for i in comp.instances for c in i.contract.callables if c.direction == "export"]
+    out = []
+    explicit = {b.importer: b for b in comp.binds}
+    for ii, ic in ((i, c) for i in comp.instances for c in i.contract.callables if c.direction == "import"):
+        key = f"{ii.name}.{ic.name}"
+        if key in explicit:
+            cands = [(ei, ec) for ei, ec in exports if f"{ei.name}.{ec.name}" == explicit[key].exporter]
+        else:
+            cands = [(ei, ec) for ei, ec in exports if ec.name == ic.name]
+        if len(cands) != 1:
+            d.add("L-CALL-UNBOUND", f"{_side(ii)} calls {ic.name!r}: " +
+                  ("no component exports it" if not cands else f"{len(cands)} exports match"),
+                  clause=f"callable.import.{ic.name}",
+                  facts=[Fact(_side(ii), f"signature = {ic.signature!r}", str(ic.origin))] +
+                        [Fact(_side(ei), f"signature = {ec.signature!r}", str(ec.origin)) for ei, ec in cands],
+                  hint="add the exporting component, or choose one with [[bind]]")
+            continue
+        ei, ec = cands[0]
+        if ec.signature != ic.signature:
+            d.add("L-CALL-SIGNATURE", f"callable {ic.name!r}: {_side(ii)} calls {ic.signature}, {_side(ei)} defines {ec.signature}",
+                  clause=f"callable.import.{ic.name}.signature",
+                  facts=[Fact(_side(ii), f"signature = {ic.signature!r}", str(ic.origin)),
+                         Fact(_side(ei), f"signature = {ec.signature!r}", str(ec.origin))],
+                  hint="signatures must match exactly (after whitespace normalisation)")
+            continue
+        out.append(CallBinding(ii, ic, ei, ec))
+    return out

@@ -1,0 +1,125 @@
+"""Parse pass for the kernel composition: which package instances form one fused kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelink.contract import ARCHES, IDENT, LineIndex, Origin, _Reader, load_toml, parse_toml_text
+from pipelink.diagnostics import Fact, reject
+from pipelink.package import Package
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str  # unique in the kernel
+    package: Package
+    index: int  # the instance number within its package: the `pl_inst` its handles switch on
+    origin: Origin
+
+    @property
+    def contract(self):
+        return self.package.contract
+
+
+@dataclass(frozen=True)
+class Bind:
+    importer: str  # "inst.name"
+    exporter: str
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Composition:
+    name: str
+    arch: str
+    grid: tuple[str | int, ...]
+    cluster: tuple[int, int, int]
+    instances: tuple[Instance, ...]
+    binds: tuple[Bind, ...]
+    file: str
+
+    def instance(self, name: str) -> Instance | None:
+        return next((i for i in self.instances if i.name == name), None)
+
+
+def parse_kernel(path: str, packages: list[Package], *, arch: str | None = None) -> Composition:
+    data, lines, _ = load_toml(path)
+    return composition_from_data(data, lines, path, packages, arch=arch)
+
+
+def parse_kernel_text(text: str, file: str, packages: list[Package], *, arch: str | None = None) -> Composition:
+    return composition_from_data(parse_toml_text(text, file), LineIndex(text), file, packages, arch=arch)
+
+
+def composition_from_data(data, lines, file, packages, *, arch=None) -> Composition:
+    top = _Reader(data, "", lines, file)
+    k = top.table("kernel")
+    if not k.data:
+        top.fail("kernel", "is required", hint='start the file with [kernel] name = "..."')
+    name = k.get("name", str)
+    if not IDENT.match(name):
+        k.fail("name", f"{name!r} is not a C identifier")
+    karch = k.get("arch", str, "sm_90a")
+    if arch:
+        karch = arch  # the build configuration decides (one component source, several archs)
+    if karch not in ARCHES:
+        k.fail("arch", f"unknown architecture {karch!r}", hint=f"one of {sorted(ARCHES)}")
+    grid = k.get("grid", list, [1, 1, 1])
+    if not 1 <= len(grid) <= 3 or not all(isinstance(g, (int, str)) for g in grid):
+        k.fail("grid", "must be a list of 1 to 3 integers or expressions")
+    grid = list(grid) + [1] * (3 - len(grid))
+    cluster = k.get("cluster", list, [1, 1, 1])
+    k.finish()
+
+    by_name: dict[str, Package] = {}
+    for p in packages:
+        if p.name in by_name:
+            raise reject("L-INSTANCE", f"two packages are both named {p.name!r}",
+                         facts=[Fact("package", by_name[p.name].path), Fact("package", p.path)],
+                         hint="component names must be unique among the packages of one link")
+        by_name[p.name] = p
+
+    inst_list = top.get("instance", list, [])
+    if not inst_list:
+        top.fail("instance", "a kernel needs at least one [[instance]]")
+    instances: list[Instance] = []
+    counts: dict[str, int] = {}
+    for n, item in enumerate(inst_list):
+        if not isinstance(item, dict):
+            top.fail("instance", "each [[instance]] must be a table")
+        r = _Reader(item, "instance", lines, file)
+        iname = r.get("name", str)
+        pname = r.get("package", str)
+        r.finish()
+        origin = Origin(file, _nth_header_line(lines, "instance", n))
+        if not IDENT.match(iname):
+            raise reject("C-SCHEMA", f"instance name {iname!r} is not a C identifier", clause="instance.name",
+                         facts=[Fact(f"kernel {name}", f"name = {iname!r}", str(origin))])
+        if any(i.name == iname for i in instances):
+            raise reject("L-INSTANCE", f"instance {iname!r} appears twice", clause="instance.name",
+                         facts=[Fact(f"kernel {name}", f"[[instance]] name = {iname!r}", str(origin))],
+                         hint="give each instance its own name")
+        if pname not in by_name:
+            raise reject("L-INSTANCE", f"instance {iname!r} names package {pname!r}, which was not given",
+                         clause="instance.package",
+                         facts=[Fact(f"kernel {name}", f"package = {pname!r}", str(origin)),
+                                Fact("packages given", ", ".join(sorted(by_name)) or "none")],
+                         hint="pass the package with --package, or fix the name (it is the contract's component.name)")
+        idx = counts.get(pname, 0)
+        counts[pname] = idx + 1
+        instances.append(Instance(iname, by_name[pname], idx, origin))
+
+    binds = []
+    for n, item in enumerate(top.get("bind", list, [])):
+        r = _Reader(item, "bind", lines, file)
+        imp, exp = r.get("import", str), r.get("export", str)
+        r.finish()
+        binds.append(Bind(imp, exp, Origin(file, _nth_header_line(lines, "bind", n))))
+    top.finish()
+    return Composition(name, karch, tuple(grid), tuple(cluster), tuple(instances), tuple(binds), file)
+
+
+def _nth_header_line(lines: LineIndex, table: str, n: int) -> int:
+    occ = lines.occurrences.get(table, [])
+    return occ[n] if n < len(occ) else 0

@@ -1,0 +1,113 @@
+"""Diagnostics are data: a stable code, the clause, both sides' facts, and a hint.
+
+Every pass reports problems by raising `Rejected([...])`; the CLI renders them for people
+or as JSON for tools. Nothing in the linker prints a traceback for a bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One side's statement that takes part in a conflict."""
+
+    side: str  # who said it: "package loader", "kernel gemm_swiglu", "object loader.o"
+    text: str  # what it says, e.g. "ring.ab depth = [2, 4]"
+    origin: str = ""  # where: "loader.contract.toml:12"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    clause: str = ""
+    facts: tuple[Fact, ...] = ()
+    hint: str = ""
+    severity: str = "error"
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["facts"] = [asdict(f) for f in self.facts]
+        return d
+
+    def render(self) -> str:
+        lines = [f"{self.severity} {self.code}: {self.message}"]
+        if self.clause:
+            lines.append(f"  clause: {self.clause}")
+        for f in self.facts:
+            where = f" ({f.origin})" if f.origin else ""
+            lines.append(f"  {f.side}: {f.text}{where}")
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class Rejected(Exception):
+    """Raised by a pass that cannot continue; carries one or more diagnostics."""
+
+    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic):
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics = list(diagnostics)
+        super().__init__("; ".join(f"{d.code}: {d.message}" for d in self.diagnostics))
+
+    @property
+    def codes(self) -> list[str]:
+        return [d.code for d in self.diagnostics]
+
+
+def reject(code: str, message: str, *, clause: str = "", facts=(), hint: str = "") -> Rejected:
+    return Rejected(Diagnostic(code, message, clause, tuple(facts), hint))
+
+
+def render_all(diags: list[Diagnostic], fmt: str = "human") -> str:
+    if fmt == "json":
+        return json.dumps({"ok": False, "diagnostics": [d.to_json() for d in diags]}, indent=2)
+    return "\n".join(d.render() for d in diags)
+
+
+# Every code the linker can emit, with the one-line meaning shown by `pipelink explain`.
+CODES: dict[str, str] = {
+    "E-USAGE": "the command line is wrong",
+    "E-FILE": "an input file is missing or unreadable",
+    "E-TOOLKIT": "the CUDA toolkit (nvcc, nvJitLink) is missing or of the wrong version",
+    "C-SYNTAX": "a contract or kernel file is not valid TOML",
+    "C-SCHEMA": "a contract or kernel file has a missing, unknown or mistyped field",
+    "C-EXPR": "an expression in a contract cannot be evaluated",
+    "P-UNDECLARED": "the object uses a handle its contract does not declare",
+    "P-UNUSED": "the contract declares a handle the object never uses",
+    "P-ENTRY": "the contract's entry or import/callable export is not defined by the object",
+    "P-FACT-VALUE": "an owned fact's value in the contract differs from the object's",
+    "P-ARCH": "the object was not compiled for the contract's architecture",
+    "P-COMPILE": "the trial compile of the object failed",
+    "P-PACKAGE": "a package file is damaged or of an unknown format",
+    "L-ARCH": "components were built for different architectures or toolkits",
+    "L-INSTANCE": "the kernel names an unknown package or a duplicate instance",
+    "L-PARAMS": "components disagree on the host parameter layout",
+    "L-FACT-OWNERS": "a fact has no owner or more than one owner",
+    "L-FACT-TYPE": "owner and reader disagree on a fact's type",
+    "L-FACT-ACCEPT": "a reader cannot accept the owner's value of a fact",
+    "L-RING-SIDE": "a ring lacks its producer or consumer, or has two of one side",
+    "L-RING-STAGE": "producer and consumer disagree on a ring's stage size",
+    "L-RING-DEPTH": "producer and consumer depth ranges do not intersect",
+    "L-RING-ARRIVALS": "a side's assumed arrival count differs from the other side's",
+    "L-TENSOR-UNBOUND": "a tensor import has no export, or an export is bound twice",
+    "L-TENSOR-SHAPE": "export and import tile shapes differ",
+    "L-TENSOR-DTYPE": "export and import dtypes differ",
+    "L-TENSOR-SPACE": "export and import memory spaces or scopes cannot be connected",
+    "L-TENSOR-LAYOUT": "export and import layouts differ and no transfer exists between them",
+    "L-CALL-UNBOUND": "a callable import has no export",
+    "L-CALL-SIGNATURE": "callable import and export signatures differ",
+    "L-BARRIER": "more named barriers are needed than the SM has free (ids 1..15)",
+    "L-BARRIER-THREADS": "a named barrier's thread count is not a multiple of 32 or exceeds the block",
+    "L-WARPS": "the roles need more warps than a block can have",
+    "L-ROLE": "a kernel has no role, or a role is malformed",
+    "L-SMEM": "the shared-memory claims do not fit the SM's capacity",
+    "L-REGS": "the register budgets cannot fit the register file, or the compiled code exceeds its budget",
+    "L-SOLVE": "the solver found no placement (or gave up) for a reason not covered above",
+    "L-LINK": "nvJitLink failed to link the kernel",
+    "L-COMPILE": "compiling the generated code failed",
+}

@@ -1,0 +1,237 @@
+"""Link pass: check -> solve -> generate -> compile generated code -> nvJitLink.
+
+Produces the cubin, a manifest (what the runtime needs to launch it), a report
+(placement table, solver status, timings, register read-back) and a placement map, and
+optionally the control: the same sources and generated code compiled as ONE translation
+unit, for a SASS comparison. Outputs are written only when everything succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelink.check import Checked, check
+from pipelink.compose import Composition
+from pipelink.diagnostics import Fact, Rejected, reject
+from pipelink.generate import generate, param_layout
+from pipelink.solve import Placement, first_fit, solve
+from pipelink.toolkit import Toolkit, find_toolkit, nvjitlink_link, run_tool
+
+INCLUDE_DIR = Path(__file__).parent / "include"
+MANIFEST_FORMAT = 1
+
+
+@dataclass
+class LinkResult:
+    checked: Checked
+    placement: Placement
+    source: str
+    cubin: bytes
+    manifest: dict
+    report: dict
+    map_text: str
+    control_cubin: bytes | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _gencode(arch: str, kind: str) -> str:
+    return f"-gencode=arch=compute_{arch[3:]},code={kind}_{arch[3:]}"
+
+
+def plan(comp: Composition) -> tuple[Checked, Placement, str, dict[str, float]]:
+    """The CPU-only part of a link: check + solve + generate (what link speed measures)."""
+    t = {}
+    t0 = time.perf_counter()
+    ch = check(comp)
+    t["check"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pl = solve(ch)
+    t["solve"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    src = generate(ch, pl)
+    t["generate"] = time.perf_counter() - t0
+    return ch, pl, src, t
+
+
+def link(comp: Composition, *, control: bool = False, cuda_home: str | None = None) -> LinkResult:
+    tk = find_toolkit(cuda_home)
+    ch, pl, src, timings = plan(comp)
+    arch = comp.arch
+    with tempfile.TemporaryDirectory(prefix="pipelink-link-") as tmp:
+        gen = Path(tmp) / f"{comp.name}.pipelink.cu"
+        gen.write_text(src)
+        obj = Path(tmp) / f"{comp.name}.pipelink.o"
+        t0 = time.perf_counter()
+        run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", _gencode(arch, "lto"), f"-I{INCLUDE_DIR}",
+                                   str(gen), "-o", str(obj)], "L-COMPILE", "compiling the generated dispatcher")
+        timings["compile_generated"] = time.perf_counter() - t0
+        inputs = []
+        for pkg in {id(i.package): i.package for i in comp.instances}.values():
+            inputs += [(f"{pkg.name}/{k}", v) for k, v in sorted(pkg.objects.items())]
+        inputs.append((obj.name, obj.read_bytes()))
+        t0 = time.perf_counter()
+        cubin = nvjitlink_link(inputs, [f"-arch={arch}", "-lto", "-O3", f"-kernels-used={comp.name}"])
+        timings["nvjitlink"] = time.perf_counter() - t0
+        control_cubin = None
+        if control:
+            t0 = time.perf_counter()
+            control_cubin = build_control(comp, src, tk, Path(tmp))
+            timings["control"] = time.perf_counter() - t0
+    usage = resource_usage(cubin, comp.name, tk)
+    if usage.get("LOCAL", 0) > 0 or usage.get("STACK", 0) > 0:
+        raise reject("L-REGS", f"kernel {comp.name} spills: {usage.get('LOCAL', 0)} B local memory, {usage.get('STACK', 0)} B stack",
+                     facts=[Fact("linked cubin", " ".join(f"{k}:{v}" for k, v in usage.items()))] +
+                           [Fact(r.inst.name, f"budget {pl.budgets[r.inst.name]} registers (regs = {list(r.regs)})",
+                                 str(r.inst.contract.role.origin)) for r in ch.roles],
+                     hint="raise the spilling role's register range, or give it fewer warps")
+    manifest = make_manifest(ch, pl, usage)
+    report = make_report(ch, pl, usage, timings)
+    return LinkResult(ch, pl, src, cubin, manifest, report, make_map(ch, pl, usage), control_cubin, timings)
+
+
+def build_control(comp: Composition, generated: str, tk: Toolkit, tmp: Path) -> bytes:
+    """The same component sources and the same generated code as one translation unit."""
+    root = tmp / "control"
+    includes, copts = [], []
+    parts = ["// pipelink control: every component and the generated code in one translation unit"]
+    for pkg in {id(i.package): i.package for i in comp.instances}.values():
+        if not pkg.sources:
+            raise reject("E-USAGE", f"package {pkg.name} carries no sources, so no control can be built",
+                         hint="pack it with --source for each .cu and header (the Bazel rule does this)")
+        for rel, data in pkg.sources.items():
+            dest = root / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        for rel in sorted(pkg.sources):
+            if rel.endswith(".cu"):
+                parts += ["#undef PL_COMPONENT", f'#include "{rel}"']
+                includes.append(str((root / rel).parent))
+        copts += [c for c in pkg.copts if c not in copts]
+    parts += ["#undef PL_COMPONENT", generated]
+    unit = root / f"{comp.name}.control.cu"
+    unit.write_text("\n".join(parts))
+    out = root / f"{comp.name}.control.cubin"
+    inc = [f"-I{d}" for d in dict.fromkeys(includes)]
+    run_tool(tk.nvcc_base() + ["-cubin", "-std=c++17", "-O3", _gencode(comp.arch, "sm"), f"-I{INCLUDE_DIR}",
+                               f"-I{root}", *inc, *copts, str(unit), "-o", str(out)],
+             "L-COMPILE", "compiling the control translation unit")
+    return out.read_bytes()
+
+
+_RES = re.compile(r"Function (\w+):\s*(.*)")
+
+
+def resource_usage(cubin: bytes, kernel: str, tk: Toolkit) -> dict[str, int]:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = run_tool([tk.tool("cuobjdump"), "-res-usage", f.name], "E-TOOLKIT", "cuobjdump -res-usage")
+    for m in _RES.finditer(text):
+        if m.group(1) == kernel:
+            return {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", m.group(2))}
+    return {}
+
+
+def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
+    layout = param_layout(ch)
+    comp = ch.comp
+    return {
+        "format": MANIFEST_FORMAT,
+        "kernel": comp.name,
+        "entry": comp.name,
+        "arch": comp.arch,
+        "block": [pl.threads, 1, 1],
+        "cluster": list(comp.cluster),
+        "grid": [str(g) for g in comp.grid],
+        "dynamic_smem": pl.dynamic_smem,
+        "static_smem": ch.static_smem,
+        "registers": usage.get("REG", 0),
+        "params": {
+            "size": layout.size,
+            "by_name": dict(sorted(ch.params.items())),
+            "fields": [{"instance": f.instance, "name": f.name, "type": f.type, "offset": f.offset}
+                       for f in layout.fields],
+        },
+        "facts": dict(sorted(ch.facts.items())),
+        "instances": [{"name": i.name, "package": i.package.name, "package_digest": i.package.digest()}
+                      for i in comp.instances],
+    }
+
+
+def make_report(ch: Checked, pl: Placement, usage: dict, timings: dict) -> dict:
+    ff = first_fit(ch, pl.depths)
+    return {
+        "kernel": ch.comp.name,
+        "solver": {"proven_optimal": pl.proven_optimal, "objectives": pl.objectives,
+                   "first_fit_footprint": ff, "solver_footprint": pl.dynamic_smem},
+        "smem": [{"claim": k, "offset": pl.offsets[k], "bytes": pl.sizes[k]} for k in sorted(pl.offsets, key=pl.offsets.get)],
+        "rings": {r.name: {"depth": pl.depths[r.name], "range": list(r.depth), "stage_bytes": r.stage_bytes,
+                           "producer": r.producer.name, "consumer": r.consumer.name} for r in ch.rings},
+        "barriers": dict(sorted(pl.barrier_ids.items(), key=lambda kv: kv[1])),
+        "roles": {r.inst.name: {"warps": [pl.warp_begin[r.inst.name], pl.warp_begin[r.inst.name] + r.warps - 1],
+                                "budget": pl.budgets[r.inst.name], "trial_registers": r.measured_regs}
+                  for r in ch.roles},
+        "warp_group_budgets": pl.group_budgets,
+        "setmaxnreg": pl.uses_setmaxnreg,
+        "entry_registers": pl.entry_regs,
+        "resource_usage": usage,
+        "transfers": [{"export": t.key, "import": f"{t.importer.name}.{t.imp.name}", "kind": t.kind}
+                      for t in ch.transfers],
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+    }
+
+
+def make_map(ch: Checked, pl: Placement, usage: dict) -> str:
+    comp = ch.comp
+    lines = [f"kernel {comp.name} ({comp.arch}): {pl.threads} threads, {pl.dynamic_smem} B dynamic shared memory "
+             f"(+{ch.static_smem} B static), solver {'proven optimal' if pl.proven_optimal else 'NOT proven optimal'}",
+             "", "shared memory:"]
+    for k in sorted(pl.offsets, key=lambda k: (pl.offsets[k], k)):
+        lines.append(f"  [{pl.offsets[k]:>7} .. {pl.offsets[k] + pl.sizes[k]:>7})  {k}")
+    if ch.rings:
+        lines += ["", "rings:"] + [f"  {r.name}: depth {pl.depths[r.name]} (range {r.depth[0]}..{r.depth[1]}), "
+                                   f"{r.stage_bytes} B/stage, {r.producer.name} -> {r.consumer.name}" for r in ch.rings]
+    if pl.barrier_ids:
+        lines += ["", "named barriers:"] + [f"  id {v:>2}: {k}" for k, v in sorted(pl.barrier_ids.items(), key=lambda kv: kv[1])]
+    lines += ["", "warps:"]
+    for r in sorted(ch.roles, key=lambda r: pl.warp_begin[r.inst.name]):
+        b = pl.warp_begin[r.inst.name]
+        lines.append(f"  {b:>2}..{b + r.warps - 1:<2} {r.inst.name} ({r.inst.package.name}), {pl.budgets[r.inst.name]} registers")
+    if ch.facts:
+        lines += ["", "facts:"] + [f"  {k} = {v} (owner {ch.fact_owner[k].name})" for k, v in sorted(ch.facts.items())]
+    lines += ["", "registers at entry: " + str(usage.get("REG", "?"))]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(res: LinkResult, *, cubin: str, manifest: str, report: str | None = None,
+                  map_path: str | None = None, control: str | None = None, source: str | None = None) -> None:
+    """All outputs or none: write to temporaries first, then rename."""
+    items = [(cubin, res.cubin), (manifest, (json.dumps(res.manifest, indent=2, sort_keys=True) + "\n").encode())]
+    if report:
+        stable = dict(res.report)
+        stable.pop("timings_s", None)  # timings vary; keep the report bit-identical across builds
+        items.append((report, (json.dumps(stable, indent=2, sort_keys=True) + "\n").encode()))
+    if map_path:
+        items.append((map_path, res.map_text.encode()))
+    if control:
+        items.append((control, res.control_cubin))
+    if source:
+        items.append((source, res.source.encode()))
+    tmps = []
+    try:
+        for path, data in items:
+            p = Path(path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            t = p.with_name(p.name + ".tmp")
+            t.write_bytes(data)
+            tmps.append((t, p))
+        for t, p in tmps:
+            t.replace(p)
+    finally:
+        for t, _ in tmps:
+            t.unlink(missing_ok=True)
