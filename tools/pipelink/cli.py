@@ -1,0 +1,165 @@
+"""The `pipelink` command: pack, link, plan, sass-diff, explain.
+
+Every failure is a coded diagnostic (text, or JSON with --format=json) and exit 1;
+usage errors exit 2. No traceback reaches the user for a bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pipelink.diagnostics import CODES, Diagnostic, Rejected, render_all
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors are diagnostics too
+        raise Rejected(Diagnostic("E-USAGE", message, hint=f"see `{self.prog} --help`"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="pipelink", description="Contract-guided linker for GPU kernel components.")
+    p.add_argument("--format", choices=["human", "json"], default="human", help="diagnostics and results format")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    pk = sub.add_parser("pack", help="object(s) + contract -> package (.plpkg)")
+    pk.add_argument("--contract", required=True)
+    pk.add_argument("--object", action="append", default=[], required=True)
+    pk.add_argument("--source", action="append", default=[], help="source or header carried for control builds")
+    pk.add_argument("--header", action="append", default=[], dest="source")
+    pk.add_argument("--copt", action="append", default=[], help="compiler option for control builds")
+    pk.add_argument("--out", required=True)
+    pk.add_argument("--cuda-home")
+
+    ln = sub.add_parser("link", help="packages + kernel composition -> cubin + manifest")
+    ln.add_argument("--kernel", required=True)
+    ln.add_argument("--package", action="append", default=[], required=True)
+    ln.add_argument("--out-dir", help="write <kernel>.cubin, .manifest.json, .report.json, .map.txt here")
+    ln.add_argument("--cubin")
+    ln.add_argument("--manifest")
+    ln.add_argument("--report")
+    ln.add_argument("--map")
+    ln.add_argument("--source-out", help="also write the generated CUDA source")
+    ln.add_argument("--control-cubin", help="also build the single-unit control")
+    ln.add_argument("--arch")
+    ln.add_argument("--cuda-home")
+
+    pl = sub.add_parser("plan", help="check + solve only: print the placement map")
+    pl.add_argument("--kernel", required=True)
+    pl.add_argument("--package", action="append", default=[], required=True)
+    pl.add_argument("--arch")
+
+    sd = sub.add_parser("sass-diff", help="compare normalized SASS of a linked cubin and its control")
+    sd.add_argument("linked")
+    sd.add_argument("control")
+    sd.add_argument("--kernel")
+    sd.add_argument("--side-by-side", action="store_true")
+    sd.add_argument("--cuda-home")
+
+    ex = sub.add_parser("explain", help="what a diagnostic code means")
+    ex.add_argument("code", nargs="?")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    fmt = "json" if "--format=json" in argv or ("--format" in argv and "json" in argv) else "human"
+    try:
+        args = _parser().parse_args(argv)
+        fmt = args.format
+        return _run(args)
+    except Rejected as e:
+        print(render_all(e.diagnostics, fmt), file=sys.stderr if fmt == "human" else sys.stdout)
+        return 2 if any(d.code == "E-USAGE" for d in e.diagnostics) else 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load_packages(paths):
+    from pipelink.package import read_package
+
+    return [read_package(p) for p in paths]
+
+
+def _run(args) -> int:
+    if args.cmd == "explain":
+        if args.code:
+            if args.code not in CODES:
+                raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
+            _emit(args, {args.code: CODES[args.code]}, f"{args.code}: {CODES[args.code]}")
+        else:
+            _emit(args, CODES, "\n".join(f"{k:<18} {v}" for k, v in CODES.items()))
+        return 0
+    if args.cmd == "pack":
+        from pipelink.package import pack, write_package
+
+        pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home)
+        write_package(pkg, args.out)
+        m = pkg.measured
+        _emit(args, {"ok": True, "package": args.out, "name": pkg.name, "handles": list(m.handles),
+                     "own_facts": m.own_facts, "static_smem": m.static_smem, "registers": m.regs},
+              f"packed {pkg.name} -> {args.out}: {len(m.handles)} handles, {m.static_smem} B static smem, "
+              f"registers {m.regs}")
+        return 0
+    if args.cmd in ("link", "plan"):
+        from pipelink.compose import parse_kernel
+
+        comp = parse_kernel(args.kernel, _load_packages(args.package), arch=args.arch)
+        if args.cmd == "plan":
+            from pipelink.link import make_map, plan
+
+            ch, pl, _, t = plan(comp)
+            _emit(args, {"ok": True, "proven_optimal": pl.proven_optimal, "offsets": pl.offsets, "depths": pl.depths,
+                         "barriers": pl.barrier_ids, "warp_begin": pl.warp_begin, "budgets": pl.budgets,
+                         "timings_s": t}, make_map(ch, pl, {}))
+            return 0
+        from pipelink.link import link, write_outputs
+
+        out = {}
+        if args.out_dir:
+            d = Path(args.out_dir)
+            out = {"cubin": d / f"{comp.name}.cubin", "manifest": d / f"{comp.name}.manifest.json",
+                   "report": d / f"{comp.name}.report.json", "map": d / f"{comp.name}.map.txt"}
+        for k in ("cubin", "manifest", "report", "map"):
+            if getattr(args, k):
+                out[k] = Path(getattr(args, k))
+        if "cubin" not in out or "manifest" not in out:
+            raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest"))
+        res = link(comp, control=bool(args.control_cubin), cuda_home=args.cuda_home)
+        write_outputs(res, cubin=str(out["cubin"]), manifest=str(out["manifest"]),
+                      report=str(out["report"]) if "report" in out else None,
+                      map_path=str(out["map"]) if "map" in out else None,
+                      control=args.control_cubin, source=args.source_out)
+        _emit(args, {"ok": True, "outputs": {k: str(v) for k, v in out.items()}, "report": res.report}, res.map_text)
+        return 0
+    if args.cmd == "sass-diff":
+        from pipelink.sass import compare, side_by_side
+
+        def read(p):
+            try:
+                return Path(p).read_bytes()
+            except OSError:
+                raise Rejected(Diagnostic("E-FILE", f"{p}: no such cubin")) from None
+
+        a, b = read(args.linked), read(args.control)
+        res = compare(a, b, args.kernel, args.cuda_home)
+        lines = []
+        for name, f in res["functions"].items():
+            lines.append(f"{name}: {'identical' if f['identical'] else 'DIFFERENT'} "
+                         f"({f['linked_instructions']} linked / {f['control_instructions']} control instructions)")
+            if not f["identical"]:
+                lines += f["diff"][:60]
+            if args.side_by_side:
+                lines.append(side_by_side(a, b, name, cuda_home=args.cuda_home))
+        _emit(args, res, "\n".join(lines))
+        return 0 if res["identical"] else 1
+    raise AssertionError(args.cmd)
+
+
+def _emit(args, data, text: str) -> None:
+    if args.format == "json":
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
