@@ -1,0 +1,244 @@
+"""cuda_component: compile a component's CUDA sources to LTO-IR and pack them.
+
+    cuda_component(
+        name = "loader",
+        srcs = ["loader.cu"],
+        hdrs = ["stage_layout.h"],
+        contract = "loader.contract.toml",
+        deps = [":common_headers"],        # cc_library headers (CcInfo)
+        defines = ["BLOCK_M=128"],
+        copts = [],
+        cutlass = False,                   # add the toolchain's CUTLASS/CuTe headers
+    )
+
+Actions (all with declared inputs only, no host environment):
+  * one `PipelinkCudaCompile` per .cu (H1's cuda_compile_action): nvcc -dc to LTO-IR for the
+    configured architecture;
+  * one `PipelinkPack` running `pipelink pack`, which measures the objects and checks them
+    against the contract, producing `<name>.plpkg`.
+
+The architecture comes from the configuration (`//pipelink_rules:arch`, default sm_90a);
+`fused_kernel(arch = ...)` transitions its components to its own architecture.
+"""
+
+load(":arch.bzl", "SUPPORTED_ARCHS", "check_arch")
+load(":cuda_compile.bzl", "cuda_compile_action")
+load(":providers.bzl", "CudaComponentInfo", "PipelinkArchInfo")
+load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE", "find_cuda_toolchain")
+
+def cuda_toolchain(ctx):
+    """The CudaToolchainInfo of the resolved CUDA toolchain."""
+    return find_cuda_toolchain(ctx)
+
+def pipelink_action_env(toolchain):
+    """The complete environment of pack/link actions: fixed, with no host variables."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "LC_ALL": "C",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONSAFEPATH": "1",
+        "PIPELINK_HOST_CXX": toolchain.host_compiler,
+    }
+
+def _dirname(f):
+    return f.dirname
+
+def _stem(src, pkg):
+    # Object name from the source's path inside the package, so a/x.cu and b/x.cu differ.
+    rel = src.short_path
+    if pkg and rel.startswith(pkg + "/"):
+        rel = rel[len(pkg) + 1:]
+    return rel.rsplit(".", 1)[0]
+
+def _cuda_component_impl(ctx):
+    toolchain = cuda_toolchain(ctx)
+    configured = ctx.attr._arch[PipelinkArchInfo].arch
+    arch = configured
+    if ctx.attr.arch:
+        check_arch(ctx.attr.arch, "%s: attribute arch" % ctx.label)
+        if ctx.attr.arch != configured:
+            fail(("%s is pinned to arch %r but is being built for %r (a fused_kernel's arch or " +
+                  "--//pipelink_rules:arch); drop the `arch` attribute to let the kernel choose") %
+                 (ctx.label, ctx.attr.arch, configured))
+    if not ctx.files.srcs:
+        fail("%s: srcs must name at least one .cu file" % ctx.label)
+    contract = ctx.file.contract
+    if not contract.basename.endswith(".toml"):
+        fail("%s: contract %s is not a .toml file" % (ctx.label, contract.short_path))
+    component = ctx.attr.component or ctx.label.name
+
+    # Headers and include directories: own hdrs, pipelink.h, cc_library deps, CUTLASS.
+    pipelink_h = ctx.files._pipelink_header
+    own_hdrs = ctx.files.hdrs
+    dep_hdrs = []
+    includes = [f.dirname for f in pipelink_h]
+    pkg_root = ctx.label.package
+    if ctx.label.workspace_root:
+        pkg_root = ctx.label.workspace_root + ("/" + pkg_root if pkg_root else "")
+    for inc in ctx.attr.includes:
+        includes.append((pkg_root + "/" + inc).rstrip("/") if inc != "." else (pkg_root or "."))
+        includes.append(ctx.bin_dir.path + "/" + pkg_root + ("/" + inc if inc != "." else ""))
+    dep_defines = []
+    for dep in ctx.attr.deps:
+        cc = dep[CcInfo].compilation_context
+        dep_hdrs.append(cc.headers)
+        includes.extend(cc.includes.to_list())
+        includes.extend(cc.quote_includes.to_list())
+        includes.extend(cc.system_includes.to_list())
+        dep_defines.extend(cc.defines.to_list())
+    toolchain_hdrs = []
+    if ctx.attr.cutlass:
+        if not toolchain.cutlass_include_dir:
+            fail("%s sets cutlass = True but the CUDA toolchain found no CUTLASS headers " % ctx.label +
+                 "(install the nvidia-cutlass wheel: bash tools/setup.sh)")
+        toolchain_hdrs.append(toolchain.cutlass_includes)
+    includes = [i for i in _dedup(includes) if i]
+    defines = _dedup(dep_defines + ctx.attr.defines)
+    user_copts = [ctx.expand_location(c, ctx.attr.deps) for c in ctx.attr.copts]
+
+    headers = depset(own_hdrs + pipelink_h, transitive = dep_hdrs)
+
+    objects = []
+    for src in ctx.files.srcs:
+        if not src.basename.endswith(".cu"):
+            continue  # headers listed in srcs are inputs, not translation units
+        obj = ctx.actions.declare_file("_pl_objs/%s/%s.o" % (ctx.label.name, _stem(src, ctx.label.package)))
+        cuda_compile_action(
+            ctx,
+            toolchain = toolchain,
+            src = src,
+            hdrs = depset([f for f in ctx.files.srcs if not f.basename.endswith(".cu")], transitive = [headers]),
+            includes = includes,
+            defines = defines,
+            copts = user_copts,
+            arch = arch,
+            out = obj,
+            use_cutlass = ctx.attr.cutlass,
+        )
+        objects.append(obj)
+    if not objects:
+        fail("%s: srcs has no .cu file" % ctx.label)
+    cu_srcs = [s for s in ctx.files.srcs if s.basename.endswith(".cu")]
+    extra_hdrs = [s for s in ctx.files.srcs if not s.basename.endswith(".cu")]
+
+    # What the control build needs to recompile the sources as one translation unit:
+    # pipelink.h ships with the linker, CUTLASS with the toolchain; the rest rides along.
+    recorded_copts = ["-I" + i for i in includes if i not in [f.dirname for f in pipelink_h]]
+    if ctx.attr.cutlass:
+        recorded_copts.append("-I" + toolchain.cutlass_include_dir)
+    recorded_copts += ["-D" + d for d in defines] + user_copts
+    packed_hdrs = depset(own_hdrs + extra_hdrs, transitive = dep_hdrs)
+
+    package = ctx.actions.declare_file(ctx.label.name + ".plpkg")
+    args = ctx.actions.args()
+    args.add("pack")
+    args.add("--contract", contract)
+    args.add_all(objects, before_each = "--object")
+    args.add_all(cu_srcs, before_each = "--source")
+    args.add_all(packed_hdrs, before_each = "--header")
+    args.add_all(recorded_copts, format_each = "--copt=%s")
+    args.add("--arch", arch)
+    args.add("--origin", "%s=%s" % (contract.path, ctx.label))
+    args.add("--out", package)
+    args.add("--cuda-home", toolchain.cuda_home)
+    ctx.actions.run(
+        executable = ctx.executable._pipelink,
+        arguments = [args],
+        inputs = depset([contract] + objects + cu_srcs, transitive = [packed_hdrs, toolchain.nvcc_files]),
+        outputs = [package],
+        mnemonic = "PipelinkPack",
+        progress_message = "Packing component %s (%s) for %s" % (component, ctx.label, arch),
+        env = pipelink_action_env(toolchain),
+        use_default_shell_env = False,
+    )
+
+    info = CudaComponentInfo(
+        package = package,
+        component = component,
+        contract = contract,
+        objects = depset(objects),
+        sources = depset(cu_srcs),
+        headers = depset(transitive = [headers, depset(extra_hdrs)] + toolchain_hdrs),
+        copts = recorded_copts,
+        arch = arch,
+        label = ctx.label,
+    )
+    return [
+        DefaultInfo(files = depset([package])),
+        OutputGroupInfo(objects = depset(objects), package = depset([package])),
+        info,
+    ]
+
+def _dedup(xs):
+    seen = {}
+    out = []
+    for x in xs:
+        if x not in seen:
+            seen[x] = True
+            out.append(x)
+    return out
+
+cuda_component = rule(
+    implementation = _cuda_component_impl,
+    doc = "Compiles a pipelink component's CUDA sources to LTO-IR objects and packs them " +
+          "with its contract into `<name>.plpkg` (provider CudaComponentInfo).",
+    attrs = {
+        "srcs": attr.label_list(
+            allow_files = [".cu", ".cuh", ".h", ".hpp"],
+            doc = "CUDA sources; each .cu is one translation unit (one LTO-IR object). " +
+                  "Headers listed here are inputs only.",
+        ),
+        "hdrs": attr.label_list(
+            allow_files = [".h", ".hpp", ".cuh", ".inc"],
+            doc = "Headers the sources include (recorded in the package for the control build).",
+        ),
+        "contract": attr.label(
+            allow_single_file = [".toml"],
+            mandatory = True,
+            doc = "The component's contract (<component>.contract.toml), see docs/CONTRACTS.md.",
+        ),
+        "component": attr.string(
+            doc = "The package name kernels refer to: the contract's component.name. " +
+                  "Defaults to the target name.",
+        ),
+        "deps": attr.label_list(
+            providers = [CcInfo],
+            doc = "Header-only cc_library targets whose headers, includes and defines the " +
+                  "sources use.",
+        ),
+        "includes": attr.string_list(
+            doc = "Include directories relative to this package (as cc_library.includes).",
+        ),
+        "defines": attr.string_list(
+            doc = "Preprocessor defines (NAME or NAME=VALUE) for this component's sources only, " +
+                  "e.g. the value of a fact it owns (PL_OWN_FACT(tile, TILE)).",
+        ),
+        "copts": attr.string_list(
+            doc = "Extra nvcc options for this component's sources ($(location) expanded " +
+                  "against deps).",
+        ),
+        "cutlass": attr.bool(
+            default = False,
+            doc = "Compile against the toolchain's CUTLASS/CuTe headers.",
+        ),
+        "arch": attr.string(
+            doc = "Optional pin (one of %s). Empty (the default) means: the configured " % SUPPORTED_ARCHS +
+                  "//pipelink_rules:arch (sm_90a unless a fused_kernel or the command line " +
+                  "sets it). A pinned component fails analysis when a kernel builds it for " +
+                  "another architecture.",
+        ),
+        "_arch": attr.label(default = Label("//pipelink_rules:arch")),
+        "_pipelink_header": attr.label(
+            default = Label("//tools:pipelink_header"),
+            allow_files = True,
+        ),
+        "_pipelink": attr.label(
+            default = Label("//tools:pipelink"),
+            executable = True,
+            cfg = "exec",
+        ),
+    },
+    toolchains = [CUDA_TOOLCHAIN_TYPE],
+    provides = [CudaComponentInfo],
+)

@@ -1,0 +1,218 @@
+"""fused_kernel: link packed components into one kernel; fused_kernel_sass_test.
+
+    fused_kernel(
+        name = "gemm_swiglu",
+        kernel = "gemm_swiglu.kernel.toml",   # instances name packages by component name
+        components = [":loader", ":mainloop", ":swiglu"],
+        arch = "sm_90a",
+    )
+
+Outputs (default): <name>.cubin, <name>.manifest.json, <name>.report.json, <name>.map.txt,
+from one `PipelinkLink` action. Output group `control`: <name>.control.cubin, from a
+separate `PipelinkControlLink` action that also builds the kernel as one translation unit
+(only run when that group, or a fused_kernel_sass_test, asks for it).
+
+The composition is the `.kernel.toml` file (docs/CONTRACTS.md, "Kernel composition"): it
+is the same file `python -m pipelink link --kernel` takes, so a kernel links the same way
+inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides the file's
+`kernel.arch`; the components are transitioned to that architecture.
+"""
+
+load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
+load(":cuda_component.bzl", "cuda_toolchain", "pipelink_action_env")
+load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
+load(":providers.bzl", "CudaComponentInfo", "FusedKernelInfo")
+
+def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
+    args = ctx.actions.args()
+    args.add("link")
+    args.add("--kernel", kernel_file)
+    args.add_all([c.package for c in comps], before_each = "--package")
+    args.add("--cubin", outs.cubin)
+    args.add("--manifest", outs.manifest)
+    args.add("--report", outs.report)
+    args.add("--map", outs.map)
+    if control:
+        args.add("--control-cubin", control)
+    args.add("--arch", ctx.attr.arch)
+    args.add("--cuda-home", toolchain.cuda_home)
+    args.add("--origin", "%s=%s" % (kernel_file.path, ctx.label))
+    for c in comps:
+        args.add("--origin", "%s=%s" % (c.contract.path, c.label))
+    return args
+
+def _declare_outputs(ctx, prefix):
+    return struct(
+        cubin = ctx.actions.declare_file(prefix + ".cubin"),
+        manifest = ctx.actions.declare_file(prefix + ".manifest.json"),
+        report = ctx.actions.declare_file(prefix + ".report.json"),
+        map = ctx.actions.declare_file(prefix + ".map.txt"),
+    )
+
+def _fused_kernel_impl(ctx):
+    check_arch(ctx.attr.arch, "%s: attribute arch" % ctx.label)
+    toolchain = cuda_toolchain(ctx)
+    kernel_file = ctx.file.kernel
+    if not kernel_file.basename.endswith(".kernel.toml"):
+        fail("%s: kernel %s must be a .kernel.toml composition file" % (ctx.label, kernel_file.short_path))
+    if not ctx.attr.components:
+        fail("%s: components is empty; list the cuda_component targets the kernel file instantiates" % ctx.label)
+    comps = [c[CudaComponentInfo] for c in ctx.attr.components]
+    seen = {}
+    for c in comps:
+        if c.component in seen:
+            fail("%s: components %s and %s both provide package %r; a kernel names each package once" %
+                 (ctx.label, seen[c.component], c.label, c.component))
+        seen[c.component] = c.label
+        if c.arch != ctx.attr.arch:
+            fail("%s: component %s was built for %s, the kernel is for %s" % (ctx.label, c.label, c.arch, ctx.attr.arch))
+
+    packages = depset([c.package for c in comps])
+    tool_inputs = toolchain.nvcc_files
+    env = pipelink_action_env(toolchain)
+
+    outs = _declare_outputs(ctx, ctx.label.name)
+    ctx.actions.run(
+        executable = ctx.executable._pipelink,
+        arguments = [_link_args(ctx, toolchain, kernel_file, comps, outs)],
+        inputs = depset([kernel_file], transitive = [packages, tool_inputs]),
+        outputs = [outs.cubin, outs.manifest, outs.report, outs.map],
+        mnemonic = "PipelinkLink",
+        progress_message = "Linking fused kernel %{label} for " + ctx.attr.arch,
+        env = env,
+        use_default_shell_env = False,
+    )
+
+    # The control build: the same link plus the one-translation-unit build, in its own
+    # action so a normal build never pays for it. Its copies of the linked outputs are
+    # scratch (the CLI writes them); only the control cubin is exposed.
+    control = ctx.actions.declare_file(ctx.label.name + ".control.cubin")
+    scratch = _declare_outputs(ctx, "_pl_control/%s/%s" % (ctx.label.name, ctx.label.name))
+    ctx.actions.run(
+        executable = ctx.executable._pipelink,
+        arguments = [_link_args(ctx, toolchain, kernel_file, comps, scratch, control = control)],
+        inputs = depset(
+            [kernel_file],
+            transitive = [packages, tool_inputs] + [c.sources for c in comps] + [c.headers for c in comps],
+        ),
+        outputs = [control, scratch.cubin, scratch.manifest, scratch.report, scratch.map],
+        mnemonic = "PipelinkControlLink",
+        progress_message = "Building control kernel %{label} (one translation unit) for " + ctx.attr.arch,
+        env = env,
+        use_default_shell_env = False,
+    )
+
+    return [
+        DefaultInfo(files = depset([outs.cubin, outs.manifest, outs.report, outs.map])),
+        OutputGroupInfo(control = depset([control])),
+        FusedKernelInfo(
+            name = ctx.label.name,
+            cubin = outs.cubin,
+            manifest = outs.manifest,
+            report = outs.report,
+            map = outs.map,
+            control_cubin = control,
+            kernel = kernel_file,
+            packages = packages,
+            arch = ctx.attr.arch,
+        ),
+    ]
+
+fused_kernel = rule(
+    implementation = _fused_kernel_impl,
+    doc = "Links cuda_component packages into one fused kernel with `pipelink link` " +
+          "(provider FusedKernelInfo; output group `control` holds the control cubin).",
+    attrs = {
+        "kernel": attr.label(
+            allow_single_file = True,
+            mandatory = True,
+            doc = "The <kernel>.kernel.toml composition file; its [[instance]] entries name " +
+                  "packages by component name.",
+        ),
+        "components": attr.label_list(
+            providers = [CudaComponentInfo],
+            cfg = arch_transition,
+            doc = "The cuda_component targets whose packages the kernel instantiates; built " +
+                  "for this kernel's arch.",
+        ),
+        "arch": attr.string(
+            default = "sm_90a",
+            doc = "Target architecture, one of %s (passed as `link --arch`)." % SUPPORTED_ARCHS,
+        ),
+        "_pipelink": attr.label(
+            default = Label("//tools:pipelink"),
+            executable = True,
+            cfg = "exec",
+        ),
+        "_allowlist_function_transition": attr.label(
+            default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+        ),
+    },
+    toolchains = [CUDA_TOOLCHAIN_TYPE],
+    provides = [FusedKernelInfo],
+)
+
+# ---- SASS equivalence test --------------------------------------------------------------
+
+def _runfiles_path(ctx, f):
+    # Path relative to the test's runfiles directory of the main repository.
+    return f.short_path
+
+def _sass_test_impl(ctx):
+    info = ctx.attr.kernel[FusedKernelInfo]
+    toolchain = cuda_toolchain(ctx)
+    tool = ctx.executable._pipelink
+    cuda_home = toolchain.nvcc.short_path.rsplit("/", 2)[0]  # <home>/bin/nvcc -> <home>
+    script = ctx.actions.declare_file(ctx.label.name + ".sh")
+    ctx.actions.write(
+        output = script,
+        is_executable = True,
+        content = """#!/bin/sh
+# generated by fused_kernel_sass_test: the linked kernel's normalized SASS must equal the
+# control build's (all components compiled as one translation unit).
+set -e
+cd "${{TEST_SRCDIR:-$0.runfiles}}/{ws}"
+export PIPELINK_CUDA_HOME="$PWD/{home}"
+export PIPELINK_HOST_CXX="{cxx}"
+exec "./{tool}" sass-diff "{linked}" "{control}" {extra}
+""".format(
+            ws = ctx.workspace_name,
+            home = cuda_home,
+            cxx = toolchain.host_compiler,
+            tool = _runfiles_path(ctx, tool),
+            linked = _runfiles_path(ctx, info.cubin),
+            control = _runfiles_path(ctx, info.control_cubin),
+            extra = " ".join(ctx.attr.args_extra),
+        ),
+    )
+    runfiles = ctx.runfiles(
+        files = [info.cubin, info.control_cubin, toolchain.nvcc, toolchain.cuobjdump, toolchain.nvdisasm],
+    ).merge(ctx.attr._pipelink[DefaultInfo].default_runfiles)
+    return [DefaultInfo(executable = script, runfiles = runfiles)]
+
+_fused_kernel_sass_test = rule(
+    implementation = _sass_test_impl,
+    test = True,
+    attrs = {
+        "kernel": attr.label(providers = [FusedKernelInfo], mandatory = True),
+        "args_extra": attr.string_list(doc = "Extra arguments for `pipelink sass-diff`."),
+        "_pipelink": attr.label(
+            default = Label("//tools:pipelink"),
+            executable = True,
+            cfg = "target",
+        ),
+    },
+    toolchains = [CUDA_TOOLCHAIN_TYPE],
+)
+
+def fused_kernel_sass_test(name, kernel, **kwargs):
+    """A test that passes iff `pipelink sass-diff` finds the linked kernel's normalized SASS
+    identical to its control build (<kernel>.control.cubin).
+
+    Args:
+      name: test target name.
+      kernel: the fused_kernel target.
+      **kwargs: common test attributes (size, tags, args_extra, ...).
+    """
+    kwargs.setdefault("size", "small")
+    _fused_kernel_sass_test(name = name, kernel = kernel, **kwargs)

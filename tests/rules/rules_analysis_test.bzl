@@ -1,0 +1,250 @@
+"""Analysis tests for cuda_component / fused_kernel (bazel_skylib analysistest).
+
+They check the actions' command lines, declared outputs, providers, the arch transition,
+and that bad attributes are rejected at analysis time. Nothing is compiled.
+"""
+
+load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
+load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "FusedKernelInfo", "cuda_component", "fused_kernel")
+
+_ARCH = str(Label("//pipelink_rules:arch"))
+
+def _actions(env, mnemonic):
+    return [a for a in analysistest.target_actions(env) if a.mnemonic == mnemonic]
+
+def _one_action(env, mnemonic):
+    found = _actions(env, mnemonic)
+    asserts.equals(env, 1, len(found), "expected one %s action" % mnemonic)
+    return found[0] if found else None
+
+def _flag_values(argv, flag):
+    return [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == flag]
+
+def _basenames(files):
+    return sorted([f.basename for f in (files.to_list() if type(files) == "depset" else files)])
+
+def _contains(env, haystack, needle, msg = ""):
+    asserts.true(env, needle in haystack, "%s: %r not in %r" % (msg, needle, haystack))
+
+# ---- cuda_component: compile + pack actions, provider --------------------------------------
+
+def _component_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    target = analysistest.target_under_test(env)
+    info = target[CudaComponentInfo]
+    asserts.equals(env, "comp", info.component)
+    asserts.equals(env, "sm_90a", info.arch)
+    asserts.equals(env, "comp.plpkg", info.package.basename)
+    asserts.equals(env, "comp.contract.toml", info.contract.basename)
+    asserts.equals(env, ["comp.o"], _basenames(info.objects))
+    asserts.equals(env, ["comp.cu"], _basenames(info.sources))
+    _contains(env, _basenames(info.headers), "comp.h", "headers")
+    _contains(env, _basenames(info.headers), "pipelink.h", "headers")
+    _contains(env, _basenames(info.headers), "dep.h", "headers (cc_library dep)")
+    _contains(env, info.copts, "-DTILE=64", "recorded copts")
+    asserts.equals(env, ["comp.plpkg"], _basenames(target[DefaultInfo].files))
+
+    compile = _one_action(env, "CudaCompile")
+    if compile:
+        argv = compile.argv
+        _contains(env, argv, "-gencode=arch=compute_90a,code=lto_90a", "compile argv")
+        _contains(env, argv, "-dc", "compile argv")
+        _contains(env, argv, "-DTILE=64", "compile argv")
+        _contains(env, argv, "-DDEP_DEFINE=1", "compile argv (cc_library defines)")
+        asserts.true(env, any([a.startswith("-I") and a.endswith("tools/pipelink/include") for a in argv]),
+                     "pipelink.h include dir missing from %r" % argv)
+        asserts.true(env, any([a.startswith("-I") and a.endswith("testdata/dep/include") for a in argv]),
+                     "cc_library include dir missing from %r" % argv)
+        _contains(env, _basenames(compile.inputs), "dep.h", "compile inputs")
+        _contains(env, _basenames(compile.inputs), "comp.h", "compile inputs")
+        asserts.equals(env, ["comp.o"], _basenames(compile.outputs))
+
+    pack = _one_action(env, "PipelinkPack")
+    if pack:
+        argv = pack.argv
+        _contains(env, argv, "pack", "pack argv")
+        asserts.equals(env, ["comp.contract.toml"], [p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--contract")])
+        asserts.equals(env, ["comp.o"], [p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--object")])
+        asserts.equals(env, ["comp.cu"], [p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--source")])
+        asserts.equals(env, ["sm_90a"], _flag_values(argv, "--arch"))
+        _contains(env, argv, "--copt=-DTILE=64", "pack argv")
+        asserts.equals(env, ["comp.plpkg"], _basenames(pack.outputs))
+        _contains(env, _basenames(pack.inputs), "comp.o", "pack inputs")
+        _contains(env, _basenames(pack.inputs), "comp.contract.toml", "pack inputs")
+
+        # Hermetic: a fixed environment, no absolute paths on the command line.
+        asserts.equals(env, "/usr/bin:/bin", pack.env.get("PATH"))
+        for a in argv:
+            if a.startswith("/") or "=/" in a:
+                asserts.true(env, False, "absolute path in pack argv: " + a)
+    return analysistest.end(env)
+
+component_test = analysistest.make(_component_test_impl)
+
+def _component_arch_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    info = analysistest.target_under_test(env)[CudaComponentInfo]
+    asserts.equals(env, "sm_100a", info.arch)
+    compile = _one_action(env, "CudaCompile")
+    if compile:
+        _contains(env, compile.argv, "-gencode=arch=compute_100a,code=lto_100a", "compile argv")
+    pack = _one_action(env, "PipelinkPack")
+    if pack:
+        asserts.equals(env, ["sm_100a"], _flag_values(pack.argv, "--arch"))
+    return analysistest.end(env)
+
+component_arch_test = analysistest.make(
+    _component_arch_test_impl,
+    config_settings = {_ARCH: "sm_100a"},
+)
+
+# ---- fused_kernel: link actions, outputs, provider, transition ------------------------------
+
+def _kernel_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    target = analysistest.target_under_test(env)
+    name = target.label.name
+    arch = ctx.attr.arch
+    info = target[FusedKernelInfo]
+    asserts.equals(env, arch, info.arch)
+    asserts.equals(env, name + ".cubin", info.cubin.basename)
+    asserts.equals(env, name + ".manifest.json", info.manifest.basename)
+    asserts.equals(env, name + ".report.json", info.report.basename)
+    asserts.equals(env, name + ".map.txt", info.map.basename)
+    asserts.equals(env, name + ".control.cubin", info.control_cubin.basename)
+    asserts.equals(env, ["comp.plpkg", "other_pkg.plpkg"], _basenames(info.packages))
+
+    # The default outputs exclude the control cubin; the `control` group holds it.
+    asserts.equals(
+        env,
+        sorted([name + s for s in [".cubin", ".manifest.json", ".report.json", ".map.txt"]]),
+        _basenames(target[DefaultInfo].files),
+    )
+    asserts.equals(env, [name + ".control.cubin"], _basenames(target[OutputGroupInfo].control))
+
+    link = _one_action(env, "PipelinkLink")
+    if link:
+        argv = link.argv
+        _contains(env, argv, "link", "link argv")
+        asserts.equals(env, [arch], _flag_values(argv, "--arch"))
+        asserts.equals(env, ["kern.kernel.toml"], [p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--kernel")])
+        asserts.equals(env, ["comp.plpkg", "other_pkg.plpkg"], sorted([p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--package")]))
+        asserts.false(env, "--control-cubin" in argv, "the default link must not build the control cubin")
+        asserts.equals(env, sorted([info.cubin.basename, info.manifest.basename, info.report.basename, info.map.basename]),
+                       _basenames(link.outputs))
+        for f in ["--cubin", "--manifest", "--report", "--map"]:
+            asserts.equals(env, 1, len(_flag_values(argv, f)), "one %s" % f)
+
+        # The packages were built for the kernel's arch: under sm_90a (the setting's default)
+        # they share the top-level output directory, otherwise they get their own.
+        for p in info.packages.to_list():
+            same_dir = p.root.path == info.cubin.root.path
+            asserts.equals(env, arch == "sm_90a", same_dir, "output dir of %s vs %s" % (p.path, info.cubin.path))
+
+    control = _one_action(env, "PipelinkControlLink")
+    if control:
+        asserts.equals(env, [info.control_cubin.path], _flag_values(control.argv, "--control-cubin"))
+        _contains(env, _basenames(control.inputs), "comp.cu", "control inputs (sources)")
+        _contains(env, _basenames(control.outputs), name + ".control.cubin", "control outputs")
+    return analysistest.end(env)
+
+kernel_test = analysistest.make(_kernel_test_impl, attrs = {"arch": attr.string(default = "sm_90a")})
+
+# ---- rejected attributes --------------------------------------------------------------------
+
+def _failure_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    asserts.expect_failure(env, ctx.attr.message)
+    return analysistest.end(env)
+
+failure_test = analysistest.make(
+    _failure_test_impl,
+    expect_failure = True,
+    attrs = {"message": attr.string(mandatory = True)},
+)
+
+# ---- suite ----------------------------------------------------------------------------------
+
+def rules_analysis_test_suite(name):
+    """Declares the fixtures and tests; `name` is the test_suite."""
+    native.cc_library(
+        name = "dep",
+        hdrs = ["testdata/dep/include/dep.h"],
+        includes = ["testdata/dep/include"],
+        defines = ["DEP_DEFINE=1"],
+        tags = ["manual"],
+    )
+    cuda_component(
+        name = "comp",
+        srcs = ["testdata/comp.cu"],
+        hdrs = ["testdata/comp.h"],
+        contract = "testdata/comp.contract.toml",
+        deps = [":dep"],
+        defines = ["TILE=64"],
+        tags = ["manual"],
+    )
+    cuda_component(
+        name = "other_pkg",
+        component = "other",
+        srcs = ["testdata/other.cu"],
+        contract = "testdata/other.contract.toml",
+        tags = ["manual"],
+    )
+    fused_kernel(name = "kern", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
+    fused_kernel(name = "kern_sm100a", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
+    fused_kernel(name = "kern_sm120a", arch = "sm_120a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
+
+    # Bad attributes.
+    fused_kernel(name = "bad_arch", arch = "sm_75", kernel = "testdata/kern.kernel.toml", components = [":comp"], tags = ["manual"])
+    fused_kernel(name = "bad_kernel_file", kernel = "testdata/not_a_kernel.toml", components = [":comp"], tags = ["manual"])
+    fused_kernel(name = "bad_no_components", kernel = "testdata/kern.kernel.toml", components = [], tags = ["manual"])
+    cuda_component(
+        name = "comp_again",
+        component = "comp",
+        srcs = ["testdata/comp.cu"],
+        contract = "testdata/comp.contract.toml",
+        tags = ["manual"],
+    )
+    fused_kernel(name = "bad_duplicate_package", kernel = "testdata/kern.kernel.toml", components = [":comp", ":comp_again"], tags = ["manual"])
+    cuda_component(
+        name = "pinned_sm90a",
+        arch = "sm_90a",
+        srcs = ["testdata/comp.cu"],
+        contract = "testdata/comp.contract.toml",
+        tags = ["manual"],
+    )
+    fused_kernel(name = "bad_pinned_component", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":pinned_sm90a"], tags = ["manual"])
+    cuda_component(
+        name = "bad_no_cu",
+        srcs = ["testdata/comp.h"],
+        contract = "testdata/comp.contract.toml",
+        tags = ["manual"],
+    )
+
+    component_test(name = "component_test", target_under_test = ":comp")
+    component_arch_test(name = "component_arch_test", target_under_test = ":comp")
+    kernel_test(name = "kernel_test", target_under_test = ":kern")
+    kernel_test(name = "kernel_sm100a_test", target_under_test = ":kern_sm100a", arch = "sm_100a")
+    kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", arch = "sm_120a")
+    failure_test(name = "bad_arch_test", target_under_test = ":bad_arch", message = "unsupported architecture \"sm_75\"")
+    failure_test(name = "bad_kernel_file_test", target_under_test = ":bad_kernel_file", message = "must be a .kernel.toml")
+    failure_test(name = "bad_no_components_test", target_under_test = ":bad_no_components", message = "components is empty")
+    failure_test(name = "bad_duplicate_package_test", target_under_test = ":bad_duplicate_package", message = "both provide package \"comp\"")
+    failure_test(name = "bad_pinned_component_test", target_under_test = ":bad_pinned_component", message = "is pinned to arch")
+    failure_test(name = "bad_no_cu_test", target_under_test = ":bad_no_cu", message = "srcs has no .cu file")
+    native.test_suite(
+        name = name,
+        tests = [
+            ":component_test",
+            ":component_arch_test",
+            ":kernel_test",
+            ":kernel_sm100a_test",
+            ":kernel_sm120a_test",
+            ":bad_arch_test",
+            ":bad_kernel_file_test",
+            ":bad_no_components_test",
+            ":bad_duplicate_package_test",
+            ":bad_no_cu_test",
+            ":bad_pinned_component_test",
+        ],
+    )
