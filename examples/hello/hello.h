@@ -1,0 +1,2 @@
+#pragma once
+#define HELLO_BIAS 7u
