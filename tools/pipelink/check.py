@@ -184,6 +184,7 @@ def check(comp: Composition) -> Checked:
             if t.export.scope != "warp":
                 barriers.append(Barrier(f"transfer.{t.key}", t.threads))
     calls = _check_callables(comp, d)
+    _check_library_warps(comp, transfers, d)
 
     if len(barriers) > 15:
         d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",
@@ -405,6 +406,21 @@ def _check_tensors(comp: Composition, d: _Diags, ev) -> list[Transfer]:
                   clause=f"export.{et.name}", facts=[Fact(_side(ei), f"[export.{et.name}]", str(et.origin))],
                   hint="add the importing component; the exporter calls PL_EXPORT, so it needs a receiver")
     return out
+
+
+def _check_library_warps(comp: Composition, transfers: list[Transfer], d: _Diags) -> None:
+    """A library that reads its warp range runs in the warps of the one role that calls it."""
+    for i in comp.instances:
+        if i.contract.role:
+            continue
+        if not any(h.endswith(("__role__warp_begin", "__role__warps")) for h in i.package.measured.handles):
+            continue
+        callers = {t.exporter.name for t in transfers if t.importer.name == i.name}
+        if len(callers) != 1:
+            d.add("L-ROLE", f"library {_side(i)} reads its warp range but is called by {len(callers)} roles",
+                  clause="role", facts=[Fact(_side(i), "uses PL_WARP_BEGIN()/PL_WARPS()", i.contract.file)] +
+                  [Fact("caller", c) for c in sorted(callers)],
+                  hint="a library's warp range is its caller's: bind its imports to exactly one role")
 
 
 def _check_callables(comp: Composition, d: _Diags) -> list[CallBinding]:

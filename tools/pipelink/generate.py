@@ -213,6 +213,10 @@ def _handle_value(ch: Checked, pl: Placement, inst: Instance, kind: str, name: s
             return pl.depths[name]
         return pl.offsets[f"ring.{name}.{part}"]
     if kind == "role":
+        if inst.name not in role_of:
+            # A library runs in the warps of the role that calls it: the exporter bound to
+            # its tensor import (check.py guarantees there is exactly one).
+            inst = next(t.exporter for t in ch.transfers if t.importer.name == inst.name)
         return pl.warp_begin[inst.name] if name == "warp_begin" else role_of[inst.name].warps
     raise AssertionError(f"unknown handle kind {kind}")
 
