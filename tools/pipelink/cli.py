@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if any(d.code == "E-USAGE" for d in e.diagnostics) else 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `pipelink ... | head`
+        sys.stderr.close()
+        return 0
+    except Exception as e:  # a linker bug: still a coded diagnostic, the traceback only on request
+        if os.environ.get("PIPELINK_DEBUG"):
+            raise
+        diag = Diagnostic("E-INTERNAL", f"internal error: {e.__class__.__name__}: {e}",
+                          hint="this is a pipelink bug; rerun with PIPELINK_DEBUG=1 for the traceback and report it")
+        print(render_all([diag], fmt), file=sys.stderr if fmt == "human" else sys.stdout)
+        return 3
 
 
 def _load_packages(paths):

@@ -73,6 +73,7 @@ def render_all(diags: list[Diagnostic], fmt: str = "human") -> str:
 CODES: dict[str, str] = {
     "E-USAGE": "the command line is wrong",
     "E-FILE": "an input file is missing or unreadable",
+    "E-INTERNAL": "a bug in pipelink itself (rerun with PIPELINK_DEBUG=1 and report it)",
     "E-TOOLKIT": "the CUDA toolkit (nvcc, nvJitLink) is missing or of the wrong version",
     "C-SYNTAX": "a contract or kernel file is not valid TOML",
     "C-SCHEMA": "a contract or kernel file has a missing, unknown or mistyped field",

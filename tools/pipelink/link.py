@@ -12,7 +12,7 @@ import json
 import re
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelink.check import Checked, check
@@ -58,9 +58,28 @@ def plan(comp: Composition) -> tuple[Checked, Placement, str, dict[str, float]]:
     return ch, pl, src, t
 
 
+RESERVED_SMEM = 1024  # sm_90+: the system's per-block reservation, counted in cuobjdump's SHARED
+
+
 def link(comp: Composition, *, control: bool = False, cuda_home: str | None = None) -> LinkResult:
     tk = find_toolkit(cuda_home)
     ch, pl, src, timings = plan(comp)
+    res = _link_once(comp, ch, pl, src, timings, control, tk)
+    # Read back what the linked code really uses. Static shared memory the trial compile
+    # could not see (e.g. from inlined library code) shrinks the dynamic window: re-solve once.
+    static = max(0, res.report["resource_usage"].get("SHARED", 0) - RESERVED_SMEM)
+    if static > ch.static_smem and pl.dynamic_smem + -(-static // 1024) * 1024 > ch.capacity:
+        ch = replace(ch, static_smem=static)
+        pl = solve(ch)
+        src = generate(ch, pl)
+        res = _link_once(comp, ch, pl, src, timings, control, tk)
+        if pl.dynamic_smem + -(-static // 1024) * 1024 > ch.capacity:
+            raise reject("L-SMEM", f"after linking, {static} B static + {pl.dynamic_smem} B dynamic shared memory exceed {ch.capacity} B",
+                         hint="reduce static __shared__ in the components")
+    return res
+
+
+def _link_once(comp, ch, pl, src, timings, control, tk) -> LinkResult:
     arch = comp.arch
     with tempfile.TemporaryDirectory(prefix="pipelink-link-") as tmp:
         gen = Path(tmp) / f"{comp.name}.pipelink.cu"
