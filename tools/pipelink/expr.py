@@ -15,10 +15,24 @@ class ExprError(ValueError):
     pass
 
 
+_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd, ast.BinOp, ast.Add,
+          ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Call)
+
+
 def names_in(text: str | int) -> set[str]:
+    """The names an expression reads; raises ExprError for anything `evaluate` would refuse."""
     if isinstance(text, int):
         return set()
     tree = _parse(text)
+    for n in ast.walk(tree):
+        bad = not isinstance(n, _NODES)
+        if isinstance(n, ast.Constant):
+            bad = not isinstance(n.value, int) or isinstance(n.value, bool)
+        elif isinstance(n, ast.Call):
+            bad = (not isinstance(n.func, ast.Name) or n.func.id not in _ALLOWED_CALLS or bool(n.keywords)
+                   or (len(n.args) != 2 if n.func.id == "ceil_div" else not n.args))
+        if bad:
+            raise ExprError(f"unsupported syntax in {_show(text)}")
     return {
         n.id
         for n in ast.walk(tree)
@@ -26,11 +40,17 @@ def names_in(text: str | int) -> set[str]:
     }
 
 
+def _show(text) -> str:
+    t = str(text)
+    return repr(t if len(t) <= 80 else t[:77] + "...")
+
+
 def _parse(text: str) -> ast.Expression:
+    # ValueError: a NUL byte; RecursionError/MemoryError: absurdly nested input.
     try:
         return ast.parse(str(text), mode="eval")
-    except SyntaxError as e:
-        raise ExprError(f"not an arithmetic expression: {text!r}") from e
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise ExprError(f"not an arithmetic expression: {_show(text)}") from None
 
 
 def evaluate(text: str | int, env: dict[str, int]) -> int:
@@ -38,7 +58,10 @@ def evaluate(text: str | int, env: dict[str, int]) -> int:
         raise ExprError("a boolean is not a size")
     if isinstance(text, int):
         return text
-    return _eval(_parse(text).body, env, str(text))
+    try:
+        return _eval(_parse(text).body, env, str(text))
+    except RecursionError:
+        raise ExprError(f"expression nested too deeply: {_show(text)}") from None
 
 
 def _eval(node: ast.AST, env: dict[str, int], text: str) -> int:
@@ -70,5 +93,11 @@ def _eval(node: ast.AST, env: dict[str, int], text: str) -> int:
         and node.func.id in _ALLOWED_CALLS
         and not node.keywords
     ):
-        return int(_ALLOWED_CALLS[node.func.id](*[_eval(a, env, text) for a in node.args]))
-    raise ExprError(f"unsupported syntax in {text!r}")
+        args = [_eval(a, env, text) for a in node.args]
+        want = "2 arguments" if node.func.id == "ceil_div" else "at least 1 argument"
+        if (len(args) != 2) if node.func.id == "ceil_div" else (not args):
+            raise ExprError(f"{node.func.id}() takes {want}, not {len(args)}, in {_show(text)}")
+        if node.func.id == "ceil_div" and args[1] == 0:
+            raise ExprError(f"division by zero in {_show(text)}")
+        return int(_ALLOWED_CALLS[node.func.id](*args))
+    raise ExprError(f"unsupported syntax in {_show(text)}")
