@@ -123,6 +123,9 @@ def build_control(comp: Composition, generated: str, tk: Toolkit, tmp: Path) -> 
             raise reject("E-USAGE", f"package {pkg.name} carries no sources, so no control can be built",
                          hint="pack it with --source for each .cu and header (the Bazel rule does this)")
         for rel, data in pkg.sources.items():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise reject("P-PACKAGE", f"package {pkg.name} carries a source with an unsafe path: {rel}",
+                             hint="re-pack it with this version of pipelink")
             dest = root / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import json
 import re
 import tempfile
@@ -229,15 +230,28 @@ def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = ()
     if not objects:
         raise reject("E-USAGE", "pack needs at least one --object")
     srcs = {}
-    for s in sources:
+    for s, rel in _source_names(sources).items():
         try:
-            srcs[s] = Path(s).read_bytes()
+            srcs[rel] = Path(s).read_bytes()
         except OSError:
             raise reject("E-FILE", f"{s}: no such source file") from None
     tk = find_toolkit(cuda_home)
     measured = measure(contract, objects, tk)
     verify(contract, measured, sorted(objects))
     return Package(contract, text, measured, objects, srcs, tuple(copts), contract_path)
+
+
+def _source_names(sources) -> dict[str, str]:
+    """Relative names for carried sources: relative to the working directory when inside it
+    (as in a Bazel action), else to their common folder. Never absolute, never `..`, so a
+    package holds no machine paths and unpacking it cannot escape its folder."""
+    if not sources:
+        return {}
+    rels = {s: os.path.relpath(s) for s in sources}
+    if any(r.startswith("..") or os.path.isabs(r) for r in rels.values()):
+        base = os.path.commonpath([os.path.dirname(os.path.abspath(s)) for s in sources])
+        rels = {s: os.path.relpath(os.path.abspath(s), base) for s in sources}
+    return rels
 
 
 def write_package(pkg: Package, out: str) -> None:
