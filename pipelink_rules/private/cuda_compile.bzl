@@ -13,9 +13,11 @@ def cuda_compile_action(ctx, toolchain, src, hdrs, includes, defines, copts, arc
     """Registers one nvcc action: `src` (.cu) -> `out`, a relocatable object holding LTO-IR.
 
     The command is `nvcc -dc -gencode arch=compute_<N>,code=lto_<N> -ccbin <host_compiler>`
-    plus flags that make the output bit-identical across runs and output bases:
-    `-objtemp` (intermediate files are named after the output, not tmpxft_<pid>_...) and
-    `-frandom-seed=<out.short_path>` (fixed ids for anonymous names; nvcc passes it to gcc too).
+    plus what makes the output bit-identical across runs and output bases:
+    `-objtemp` (intermediate files are named after the output, not tmpxft_<pid>_...),
+    `-frandom-seed=<out.short_path>` (fixed ids for anonymous names; nvcc passes it to gcc
+    too), and nvcc run through the toolchain's nvcc_wrapper.sh from a fixed directory
+    (nvcc hashes the absolute path of the source into the module id and the LTO-IR).
 
     Args:
       ctx: the rule context (only ctx.actions is used).
@@ -56,10 +58,17 @@ def cuda_compile_action(ctx, toolchain, src, hdrs, includes, defines, copts, arc
     args.add("-o", out)
     args.add(src)
 
+    # nvcc_wrapper.sh KEY SRC OUT NVCC args...: runs nvcc from /tmp/pipelink-nvcc/KEY.
+    wrapper_args = ctx.actions.args()
+    wrapper_args.add("%s-%x" % (out.basename, hash(out.path) % 4294967296))
+    wrapper_args.add(src)
+    wrapper_args.add(out)
+    wrapper_args.add(toolchain.nvcc)
+
     ctx.actions.run(
-        executable = toolchain.nvcc,
-        arguments = [args],
-        inputs = depset([src], transitive = transitive),
+        executable = toolchain.nvcc_wrapper,
+        arguments = [wrapper_args, args],
+        inputs = depset([src, toolchain.nvcc], transitive = transitive),
         outputs = [out],
         mnemonic = "CudaCompile",
         # The fixed PATH of --incompatible_strict_action_env: g++ runs `as` and `ld` from it.

@@ -9,6 +9,7 @@ CudaToolchainInfo = provider(
     doc = "The CUDA toolkit a pipelink build compiles, links and disassembles with.",
     fields = {
         "nvcc": "File: the nvcc driver (bin/nvcc).",
+        "nvcc_wrapper": "File: runs nvcc from a fixed directory so outputs are bit-identical across output bases (see cuda_compile_action).",
         "nvcc_files": "depset of File: everything nvcc needs to run (bin/, nvvm/, include/, lib/).",
         "cuobjdump": "File: bin/cuobjdump.",
         "nvdisasm": "File: bin/nvdisasm.",

@@ -19,6 +19,7 @@ def _cuda_toolchain_impl(ctx):
         cutlass_dir = ctx.label.workspace_root + "/" + ctx.attr.cutlass_include_dir
     info = CudaToolchainInfo(
         nvcc = nvcc,
+        nvcc_wrapper = ctx.executable._nvcc_wrapper,
         nvcc_files = depset([nvcc], transitive = [ctx.attr.nvcc_files[DefaultInfo].files]),
         cuobjdump = ctx.file.cuobjdump,
         nvdisasm = ctx.file.nvdisasm,
@@ -46,6 +47,12 @@ cuda_toolchain = rule(
         "host_compiler": attr.string(doc = "Absolute path of the g++ nvcc runs (-ccbin)."),
         "version": attr.string(),
         "copts": attr.string_list(doc = "nvcc flags every compile with this toolkit and host compiler needs."),
+        "_nvcc_wrapper": attr.label(
+            default = Label("//pipelink_rules/private:nvcc_wrapper.sh"),
+            allow_single_file = True,
+            executable = True,
+            cfg = "exec",
+        ),
         "missing_reason": attr.string(doc = "If set, the toolkit was not found: fail with this message when used."),
     },
     provides = [platform_common.ToolchainInfo, CudaToolchainInfo],

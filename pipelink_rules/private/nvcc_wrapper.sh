@@ -1,0 +1,55 @@
+#!/bin/sh
+# Runs nvcc so that its output does not depend on where the action runs.
+#
+# Usage: nvcc_wrapper.sh KEY SRC OUT NVCC [nvcc args...]   (paths relative to the exec root)
+#
+# nvcc hashes the absolute, symlink-resolved path of the source file (and the working
+# directory) into the module id and the encrypted LTO-IR, so the same compile in two
+# output bases (or two sandbox slots) gives different bytes. This wrapper runs nvcc from a
+# fixed directory /tmp/pipelink-nvcc/KEY that mirrors the exec root with symlinks, except
+# for SRC, which is a real copy there: every path nvcc sees is then the same in every build.
+# KEY is derived from OUT by the rule; a lock serializes two builds that compile the same
+# output at the same time.
+set -eu
+key="$1"; src="$2"; out="$3"; nvcc="$4"; shift 4
+exec_root="$(pwd -P)"
+top="/tmp/pipelink-nvcc"
+mkdir -p "$top"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$top/$key.lock"
+  flock 9
+fi
+D="$top/$key"
+rm -rf "$D"
+mkdir -p "$D"
+
+link_entries() { # $1: a directory relative to the exec root, "" or ending in "/"
+  for e in "$exec_root/$1"* "$exec_root/$1".[!.]*; do
+    [ -e "$e" ] || [ -L "$e" ] || continue
+    ln -s "$e" "$D/$1${e##*/}"
+  done
+}
+
+link_entries ""
+case "$src" in */*) dir="${src%/*}" ;; *) dir="" ;; esac
+rel=""
+old_ifs="$IFS"; IFS=/
+for part in $dir; do
+  IFS="$old_ifs"
+  rel="$rel$part/"
+  rm -f "$D/${rel%/}"
+  mkdir -p "$D/$rel"
+  link_entries "$rel"
+done
+IFS="$old_ifs"
+rm -f "$D/$src"
+cp "$exec_root/$src" "$D/$src"
+
+rc=0
+(cd "$D" && "$nvcc" "$@") || rc=$?
+# An output whose directory was mirrored (a generated SRC beside it) landed in $D: move it.
+if [ "$rc" = 0 ] && [ -e "$D/$out" ] && ! [ "$D/$out" -ef "$exec_root/$out" ]; then
+  mv -f "$D/$out" "$exec_root/$out"
+fi
+rm -rf "$D"
+exit "$rc"
