@@ -25,7 +25,9 @@ _HOST_COMPILER_CANDIDATES = ["g++-14", "g++-15", "g++-13", "g++-12", "g++-11", "
 _MAX_GCC_MAJOR = 15
 
 def _workspace_root(rctx):
-    return str(rctx.path(Label("@@//:MODULE.bazel")).dirname)
+    """The pipelink checkout (the repo holding this file; also when pipelink is a dependency
+    through local_path_override), symlinks resolved. Its .venv holds the toolkit wheels."""
+    return _realpath(rctx, str(rctx.path(Label("//:MODULE.bazel")).dirname))
 
 def _realpath(rctx, path):
     res = rctx.execute(["readlink", "-f", path])
