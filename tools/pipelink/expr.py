@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import ast
 
-_ALLOWED_CALLS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
+# Each takes a list of arguments: min(x) is x (Python's min(x) would want an iterable).
+_ALLOWED_CALLS = {"min": min, "max": max, "ceil_div": lambda args: -(-args[0] // args[1])}
+
+
+def _arity_error(call: ast.Call) -> str | None:
+    name, n = call.func.id, len(call.args)
+    if name == "ceil_div" and n != 2:
+        return f"ceil_div() takes 2 arguments, not {n}"
+    if name != "ceil_div" and n == 0:
+        return f"{name}() takes at least 1 argument"
+    return None
 
 
 class ExprError(ValueError):
@@ -29,8 +39,9 @@ def names_in(text: str | int) -> set[str]:
         if isinstance(n, ast.Constant):
             bad = not isinstance(n.value, int) or isinstance(n.value, bool)
         elif isinstance(n, ast.Call):
-            bad = (not isinstance(n.func, ast.Name) or n.func.id not in _ALLOWED_CALLS or bool(n.keywords)
-                   or (len(n.args) != 2 if n.func.id == "ceil_div" else not n.args))
+            bad = not isinstance(n.func, ast.Name) or n.func.id not in _ALLOWED_CALLS or bool(n.keywords)
+            if not bad and (why := _arity_error(n)):
+                raise ExprError(f"{why}, in {_show(text)}")
         if bad:
             raise ExprError(f"unsupported syntax in {_show(text)}")
     return {
@@ -85,7 +96,7 @@ def _eval(node: ast.AST, env: dict[str, int], text: str) -> int:
             return a * b
         if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)):
             if b == 0:
-                raise ExprError(f"division by zero in {text!r}")
+                raise ExprError(f"division by zero in {_show(text)}")
             return a % b if isinstance(op, ast.Mod) else a // b
     if (
         isinstance(node, ast.Call)
@@ -93,11 +104,10 @@ def _eval(node: ast.AST, env: dict[str, int], text: str) -> int:
         and node.func.id in _ALLOWED_CALLS
         and not node.keywords
     ):
+        if why := _arity_error(node):
+            raise ExprError(f"{why}, in {_show(text)}")
         args = [_eval(a, env, text) for a in node.args]
-        want = "2 arguments" if node.func.id == "ceil_div" else "at least 1 argument"
-        if (len(args) != 2) if node.func.id == "ceil_div" else (not args):
-            raise ExprError(f"{node.func.id}() takes {want}, not {len(args)}, in {_show(text)}")
         if node.func.id == "ceil_div" and args[1] == 0:
             raise ExprError(f"division by zero in {_show(text)}")
-        return int(_ALLOWED_CALLS[node.func.id](*args))
+        return int(_ALLOWED_CALLS[node.func.id](args))
     raise ExprError(f"unsupported syntax in {_show(text)}")
