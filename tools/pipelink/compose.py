@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pipelink.contract import ARCHES, IDENT, LineIndex, Origin, _Reader, load_toml, parse_toml_text
 from pipelink.diagnostics import Fact, reject
+from pipelink.expr import ExprError, names_in
 from pipelink.package import Package
 
 
@@ -68,8 +69,18 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
     grid = k.get("grid", list, [1, 1, 1])
     if not 1 <= len(grid) <= 3 or not all(isinstance(g, (int, str)) for g in grid):
         k.fail("grid", "must be a list of 1 to 3 integers or expressions")
+    for g in grid:
+        if isinstance(g, str):
+            try:
+                names_in(g)
+            except ExprError as e:
+                raise reject("C-EXPR", f"kernel.grid: {e}", clause="kernel.grid",
+                             facts=[Fact(f"kernel {name}", f"grid = {grid}", str(k.origin("grid")))],
+                             hint="use integers, u32 params, facts, + - * // % ( ) and min/max/ceil_div") from None
     grid = list(grid) + [1] * (3 - len(grid))
     cluster = k.get("cluster", list, [1, 1, 1])
+    if len(cluster) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in cluster):
+        k.fail("cluster", f"must be three positive integers, not {cluster}")
     k.finish()
 
     by_name: dict[str, Package] = {}
@@ -112,6 +123,8 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
 
     binds = []
     for n, item in enumerate(top.get("bind", list, [])):
+        if not isinstance(item, dict):
+            top.fail("bind", "each [[bind]] must be a table")
         r = _Reader(item, "bind", lines, file)
         imp, exp = r.get("import", str), r.get("export", str)
         r.finish()

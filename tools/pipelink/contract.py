@@ -37,7 +37,9 @@ class LineIndex:
         for no, line in enumerate(text.splitlines(), 1):
             if m := self._header.match(line):
                 table = m.group(1).replace('"', "").replace(" ", "")
-                self.lines.setdefault(table, no)
+                parts = table.split(".")
+                for n in range(1, len(parts) + 1):  # [callable.export.f] also places "callable"
+                    self.lines.setdefault(".".join(parts[:n]), no)
                 self.occurrences.setdefault(table, []).append(no)
             elif m := self._key.match(line):
                 key = m.group(1).strip('"')
@@ -159,6 +161,13 @@ class Contract:
     callables: tuple[CallableDecl, ...]
     file: str
     origin: Origin = field(default=None)  # type: ignore[assignment]
+    param_origins: tuple[Origin, ...] = ()  # where each of `params` was written
+
+    def param_origin(self, name: str) -> Origin:
+        for (n, _), o in zip(self.params, self.param_origins):
+            if n == name:
+                return o
+        return Origin(self.file, 0)
 
     # Handle symbols this contract declares (what the object may reference) -----------
     def handle_symbols(self) -> dict[str, str]:
@@ -268,10 +277,11 @@ def parse_toml_text(text: str, file: str) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
+        m = re.search(r"at line (\d+)", str(e))
         raise reject(
             "C-SYNTAX",
             f"{file}: {e}",
-            facts=[Fact(f"file {Path(file).name}", str(e), file)],
+            facts=[Fact(f"file {Path(file).name}", str(e), str(Origin(file, int(m.group(1)) if m else 0)))],
             hint="fix the TOML syntax (strings need quotes, tables [name] on their own line)",
         ) from None
 
@@ -325,13 +335,14 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     comp.finish()
 
     params_r = top.table("params")
-    params = []
+    params, param_origins = [], []
     for k, v in params_r.data.items():
         _ident(params_r, k, k)
         t = params_r.get(k, str)
         if t not in PARAM_TYPES:
             params_r.fail(k, f"unknown parameter type {t!r}", hint=f"one of {sorted(PARAM_TYPES)}")
         params.append((k, t))
+        param_origins.append(params_r.origin(k))
     params_r.finish()
 
     role = None
@@ -473,7 +484,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         name=name, kind=kind, entry=entry, arch=arch, params=tuple(params), role=role,
         facts=tuple(facts), smem=tuple(smem), barriers=tuple(barriers), rings=tuple(rings),
         tensors=tuple(tensors), callables=tuple(callables), file=file,
-        origin=Origin(file, lines.line("component")),
+        origin=Origin(file, lines.line("component")), param_origins=tuple(param_origins),
     )
 
 
