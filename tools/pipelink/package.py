@@ -113,11 +113,14 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
                                  [f"-arch={arch}", "-lto", "-ptx"], ptx=True, code="P-COMPILE").decode()
         except Rejected as e:
             text = " ".join(f.text for d in e.diagnostics for f in d.facts)
-            if re.search(r"arch|architecture|target", text, re.I):
+            # nvJitLink only says "ERROR 3: bad input: x.o" for an LTO-IR of another arch: ask cuobjdump.
+            wrong = {n: a for n, a in ((n, object_archs(b, tk)) for n, b in sorted(objects.items())) if a and arch not in a}
+            if wrong or re.search(r"arch|architecture|target", text, re.I):
                 raise reject("P-ARCH", f"the object(s) of {c.name} do not link for {arch}",
                              clause="component.arch",
-                             facts=[Fact(f"contract {Path(c.file).name}", f"arch = {arch!r}", str(c.origin)),
-                                    Fact("object", text[:500])],
+                             facts=[Fact(f"contract {Path(c.file).name}", f"arch = {arch!r}", str(c.origin))] +
+                                   [Fact(f"object {n}", "compiled for " + ", ".join(sorted(a))) for n, a in wrong.items()] +
+                                   [Fact("nvJitLink", text[:500])],
                              hint=f"compile with -gencode=arch=compute_{arch[3:]},code=lto_{arch[3:]} or fix component.arch") from None
             raise
         (Path(tmp) / "trial.ptx").write_text(ptx)
@@ -134,6 +137,21 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
         elif current and current.startswith("pl_trial__"):
             regs[current[len("pl_trial__"):]] = int(m.group(3))
     return Measured(tuple(handles), own, static_smem, regs, tk.version)
+
+
+_FATBIN_ARCH = re.compile(r"^arch = (sm_\w+)", re.M)
+
+
+def object_archs(data: bytes, tk: Toolkit) -> set[str]:
+    """The architectures of the device code (LTO-IR, SASS) an object carries; empty if unknown."""
+    with tempfile.NamedTemporaryFile(suffix=".o") as f:
+        f.write(data)
+        f.flush()
+        try:
+            listing = run_tool([tk.tool("cuobjdump"), f.name], "P-ARCH", "listing the object's device code")
+        except Rejected:
+            return set()
+    return set(_FATBIN_ARCH.findall(listing))
 
 
 def verify(c: Contract, m: Measured, object_names: list[str]) -> None:
