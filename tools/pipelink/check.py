@@ -40,6 +40,7 @@ class Ring:
     full_arrivals: int  # producer's arrivals per stage
     empty_arrivals: int  # consumer's arrivals per stage
     align: int
+    origin: str = ""  # both sides' clauses, for diagnostics
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,14 @@ class Claim:
     phase: str
     ring: str | None = None
     per_depth: int = 0
+    origin: str = ""  # who claims it and where ("inst (pkg) at file:line"), for diagnostics
 
 
 @dataclass(frozen=True)
 class Barrier:
     key: str  # "inst.name" or "transfer.x"
     threads: int
+    origin: str = ""  # the contract clause, for diagnostics
 
 
 @dataclass(frozen=True)
@@ -129,12 +132,18 @@ def check(comp: Composition) -> Checked:
 
     def ev(expr, inst: Instance, clause: str, origin) -> int | None:
         try:
-            return evaluate(expr, env)
+            v = evaluate(expr, env)
         except ExprError as e:
             d.add("C-EXPR", f"{_side(inst)}: {clause}: {e}", clause=clause,
                   facts=[Fact(_side(inst), f"{expr!r}", str(origin))],
                   hint="an expression may use only integers and facts the contract declares (own or read)")
             return None
+        if v <= 0:  # every expression is a size or an extent
+            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; a size must be positive", clause=clause,
+                  facts=[Fact(_side(inst), f"{expr!r} = {v}", str(origin))],
+                  hint="check the facts the expression reads")
+            return None
+        return v
 
     roles = []
     for i in insts:
@@ -160,7 +169,7 @@ def check(comp: Composition) -> Checked:
         for s in c.smem:
             b = ev(s.bytes, i, f"smem.{s.name}.bytes", s.origin)
             if b is not None:
-                claims.append(Claim(f"{i.name}.smem.{s.name}", b, s.align, s.phase))
+                claims.append(Claim(f"{i.name}.smem.{s.name}", b, s.align, s.phase, origin=f"{_side(i)} at {s.origin}"))
         for b in c.barriers:
             threads = 32 * c.role.warps if b.threads == "role" else int(b.threads)
             if threads % 32 or threads <= 0 or threads > 1024:
@@ -168,11 +177,11 @@ def check(comp: Composition) -> Checked:
                       clause=f"barrier.{b.name}",
                       facts=[Fact(_side(i), f"threads = {b.threads!r}", str(b.origin))],
                       hint="bar.sync counts whole warps: use a multiple of 32 up to 1024")
-            barriers.append(Barrier(f"{i.name}.{b.name}", threads))
+            barriers.append(Barrier(f"{i.name}.{b.name}", threads, f"{_side(i)} at {b.origin}"))
     for r in rings:
-        claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes))
-        claims.append(Claim(f"ring.{r.name}.full", 0, 8, "kernel", r.name, 8))
-        claims.append(Claim(f"ring.{r.name}.empty", 0, 8, "kernel", r.name, 8))
+        claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes, r.origin))
+        claims.append(Claim(f"ring.{r.name}.full", 0, 8, "kernel", r.name, 8, r.origin))
+        claims.append(Claim(f"ring.{r.name}.empty", 0, 8, "kernel", r.name, 8, r.origin))
 
     transfers = _check_tensors(comp, d, ev)
     for t in transfers:
@@ -180,15 +189,17 @@ def check(comp: Composition) -> Checked:
             # A warp-scoped tile is staged per warp (each warp of the role may export its own);
             # a wider scope stages once and synchronises on a solver-placed named barrier.
             copies = t.exporter.contract.role.warps if t.export.scope == "warp" else 1
-            claims.append(Claim(f"transfer.{t.key}", t.elements * DTYPE_BYTES[t.export.dtype] * copies, 16, "kernel"))
+            where = f"{_side(t.exporter)} at {t.export.origin} -> {_side(t.importer)} at {t.imp.origin}"
+            claims.append(Claim(f"transfer.{t.key}", t.elements * DTYPE_BYTES[t.export.dtype] * copies, 16, "kernel",
+                                origin=where))
             if t.export.scope != "warp":
-                barriers.append(Barrier(f"transfer.{t.key}", t.threads))
+                barriers.append(Barrier(f"transfer.{t.key}", t.threads, where))
     calls = _check_callables(comp, d)
     _check_library_warps(comp, transfers, d)
 
     if len(barriers) > 15:
         d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",
-              facts=[Fact("barriers", ", ".join(b.key for b in barriers))],
+              facts=[Fact(b.key, f"{b.threads} threads", b.origin) for b in barriers],
               hint="share a barrier between phases, or use mbarriers")
     static = sum(i.package.measured.static_smem for i in {id(i.package): i for i in insts}.values())
     capacity = SMEM_CAPACITY.get(comp.arch, 232448)
@@ -221,8 +232,8 @@ def _check_params(comp: Composition, d: _Diags) -> dict[str, str]:
                 other = seen[name][1]
                 d.add("L-PARAMS", f"parameter {name!r} is {seen[name][0]} for {_side(other)} but {t} for {_side(i)}",
                       clause=f"params.{name}",
-                      facts=[Fact(_side(other), f"{name} = {seen[name][0]!r}", other.contract.file),
-                             Fact(_side(i), f"{name} = {t!r}", i.contract.file)],
+                      facts=[Fact(_side(other), f"{name} = {seen[name][0]!r}", str(other.contract.param_origin(name))),
+                             Fact(_side(i), f"{name} = {t!r}", str(i.contract.param_origin(name)))],
                       hint="one name is one host value: rename one of them or agree on the type")
             seen.setdefault(name, (t, i))
     return {k: v[0] for k, v in seen.items()}
@@ -310,7 +321,8 @@ def _check_rings(comp, d, ev) -> list[Ring]:
                              Fact(_side(other), f"arrivals = {theirs.arrivals}", str(theirs.origin))],
                       hint="the barrier's count is the other side's arrivals; make them agree")
         if ps is not None and lo <= hi:
-            rings.append(Ring(name, pi, ci, ps, (lo, hi), p.arrivals, c.arrivals, max(p.align, c.align)))
+            rings.append(Ring(name, pi, ci, ps, (lo, hi), p.arrivals, c.arrivals, max(p.align, c.align),
+                              f"producer {_side(pi)} at {p.origin}, consumer {_side(ci)} at {c.origin}"))
     return rings
 
 

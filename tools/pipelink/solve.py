@@ -191,12 +191,12 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
 def _infeasible(ch: Checked, core: set[str], cap: int) -> Rejected:
     if "barrier" in core:
         return reject("L-BARRIER", f"{len(ch.barriers)} named barriers are needed; ids 1..15 are free",
-                      facts=[Fact("barrier", b.key) for b in ch.barriers], hint="use fewer named barriers")
+                      facts=[Fact("barrier", b.key, b.origin) for b in ch.barriers], hint="use fewer named barriers")
     if "smem" in core:
         need = sum(c.bytes + c.per_depth * next(r.depth[0] for r in ch.rings if r.name == c.ring) if c.ring else c.bytes
                    for c in ch.claims)
         facts = [Fact(c.key.split(".")[0], f"{c.key}: {c.bytes} B" + (f" + {c.per_depth} B x depth(ring {c.ring})" if c.ring else "")
-                      + f", align {c.align}, phase {c.phase}") for c in ch.claims]
+                      + f", align {c.align}, phase {c.phase}", c.origin) for c in ch.claims]
         facts.append(Fact("SM", f"{cap} B of dynamic shared memory ({ch.capacity} B less {ch.static_smem} B static) on {ch.comp.arch}"))
         return reject("L-SMEM", f"the shared-memory claims need at least about {need} B at the smallest ring depths; {cap} B are available",
                       clause="smem", facts=facts,
