@@ -134,7 +134,7 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
     for m in _REGS.finditer(ptxas_log):
         if m.group(1) or m.group(2):
             current = m.group(1) or m.group(2)
-        elif current and current.startswith("pl_trial__"):
+        elif current and current.startswith("pl_trial__") and not current.startswith("pl_trial__own__"):
             regs[current[len("pl_trial__"):]] = int(m.group(3))
     return Measured(tuple(handles), own, static_smem, regs, tk.version)
 
