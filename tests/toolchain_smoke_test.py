@@ -46,7 +46,7 @@ class ToolchainSmokeTest(unittest.TestCase):
             cubin = bytearray(size)
             nvjitlink.get_linked_cubin(handle, cubin)
         finally:
-            nvjitlink.destroy([handle])
+            nvjitlink.destroy(handle)
         out_dir = os.environ.get("TEST_TMPDIR", "/tmp")
         cubin_path = os.path.join(out_dir, "hello.cubin")
         with open(cubin_path, "wb") as f:
