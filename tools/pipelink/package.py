@@ -319,18 +319,34 @@ def read_package(path: str) -> Package:
         raise reject("E-FILE", f"{path}: no such package", hint="pack the component first: pipelink pack") from None
     except (zipfile.BadZipFile, OSError):
         raise reject("P-PACKAGE", f"{path}: not a pipelink package", hint="re-create it with pipelink pack") from None
+    damaged = lambda why: reject("P-PACKAGE", f"{path}: damaged package ({why})",  # noqa: E731
+                                 hint="re-create it with pipelink pack")
     with z:
         try:
             manifest = json.loads(z.read("pipelink-package.json"))
             text = z.read("contract.toml").decode()
-        except (KeyError, ValueError):
-            raise reject("P-PACKAGE", f"{path}: damaged package (no manifest)", hint="re-create it with pipelink pack") from None
-        if manifest.get("format") != FORMAT:
-            raise reject("P-PACKAGE", f"{path}: package format {manifest.get('format')} is not {FORMAT}",
+        except KeyError as e:
+            raise damaged(f"no {e.args[0]}") from None
+        except (ValueError, zipfile.BadZipFile, OSError) as e:  # bad JSON, bad UTF-8, bad CRC
+            raise damaged(f"{e.__class__.__name__}: {e}") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            fmt = manifest.get("format") if isinstance(manifest, dict) else None
+            raise reject("P-PACKAGE", f"{path}: package format {fmt} is not {FORMAT}",
                          hint="re-pack with this version of pipelink")
-        objects = {k: z.read(f"objects/{k}") for k in manifest["objects"]}
-        sources = {k: z.read(f"sources/{k}") for k in manifest["sources"]}
-    contract = parse_contract_text(text, manifest["contract_file"])
-    ms = manifest["measured"]
-    measured = Measured(tuple(ms["handles"]), ms["own_facts"], ms["static_smem"], ms["regs"], manifest["toolkit"])
-    return Package(contract, text, measured, objects, sources, tuple(manifest["copts"]), path)
+        try:
+            objects = {k: z.read(f"objects/{k}") for k in manifest["objects"]}
+            sources = {k: z.read(f"sources/{k}") for k in manifest["sources"]}
+            ms = manifest["measured"]
+            measured = Measured(tuple(ms["handles"]), dict(ms["own_facts"]), int(ms["static_smem"]), dict(ms["regs"]),
+                                str(manifest["toolkit"]))
+            contract_file, copts = str(manifest["contract_file"]), tuple(manifest["copts"])
+        except KeyError as e:
+            raise damaged(f"no {e.args[0]}") from None
+        except (TypeError, ValueError, zipfile.BadZipFile, OSError) as e:
+            raise damaged(f"{e.__class__.__name__}: {e}") from None
+    try:
+        contract = parse_contract_text(text, contract_file)
+    except Rejected as e:  # the contract was verified when packing: this package was altered
+        raise reject("P-PACKAGE", f"{path}: damaged package (its contract does not parse: {e})",
+                     facts=[f for d in e.diagnostics for f in d.facts], hint="re-create it with pipelink pack") from None
+    return Package(contract, text, measured, objects, sources, copts, path)
