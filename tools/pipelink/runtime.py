@@ -1,0 +1,782 @@
+"""Run pass: load a linked cubin + its manifest and launch it with parameters by name.
+
+    from pipelink.runtime import Kernel, LaunchError
+    k = Kernel.load("out/toy.cubin")                 # manifest: out/toy.manifest.json
+    k(x=..., tiles=64, blocks=132)                    # on torch's current stream
+    k.launch(grid=(8, 1, 1), stream=s, **params)      # explicit grid / stream
+
+The kernel takes ONE by-value parameter, `struct PlKernelParams`, whose fields the manifest
+lists (instance, name, type, offset). A parameter name is one host value across the kernel:
+it is written into every instance's field of that name. Values:
+
+  ptr       a CUDA tensor (torch, or anything with `data_ptr()`/`is_cuda`; must be on the
+            kernel's device and contiguous), an object with `__cuda_array_interface__`, or
+            an int (a raw device pointer)
+  u32/i32/u64  an int in the type's range (bool is refused)
+  f32       an int or float representable as a float
+
+The grid comes from the manifest's grid expressions over the scalar parameters, the facts,
+and launch-only names (a grid name that is neither, e.g. the toy's `blocks`, is an extra
+int the caller passes). A `/` in a grid expression must divide exactly, else R-SHAPE names
+the parameter; `//` floors and `ceil_div(a, b)` rounds up, on purpose. An optional
+manifest `requires` list holds expressions that must evaluate nonzero.
+
+Everything up to the launch call is pure (`plan_launch`, `coerce_params`, `pack_params`,
+`grid_dims`) and runs without a GPU. Launching uses cuda.bindings' driver API directly
+(module load, function attributes, cuLaunchKernel with `kernelParams` pointing at one
+host buffer): no allocation, no synchronisation, so a launch can be captured into a CUDA
+graph (`torch.cuda.graph`). Every CUDA return code is checked; every failure is a
+`LaunchError` (a `Rejected` with one R-* diagnostic and a hint).
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import difflib
+import json
+import math
+import operator
+import struct
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from pipelink.diagnostics import Diagnostic, Fact, Rejected
+from pipelink.expr import ExprError, evaluate, names_in
+
+SUPPORTED_MANIFEST_FORMAT = 1
+
+RUNTIME_CODES: dict[str, str] = {
+    "R-PARAM": "a launch parameter is missing, unknown, of the wrong kind or out of its type's range",
+    "R-SHAPE": "a shape does not fit the kernel (grid not divisible, out of range, wrong tensor shape)",
+    "R-DTYPE": "a tensor has the wrong element type",
+    "R-LAYOUT": "a tensor is not laid out as the kernel needs (contiguity, strides, alignment)",
+    "R-DEVICE": "the GPU, its architecture or a tensor's device does not fit the kernel",
+    "R-MANIFEST": "the manifest is missing, damaged, or disagrees with the cubin",
+    "R-CUDA": "a CUDA driver call failed",
+}
+
+# type -> (struct code, size, int range or None for f32)
+_TYPES: dict[str, tuple[str, int, tuple[int, int] | None]] = {
+    "ptr": ("Q", 8, (0, 2**64 - 1)),
+    "u64": ("Q", 8, (0, 2**64 - 1)),
+    "u32": ("I", 4, (0, 2**32 - 1)),
+    "i32": ("i", 4, (-(2**31), 2**31 - 1)),
+    "f32": ("f", 4, None),
+}
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_FLT_MAX = 3.4028234663852886e38
+
+
+class LaunchError(Rejected):
+    """A launch refused before (or failed at) the CUDA call: one R-* diagnostic."""
+
+    def __init__(self, code: str, message: str, *, hint: str = "", facts: Iterable[Fact] = ()):
+        super().__init__(Diagnostic(code, message, "", tuple(facts), hint))
+
+    @property
+    def code(self) -> str:
+        return self.diagnostics[0].code
+
+    @property
+    def hint(self) -> str:
+        return self.diagnostics[0].hint
+
+    def __str__(self) -> str:
+        return self.diagnostics[0].render()
+
+
+# --------------------------------------------------------------------------------------
+# manifest
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slot:
+    instance: str
+    name: str
+    type: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kernel: str  # the entry symbol in the cubin
+    arch: str
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    grid: tuple[str, str, str]
+    dynamic_smem: int
+    param_size: int
+    param_types: dict[str, str]  # kernel-wide name -> type
+    slots: tuple[Slot, ...]  # every instance's field, in offset order
+    facts: dict[str, int]
+    requires: tuple[str, ...] = ()
+    grid_names: tuple[str, ...] = ()  # launch-only names the grid expressions use
+    source: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Manifest":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise LaunchError("R-MANIFEST", f"no manifest at {p}",
+                              hint="pass manifest_path=, or keep <kernel>.manifest.json beside the cubin "
+                                   "(`pipelink link --out-dir` writes both)") from None
+        except (OSError, ValueError) as e:
+            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}") from None
+        return cls.from_dict(data, str(p))
+
+    @classmethod
+    def from_dict(cls, d: Mapping, source: str = "<manifest>") -> "Manifest":
+        def bad(msg: str, hint: str = "relink: `pipelink link` writes a matching manifest") -> LaunchError:
+            return LaunchError("R-MANIFEST", f"{source}: {msg}", hint=hint)
+
+        if not isinstance(d, Mapping):
+            raise bad("is not a JSON object")
+        fmt = d.get("format", SUPPORTED_MANIFEST_FORMAT)
+        if fmt != SUPPORTED_MANIFEST_FORMAT:
+            raise bad(f"format {fmt!r}; this runtime reads format {SUPPORTED_MANIFEST_FORMAT}",
+                      hint="use the runtime of the pipelink that linked the kernel, or relink")
+        try:
+            kernel = str(d.get("entry") or d["kernel"])
+            arch = str(d.get("arch", ""))
+            block = _dims(d.get("block", [1, 1, 1]), "block")
+            cluster = _dims(d.get("cluster", [1, 1, 1]), "cluster")
+            grid = [str(g) for g in d.get("grid", ["1", "1", "1"])]
+            if not 1 <= len(grid) <= 3:
+                raise ValueError("grid must have 1 to 3 expressions")
+            grid += ["1"] * (3 - len(grid))
+            dynamic_smem = int(d.get("dynamic_smem", 0))
+            params = d.get("params", {}) or {}
+            size = int(params.get("size", 0))
+            by_name = {str(k): str(v) for k, v in (params.get("by_name") or {}).items()}
+            slots = tuple(sorted((Slot(str(f["instance"]), str(f["name"]), str(f["type"]), int(f["offset"]))
+                                  for f in params.get("fields") or []), key=lambda s: s.offset))
+            facts = {str(k): int(v) for k, v in (d.get("facts") or {}).items()}
+            requires = tuple(str(r) for r in d.get("requires", []) or [])
+        except (KeyError, TypeError, ValueError) as e:
+            raise bad(f"malformed ({type(e).__name__}: {e})") from None
+        for name, t in by_name.items():
+            if t not in _TYPES:
+                raise bad(f"parameter {name!r} has unknown type {t!r}", hint=f"known types: {sorted(_TYPES)}")
+        end = 0
+        for s in slots:
+            if s.name not in by_name or by_name[s.name] != s.type:
+                raise bad(f"field {s.instance}.{s.name} ({s.type}) disagrees with params.by_name "
+                          f"({by_name.get(s.name, 'absent')})")
+            sz = _TYPES[s.type][1]
+            if s.offset % sz or s.offset < end or s.offset + sz > size:
+                raise bad(f"field {s.instance}.{s.name} at offset {s.offset} is misaligned, overlaps "
+                          f"or lies outside the {size}-byte parameter block")
+            end = s.offset + sz
+        unused = sorted(set(by_name) - {s.name for s in slots})
+        if unused:
+            raise bad(f"parameters {unused} have no field")
+        clash = sorted(set(by_name) & set(facts))
+        if clash:
+            raise bad(f"names {clash} are both parameters and facts")
+        if block[0] * block[1] * block[2] > 1024:
+            raise bad(f"block {list(block)} has more than 1024 threads")
+        grid_names: list[str] = []
+        for text in grid + list(requires):
+            try:
+                used = names_in(text)
+            except ExprError as e:
+                raise bad(str(e)) from None
+            for n in sorted(used):
+                t = by_name.get(n)
+                if t in ("ptr", "f32"):
+                    raise bad(f"grid/requires expression {text!r} uses {t} parameter {n!r}")
+                if t is None and n not in facts and n not in grid_names:
+                    grid_names.append(n)
+        return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
+                   requires, tuple(grid_names), source, dict(d))
+
+
+def _dims(v, what: str) -> tuple[int, int, int]:
+    v = [int(x) for x in v]
+    if not 1 <= len(v) <= 3 or any(x < 1 for x in v):
+        raise ValueError(f"{what} must be 1 to 3 positive integers")
+    return tuple(v + [1] * (3 - len(v)))  # type: ignore[return-value]
+
+
+def default_manifest_path(cubin_path: str | Path) -> Path:
+    """`toy.cubin` and `toy.control.cubin` -> `toy.manifest.json` (the control shares it)."""
+    p = Path(cubin_path)
+    stem = p.name[: -len(".cubin")] if p.name.endswith(".cubin") else p.stem
+    if stem.endswith(".control"):
+        stem = stem[: -len(".control")]
+    return p.with_name(stem + ".manifest.json")
+
+
+# --------------------------------------------------------------------------------------
+# pure parts: coerce -> grid -> pack
+# --------------------------------------------------------------------------------------
+
+
+def _is_tensor(v) -> bool:
+    return hasattr(v, "data_ptr") and hasattr(v, "is_cuda") and callable(v.data_ptr)
+
+
+def _dev_index(v) -> int | None:
+    dev = getattr(v, "device", None)
+    idx = getattr(dev, "index", None)
+    return 0 if idx is None and getattr(dev, "type", None) == "cuda" else idx
+
+
+def _pointer(name: str, v, device: int | None) -> int:
+    if isinstance(v, bool):
+        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) got a bool",
+                          hint="pass a CUDA tensor or a device pointer (int)")
+    if _is_tensor(v):
+        if not v.is_cuda:
+            raise LaunchError("R-DEVICE", f"parameter {name!r}: tensor is on {getattr(v, 'device', 'the host')}, "
+                              f"not on cuda:{device if device is not None else '?'}",
+                              hint=f"move it first: {name}.to('cuda:{device if device is not None else 0}')")
+        idx = _dev_index(v)
+        if device is not None and idx is not None and idx != device:
+            raise LaunchError("R-DEVICE", f"parameter {name!r}: tensor is on cuda:{idx}, the kernel on cuda:{device}",
+                              hint=f"load the kernel with device={idx}, or move the tensor to cuda:{device}")
+        if hasattr(v, "is_contiguous") and not v.is_contiguous():
+            raise LaunchError("R-LAYOUT", f"parameter {name!r}: tensor of shape {tuple(getattr(v, 'shape', ()))} "
+                              f"and strides {tuple(v.stride()) if hasattr(v, 'stride') else '?'} is not contiguous",
+                              hint=f"pass {name}.contiguous() (the kernel indexes it densely, row-major)")
+        return int(v.data_ptr())
+    cai = getattr(v, "__cuda_array_interface__", None)
+    if cai is not None:
+        strides, shape = cai.get("strides"), cai.get("shape", ())
+        if strides is not None:
+            itemsize = int(cai["typestr"][2:]) if "typestr" in cai else 1
+            want, acc = [], itemsize
+            for d in reversed(shape):
+                want.append(acc)
+                acc *= d
+            if tuple(strides) != tuple(reversed(want)) and math.prod(shape) > 1:
+                raise LaunchError("R-LAYOUT", f"parameter {name!r}: array with strides {tuple(strides)} is not "
+                                  "C-contiguous", hint="pass a contiguous copy")
+        return int(cai["data"][0])
+    try:
+        p = operator.index(v)
+    except TypeError:
+        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) got {type(v).__name__}",
+                          hint="pass a CUDA tensor, an object with __cuda_array_interface__, or a device "
+                               "pointer as an int") from None
+    if not 0 <= p < 2**64:
+        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) = {p} is not a 64-bit address")
+    return p
+
+
+def _scalar(name: str, t: str, v) -> int | float:
+    if isinstance(v, bool) or _is_tensor(v):
+        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__}",
+                          hint=f"pass a Python {'number' if t == 'f32' else 'int'}"
+                               + (" (for a tensor's size, use e.g. x.shape[0])" if _is_tensor(v) else ""))
+    if t == "f32":
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) got {type(v).__name__}",
+                              hint="pass a float") from None
+        if math.isfinite(f) and abs(f) > _FLT_MAX:
+            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} overflows a float")
+        return f
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__} {v!r}",
+                          hint="pass an int (floats are not rounded for you)") from None
+    lo, hi = _TYPES[t][2]  # type: ignore[misc]
+    if not lo <= i <= hi:
+        raise LaunchError("R-PARAM", f"parameter {name!r} = {i} is out of range for {t} [{lo}, {hi}]")
+    return i
+
+
+def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = None, *,
+                  need_grid_names: bool = True) -> dict[str, int | float]:
+    """Check every parameter is given, none is unknown, each fits its type; -> host values."""
+    known = set(m.param_types) | set(m.grid_names)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        n = unknown[0]
+        close = difflib.get_close_matches(n, sorted(known), 1)
+        raise LaunchError("R-PARAM", f"unknown parameter{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))} for kernel {m.kernel}",
+                          hint=(f"did you mean {close[0]!r}? " if close else "") +
+                               f"the kernel takes: {_signature(m)}")
+    required = list(m.param_types) + (list(m.grid_names) if need_grid_names else [])
+    missing = [n for n in required if n not in params]
+    if missing:
+        raise LaunchError("R-PARAM", f"missing parameter{'s' if len(missing) > 1 else ''} "
+                          f"{', '.join(map(repr, missing))} for kernel {m.kernel}",
+                          hint=f"the kernel takes: {_signature(m)}")
+    out: dict[str, int | float] = {}
+    for n, t in m.param_types.items():
+        out[n] = _pointer(n, params[n], device) if t == "ptr" else _scalar(n, t, params[n])
+    for n in m.grid_names:
+        if n in params:
+            v = _scalar(n, "i32", params[n])
+            if v < 0:
+                raise LaunchError("R-PARAM", f"launch size {n!r} = {v} is negative")
+            out[n] = v
+    return out
+
+
+def _signature(m: Manifest) -> str:
+    s = ", ".join(f"{n}: {t}" for n, t in m.param_types.items())
+    if m.grid_names:
+        s += "; grid sizes: " + ", ".join(f"{n}: int" for n in m.grid_names)
+    return s
+
+
+def _grid_env(m: Manifest, values: Mapping[str, int | float]) -> dict[str, int]:
+    env = dict(m.facts)
+    for n, t in m.param_types.items():
+        if t not in ("ptr", "f32") and n in values:
+            env[n] = int(values[n])
+    for n in m.grid_names:
+        if n in values:
+            env[n] = int(values[n])
+    return env
+
+
+def _describe(text: str, env: Mapping[str, int], m: Manifest) -> str:
+    parts = []
+    for n in sorted(names_in(text)):
+        if n in env:
+            kind = "fact" if n in m.facts else "parameter" if n in m.param_types else "grid size"
+            parts.append(f"{kind} {n} = {env[n]}")
+    return ", ".join(parts)
+
+
+def _exact(text: str, env: Mapping[str, int], m: Manifest, what: str) -> int:
+    try:
+        tree = ast.parse(text, mode="eval")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                a, b = evaluate(ast.unparse(node.left), dict(env)), evaluate(ast.unparse(node.right), dict(env))
+                if b != 0 and a % b:
+                    num = ast.unparse(node.left)
+                    params = [n for n in sorted(names_in(num)) if n not in m.facts]
+                    who = f"parameter {params[0]!r}" if len(params) == 1 else \
+                        f"parameters {params}" if params else repr(num)
+                    raise LaunchError(
+                        "R-SHAPE", f"{who}: {num} = {a} is not a multiple of {ast.unparse(node.right)} = {b} "
+                        f"({what} = {text!r})",
+                        facts=[Fact(f"kernel {m.kernel}", f"{what} = {text!r}", m.source),
+                               Fact("launch", _describe(text, env, m))],
+                        hint=f"this kernel supports only {num} % {ast.unparse(node.right)} == 0: pad the "
+                             "input, or use a kernel built with a smaller tile")
+        return evaluate(text, dict(env))
+    except ExprError as e:
+        code = "R-SHAPE" if "division by zero" in str(e) else "R-MANIFEST"
+        raise LaunchError(code, f"{what} = {text!r}: {e}", facts=[Fact("launch", _describe(text, env, m))],
+                          hint="a divisor is zero: check the sizes passed" if code == "R-SHAPE" else
+                          "pass every grid size the manifest's grid expressions name") from None
+
+
+def grid_dims(m: Manifest, values: Mapping[str, int | float],
+              grid: Iterable[int] | int | None = None) -> tuple[int, int, int]:
+    """Evaluate the grid (or check an explicit one) and the manifest's `requires`."""
+    env = _grid_env(m, values)
+    for text in m.requires:
+        if _exact(text, env, m, "requires") == 0:
+            raise LaunchError("R-SHAPE", f"requirement {text!r} does not hold ({_describe(text, env, m)})",
+                              facts=[Fact(f"kernel {m.kernel}", f"requires {text!r}", m.source)],
+                              hint="the kernel does not support these sizes")
+    if grid is None:
+        dims = [_exact(text, env, m, f"grid[{i}]") for i, text in enumerate(m.grid)]
+        origin = [f"grid[{i}] = {t!r} ({_describe(t, env, m)})" for i, t in enumerate(m.grid)]
+    else:
+        g = [grid] if isinstance(grid, int) else list(grid)
+        try:
+            dims = [operator.index(x) for x in g]
+        except TypeError:
+            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints") from None
+        if not 1 <= len(dims) <= 3:
+            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints")
+        dims += [1] * (3 - len(dims))
+        origin = [f"grid[{i}] given as {d}" for i, d in enumerate(dims)]
+    for i, d in enumerate(dims):
+        if d < 1:
+            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}: nothing to launch",
+                              hint="a size is zero or too small for one tile; skip the launch for empty inputs")
+        if d > _GRID_LIMITS[i]:
+            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, above the CUDA limit {_GRID_LIMITS[i]}",
+                              hint="split the problem into several launches")
+        if d % m.cluster[i]:
+            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, not a multiple of the cluster size {m.cluster[i]}")
+    return dims[0], dims[1], dims[2]
+
+
+class Packer:
+    """Packs host values into the `PlKernelParams` block with one precompiled struct."""
+
+    def __init__(self, m: Manifest):
+        fmt, cur = ["<"], 0
+        for s in m.slots:
+            if s.offset > cur:
+                fmt.append(f"{s.offset - cur}x")
+            fmt.append(_TYPES[s.type][0])
+            cur = s.offset + _TYPES[s.type][1]
+        if m.param_size > cur:
+            fmt.append(f"{m.param_size - cur}x")
+        self.struct = struct.Struct("".join(fmt))
+        self.order = tuple(s.name for s in m.slots)
+        self.size = max(m.param_size, 1)
+        assert self.struct.size == m.param_size, (self.struct.size, m.param_size)
+
+    def pack(self, values: Mapping[str, int | float]) -> bytes:
+        data = self.struct.pack(*[values[n] for n in self.order])
+        return data if data else b"\0" * 4  # no parameters: the block is `unsigned pl_unused`
+
+
+def pack_params(m: Manifest, values: Mapping[str, int | float]) -> bytes:
+    return Packer(m).pack(values)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    dynamic_smem: int
+    params: bytes  # the packed PlKernelParams block
+    values: dict  # the host value of each parameter
+
+
+Validator = Callable[["Kernel | None", Mapping[str, Any]], None]
+
+
+def plan_launch(m: Manifest, params: Mapping[str, Any], *, grid=None, device: int | None = None,
+                validators: Iterable[Validator] = (), kernel: "Kernel | None" = None,
+                packer: Packer | None = None) -> LaunchPlan:
+    """Everything a launch decides, without a GPU: validation, grid, packed parameters."""
+    values = coerce_params(m, params, device, need_grid_names=grid is None)
+    for v in validators:
+        v(kernel, params)
+    dims = grid_dims(m, values, grid)
+    data = (packer or Packer(m)).pack(values)
+    return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, data, values)
+
+
+# --------------------------------------------------------------------------------------
+# tensor checks for per-kernel wrappers
+# --------------------------------------------------------------------------------------
+
+
+def expect_tensor(name: str, t, *, shape: Iterable[int | None] | None = None, dtype=None,
+                  device: int | None = None, contiguous: bool = True, align: int = 0) -> None:
+    """Raise R-* if tensor `t` is not what a wrapper needs (None in `shape` = any size)."""
+    if not _is_tensor(t):
+        raise LaunchError("R-PARAM", f"{name} must be a CUDA tensor, got {type(t).__name__}")
+    if not t.is_cuda:
+        raise LaunchError("R-DEVICE", f"{name} is on {t.device}, not on a GPU", hint=f"{name}.cuda()")
+    idx = _dev_index(t)
+    if device is not None and idx != device:
+        raise LaunchError("R-DEVICE", f"{name} is on cuda:{idx}, expected cuda:{device}",
+                          hint="put all operands on one device")
+    if dtype is not None and t.dtype != dtype:
+        raise LaunchError("R-DTYPE", f"{name} has dtype {t.dtype}, expected {dtype}", hint=f"{name}.to({dtype})")
+    if shape is not None:
+        shape = tuple(shape)
+        got = tuple(t.shape)
+        if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape)):
+            want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
+            raise LaunchError("R-SHAPE", f"{name} has shape {list(got)}, expected {want}")
+    if contiguous and not t.is_contiguous():
+        raise LaunchError("R-LAYOUT", f"{name} (shape {list(t.shape)}, strides {list(t.stride())}) is not "
+                          "contiguous row-major", hint=f"pass {name}.contiguous()")
+    if align and t.data_ptr() % align:
+        raise LaunchError("R-LAYOUT", f"{name}'s data pointer {t.data_ptr():#x} is not {align}-byte aligned",
+                          hint="pass a tensor that starts at an aligned address (e.g. not an odd slice)")
+
+
+# --------------------------------------------------------------------------------------
+# CUDA driver
+# --------------------------------------------------------------------------------------
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise LaunchError("R-CUDA", f"cuda.bindings is not importable ({e})",
+                          hint="pip install 'cuda-bindings>=13,<14' (the CUDA Python driver bindings)") from None
+    return driver
+
+
+def _check(drv, res, what: str, *, code: str = "R-CUDA", hint: str = ""):
+    """cuda.bindings returns (err, *values): raise on err, return the values."""
+    err = res[0] if isinstance(res, tuple) else res
+    if err != drv.CUresult.CUDA_SUCCESS:
+        try:
+            _, name = drv.cuGetErrorName(err)
+            _, desc = drv.cuGetErrorString(err)
+            text = f"{name.decode()}: {desc.decode()}"
+        except Exception:  # noqa: BLE001 - the name is a nicety
+            text = str(err)
+        E = drv.CUresult
+        if not hint:
+            hint = {
+                E.CUDA_ERROR_NO_DEVICE: "no GPU is visible (CUDA_VISIBLE_DEVICES?)",
+                E.CUDA_ERROR_NO_BINARY_FOR_GPU: "the cubin was built for another architecture than this GPU",
+                E.CUDA_ERROR_INVALID_IMAGE: "the file is not a cubin for this driver",
+                E.CUDA_ERROR_UNSUPPORTED_PTX_VERSION: "the driver is older than the toolkit that built the cubin",
+                E.CUDA_ERROR_OUT_OF_RESOURCES: "too many registers or threads for this launch",
+                E.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: "launch on the capturing stream, not the legacy default stream",
+                E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: "this call is not allowed during stream capture",
+                E.CUDA_ERROR_INVALID_HANDLE: "the stream belongs to another device or context",
+                E.CUDA_ERROR_ILLEGAL_ADDRESS: "an earlier kernel faulted; the context is unusable (run under "
+                                              "compute-sanitizer to find it)",
+            }.get(err, "")
+        raise LaunchError(code, f"{what} failed: {text}", hint=hint)
+    if isinstance(res, tuple):
+        return res[1] if len(res) == 2 else res[1:]
+    return None
+
+
+def _arch_ok(arch: str, cc: tuple[int, int]) -> bool:
+    """Can SASS for `arch` run on a device of compute capability `cc`?"""
+    num = arch[3:] if arch.startswith("sm_") else ""
+    digits = num.rstrip("af")
+    if not digits.isdigit():
+        return True  # unknown spelling: let the driver decide
+    want = (int(digits) // 10, int(digits) % 10)
+    if num.endswith("a"):  # architecture-specific features (wgmma, setmaxnreg): that chip only
+        return cc == want
+    return cc[0] == want[0] and cc[1] >= want[1]
+
+
+class Kernel:
+    """A linked kernel loaded on one GPU. Launch with `kernel(**params)` or `kernel.launch(...)`."""
+
+    def __init__(self, manifest: Manifest, cubin: bytes, device: int = 0, *,
+                 validate: Validator | Iterable[Validator] | None = None, name: str = ""):
+        self.manifest = manifest
+        self.device = int(device)
+        self.name = name or manifest.kernel
+        self.validators: list[Validator] = ([] if validate is None else
+                                            [validate] if callable(validate) else list(validate))
+        self._packer = Packer(manifest)
+        self._grid_cache: dict[tuple, tuple[int, int, int]] = {}
+        self._module = None
+        drv = self._drv = _driver()
+        m = manifest
+        try:
+            res = drv.cuInit(0)
+        except Exception as e:  # noqa: BLE001 - cuda.pathfinder raises when libcuda.so is absent
+            raise LaunchError("R-DEVICE", f"no NVIDIA driver: {e}",
+                              hint="run on a machine with a GPU and its driver (libcuda.so)") from None
+        _check(drv, res, "cuInit", code="R-DEVICE", hint="no usable NVIDIA driver or GPU here")
+        count = _check(drv, drv.cuDeviceGetCount(), "cuDeviceGetCount", code="R-DEVICE")
+        if not 0 <= self.device < count:
+            raise LaunchError("R-DEVICE", f"device {self.device} does not exist ({count} GPU(s) visible)",
+                              hint="check CUDA_VISIBLE_DEVICES and the device= argument")
+        dev = self._dev = _check(drv, drv.cuDeviceGet(self.device), "cuDeviceGet", code="R-DEVICE")
+        A = drv.CUdevice_attribute
+        attr = lambda a: _check(drv, drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute")  # noqa: E731
+        cc = (attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        self.compute_capability = cc
+        if m.arch and not _arch_ok(m.arch, cc):
+            raise LaunchError("R-DEVICE", f"kernel {m.kernel} is built for {m.arch}; device {self.device} is "
+                              f"sm_{cc[0]}{cc[1]}", hint=f"relink with --arch sm_{cc[0]}{cc[1]}"
+                              f"{'a' if cc[0] >= 9 else ''} or run on a matching GPU")
+        self._ctx = _check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain", code="R-DEVICE")
+        self._ctx_int = int(self._ctx)
+        with self._context():
+            self._module = _check(drv, drv.cuModuleLoadData(cubin), f"loading the cubin of {self.name}")
+            self._func = _check(drv, drv.cuModuleGetFunction(self._module, m.kernel.encode()),
+                                f"finding entry {m.kernel!r} in the cubin", code="R-MANIFEST",
+                                hint="the manifest belongs to another cubin: keep the pair from one link")
+            F = drv.CUfunction_attribute
+            fattr = lambda a: _check(drv, drv.cuFuncGetAttribute(a, self._func), "cuFuncGetAttribute")  # noqa: E731
+            self.registers = fattr(F.CU_FUNC_ATTRIBUTE_NUM_REGS)
+            self.static_smem = fattr(F.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            max_threads = fattr(F.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+            if m.threads > max_threads:
+                raise LaunchError("R-MANIFEST", f"block {list(m.block)} has {m.threads} threads; the cubin's "
+                                  f"{m.kernel} allows at most {max_threads}",
+                                  hint="the manifest belongs to another cubin: keep the pair from one link")
+            self._check_param_size()
+            optin = attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            if m.dynamic_smem + self.static_smem > optin:
+                raise LaunchError("R-DEVICE", f"{m.kernel} needs {m.dynamic_smem} B dynamic + {self.static_smem} B "
+                                  f"static shared memory; device {self.device} allows {optin} B per block",
+                                  hint="relink for this GPU (the solver sizes rings to the SM's capacity)")
+            _check(drv, drv.cuFuncSetAttribute(self._func, F.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               m.dynamic_smem), "setting the dynamic shared memory limit")
+            if math.prod(m.cluster) > 8:
+                _check(drv, drv.cuFuncSetAttribute(self._func, F.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                                   1), "allowing a non-portable cluster size")
+
+    # ---- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, cubin_path: str | Path, manifest_path: str | Path | None = None, device: int = 0, *,
+             validate: Validator | Iterable[Validator] | None = None) -> "Kernel":
+        cp = Path(cubin_path)
+        try:
+            cubin = cp.read_bytes()
+        except OSError as e:
+            raise LaunchError("R-MANIFEST", f"cannot read cubin {cp}: {e.strerror or e}",
+                              hint="`pipelink link --out-dir DIR` writes DIR/<kernel>.cubin") from None
+        manifest = Manifest.from_file(manifest_path or default_manifest_path(cp))
+        return cls(manifest, cubin, device, validate=validate, name=cp.name)
+
+    def _check_param_size(self) -> None:
+        drv, m = self._drv, self.manifest
+        get = getattr(drv, "cuFuncGetParamInfo", None)
+        if get is None:
+            return
+        # (Only index 0: probing a parameter that does not exist returns an error that
+        # compute-sanitizer counts as an API error.)
+        res = get(self._func, 0)
+        if res[0] != drv.CUresult.CUDA_SUCCESS:
+            return  # older driver: nothing to compare
+        size = res[2]
+        if size != (m.param_size or 4):
+            raise LaunchError("R-MANIFEST", f"the cubin's {m.kernel} takes a {size}-byte parameter block; the "
+                              f"manifest lays out {m.param_size} bytes",
+                              hint="the manifest belongs to another cubin: keep the pair from one link")
+
+    def close(self) -> None:
+        drv = self._drv
+        if self._module is not None:
+            with self._context():
+                _check(drv, drv.cuModuleUnload(self._module), "cuModuleUnload")
+            self._module = None
+            _check(drv, drv.cuDevicePrimaryCtxRelease(self._dev), "cuDevicePrimaryCtxRelease")
+
+    def __del__(self):  # best effort; interpreter shutdown may have torn the driver down
+        try:
+            if getattr(self, "_module", None) is not None and not sys.is_finalizing():
+                self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __repr__(self) -> str:
+        m = self.manifest
+        return (f"Kernel({self.name}: {m.kernel} on cuda:{self.device}, block {list(m.block)}, "
+                f"{m.dynamic_smem} B dynamic smem, params({_signature(m)}), grid {list(m.grid)})")
+
+    class _Ctx:
+        __slots__ = ("k", "pushed")
+
+        def __init__(self, k):
+            self.k, self.pushed = k, False
+
+        def __enter__(self):
+            drv = self.k._drv
+            cur = drv.cuCtxGetCurrent()
+            if cur[0] != drv.CUresult.CUDA_SUCCESS or int(cur[1]) != self.k._ctx_int:
+                _check(drv, drv.cuCtxPushCurrent(self.k._ctx), "cuCtxPushCurrent")
+                self.pushed = True
+
+        def __exit__(self, *exc):
+            if self.pushed:
+                _check(self.k._drv, self.k._drv.cuCtxPopCurrent(), "cuCtxPopCurrent")
+            return False
+
+    def _context(self) -> "_Ctx":
+        return Kernel._Ctx(self)
+
+    # ---- launching -----------------------------------------------------------------------
+
+    def add_validator(self, fn: Validator) -> Validator:
+        """Register `fn(kernel, params)`, called with the raw parameters before each launch."""
+        self.validators.append(fn)
+        return fn
+
+    def plan(self, params: Mapping[str, Any], grid=None) -> LaunchPlan:
+        """Validate and pack without launching (what `launch` would do)."""
+        m = self.manifest
+        values = coerce_params(m, params, self.device, need_grid_names=grid is None)
+        for v in self.validators:
+            v(self, params)
+        key = (tuple(sorted((k, v) for k, v in values.items() if m.param_types.get(k) != "ptr")),
+               None if grid is None else (grid if isinstance(grid, int) else tuple(grid)))
+        dims = self._grid_cache.get(key)
+        if dims is None:
+            dims = grid_dims(m, values, grid)
+            if len(self._grid_cache) < 4096:
+                self._grid_cache[key] = dims
+        return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, self._packer.pack(values), values)
+
+    def __call__(self, stream=None, **params) -> LaunchPlan:
+        return self.launch_with(params, stream=stream)
+
+    def launch(self, grid=None, stream=None, **params) -> LaunchPlan:
+        return self.launch_with(params, grid=grid, stream=stream)
+
+    def launch_with(self, params: Mapping[str, Any], *, grid=None, stream=None) -> LaunchPlan:
+        """Launch with parameters from a dict (for parameter names like `grid` or `stream`)."""
+        if self._module is None:
+            raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
+        p = self.plan(params, grid)
+        h = self._stream_handle(stream)
+        drv, m = self._drv, self.manifest
+        buf = ctypes.create_string_buffer(p.params, len(p.params))
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        gx, gy, gz = p.grid
+        bx, by, bz = m.block
+        with self._context():
+            if m.cluster == (1, 1, 1):
+                res = drv.cuLaunchKernel(self._func, gx, gy, gz, bx, by, bz, m.dynamic_smem, h,
+                                         ctypes.addressof(argv), 0)
+            else:
+                res = drv.cuLaunchKernelEx(self._launch_config(p.grid, h), self._func, ctypes.addressof(argv), 0)
+        _check(drv, res, f"launching {self.name} (grid {list(p.grid)}, block {list(m.block)}, "
+                         f"{m.dynamic_smem} B dynamic smem)")
+        return p
+
+    def _launch_config(self, grid, stream: int):
+        drv, m = self._drv, self.manifest
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = m.block
+        cfg.sharedMemBytes = m.dynamic_smem
+        cfg.hStream = drv.CUstream(stream)
+        a = drv.CUlaunchAttribute()
+        a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = m.cluster
+        cfg.attrs = [a]
+        cfg.numAttrs = 1
+        return cfg
+
+    def _stream_handle(self, stream) -> int:
+        if stream is None:
+            torch = sys.modules.get("torch")  # torch's current stream (the capturing one under
+            if torch is not None and torch.cuda.is_initialized():  # torch.cuda.graph); else the default
+                return int(torch.cuda.current_stream(self.device).cuda_stream)
+            return 0
+        if isinstance(stream, bool):
+            raise LaunchError("R-PARAM", "stream must be a stream object or handle, not a bool")
+        if isinstance(stream, int):
+            return stream
+        if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            dev = getattr(stream, "device", None)
+            idx = getattr(dev, "index", None)
+            if idx is not None and idx != self.device:
+                raise LaunchError("R-DEVICE", f"stream is on cuda:{idx}, the kernel on cuda:{self.device}",
+                                  hint="launch on a stream of the kernel's device")
+            return int(stream.cuda_stream)
+        if hasattr(stream, "__cuda_stream__"):
+            return int(stream.__cuda_stream__()[1])
+        try:
+            return int(stream)  # cuda.bindings CUstream
+        except (TypeError, ValueError):
+            raise LaunchError("R-PARAM", f"cannot use {type(stream).__name__} as a CUDA stream",
+                              hint="pass a torch.cuda.Stream, an object with __cuda_stream__, or a handle") from None
+
+
+def load(cubin_path: str | Path, manifest_path: str | Path | None = None, device: int = 0, **kw) -> Kernel:
+    return Kernel.load(cubin_path, manifest_path, device, **kw)
