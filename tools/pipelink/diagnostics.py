@@ -111,4 +111,11 @@ CODES: dict[str, str] = {
     "L-SOLVE": "the solver found no placement (or gave up) for a reason not covered above",
     "L-LINK": "nvJitLink failed to link the kernel",
     "L-COMPILE": "compiling the generated code failed",
+    "R-PARAM": "a launch parameter is missing, unknown, or of the wrong kind or range",
+    "R-SHAPE": "a tensor shape or grid size does not fit the kernel (e.g. not a multiple of a tile)",
+    "R-DTYPE": "a tensor has the wrong dtype",
+    "R-LAYOUT": "a tensor is not contiguous or not aligned as the kernel needs",
+    "R-DEVICE": "the GPU or tensor device does not match the kernel (arch, device index, shared memory)",
+    "R-MANIFEST": "the manifest is missing, damaged, or does not match the cubin",
+    "R-CUDA": "a CUDA driver call failed (the driver's error is quoted)",
 }

@@ -14,8 +14,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import z3
-
 from pipelink.check import Checked, Claim
 from pipelink.diagnostics import Fact, Rejected, reject
 
@@ -64,9 +62,15 @@ def dynamic_capacity(ch: Checked) -> int:
 
 
 def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
+    # z3 is imported here, not at module level: the runtime (and a GPU machine without z3)
+    # uses Placement and the generated code's layout without ever solving.
+    try:
+        import z3
+    except ImportError:
+        raise reject("E-TOOLKIT", "z3-solver is not installed", hint="run `bash tools/setup.sh`") from None
     t0 = time.perf_counter()
     cap = dynamic_capacity(ch)
-    hard: list[tuple[str, z3.BoolRef]] = []  # (group, constraint) — groups name the diagnostic
+    hard: list[tuple[str, object]] = []  # (group, constraint) — groups name the diagnostic
 
     depth = {r.name: z3.Int(f"depth.{r.name}") for r in ch.rings}
     for r in ch.rings:
