@@ -131,7 +131,7 @@ if [[ -z "$host_bazel" ]]; then
         || fail "apt-get install mmdebstrap failed" "apt-get update && apt-get install mmdebstrap"
     fi
     echo "   building Debian sid root with $SID_PACKAGES at $SIDROOT (about a minute, 1.5 GB)"
-    rm -rf "$SIDROOT.tmp"
+    rm -rf --one-file-system "$SIDROOT.tmp"
     mkdir -p "$(dirname "$SIDROOT")"
     # The sid archive served here is a frozen snapshot, hence Check-Valid-Until false.
     mmdebstrap --quiet --aptopt='Acquire::Check-Valid-Until "false"' --variant=apt \
@@ -141,7 +141,10 @@ if [[ -z "$host_bazel" ]]; then
     [[ -x "$SIDROOT.tmp/usr/bin/bazel" && -x "$SIDROOT.tmp/usr/bin/g++-14" ]] \
       || fail "the new root has no /usr/bin/bazel or /usr/bin/g++-14" "Debian sid must ship bazel-bootstrap and g++-14; check the mirror"
     echo "$SID_PACKAGES" > "$SIDROOT.tmp/.pipelink-root-ready"
-    rm -rf "$SIDROOT"
+    if [[ -e "$SIDROOT" ]]; then   # an old root: drop its bind mounts before deleting it
+      bash "$WS/tools/bazel" --pipelink-unmount || true
+      rm -rf --one-file-system "$SIDROOT"
+    fi
     mv "$SIDROOT.tmp" "$SIDROOT"
   fi
 fi
