@@ -21,8 +21,9 @@ The architecture comes from the configuration (`//pipelink_rules:arch`, default 
 `fused_kernel(arch = ...)` transitions its components to its own architecture.
 """
 
-load(":arch.bzl", "SUPPORTED_ARCHS", "check_arch")
+load(":arch.bzl", "DEFAULT_ARCH", "SUPPORTED_ARCHS", "check_arch")
 load(":cuda_compile.bzl", "cuda_compile_action")
+load(":linker_cli.bzl", "ORIGIN_FLAG", "PACK_ARCH_FLAG")
 load(":providers.bzl", "CudaComponentInfo", "PipelinkArchInfo")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE", "find_cuda_toolchain")
 
@@ -41,8 +42,21 @@ def pipelink_action_env(toolchain):
         "PIPELINK_HOST_CXX": toolchain.host_compiler,
     }
 
-def _dirname(f):
-    return f.dirname
+def run_pipelink(ctx, tool, arguments, inputs, outputs, mnemonic, progress_message, env):
+    """Runs the linker CLI as an action. Its success summary (stdout) is dropped so builds
+    stay quiet (the map is an output file); diagnostics on stderr surface as the build error.
+    """
+    ctx.actions.run_shell(
+        command = '"$@" > /dev/null',
+        arguments = [tool.executable.path] + arguments,
+        tools = [tool],
+        inputs = inputs,
+        outputs = outputs,
+        mnemonic = mnemonic,
+        progress_message = progress_message,
+        env = env,
+        use_default_shell_env = False,
+    )
 
 def _stem(src, pkg):
     # Object name from the source's path inside the package, so a/x.cu and b/x.cu differ.
@@ -131,26 +145,31 @@ def _cuda_component_impl(ctx):
     packed_hdrs = depset(own_hdrs + extra_hdrs, transitive = dep_hdrs)
 
     package = ctx.actions.declare_file(ctx.label.name + ".plpkg")
+    packed_contract = contract
+    if not PACK_ARCH_FLAG and arch != DEFAULT_ARCH:
+        packed_contract = _retarget_contract(ctx, contract, arch)
     args = ctx.actions.args()
     args.add("pack")
-    args.add("--contract", contract)
+    args.add("--contract", packed_contract)
     args.add_all(objects, before_each = "--object")
     args.add_all(cu_srcs, before_each = "--source")
     args.add_all(packed_hdrs, before_each = "--header")
     args.add_all(recorded_copts, format_each = "--copt=%s")
-    args.add("--arch", arch)
-    args.add("--origin", "%s=%s" % (contract.path, ctx.label))
+    if PACK_ARCH_FLAG:
+        args.add("--arch", arch)
+    if ORIGIN_FLAG:
+        args.add("--origin", "%s=%s" % (packed_contract.path, ctx.label))
     args.add("--out", package)
     args.add("--cuda-home", toolchain.cuda_home)
-    ctx.actions.run(
-        executable = ctx.executable._pipelink,
+    run_pipelink(
+        ctx,
+        tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [args],
-        inputs = depset([contract] + objects + cu_srcs, transitive = [packed_hdrs, toolchain.nvcc_files]),
+        inputs = depset([packed_contract] + objects + cu_srcs, transitive = [packed_hdrs, toolchain.nvcc_files]),
         outputs = [package],
         mnemonic = "PipelinkPack",
-        progress_message = "Packing component %s (%s) for %s" % (component, ctx.label, arch),
+        progress_message = "Packing component %s (%%{label}) for %s" % (component, arch),
         env = pipelink_action_env(toolchain),
-        use_default_shell_env = False,
     )
 
     info = CudaComponentInfo(
@@ -169,6 +188,25 @@ def _cuda_component_impl(ctx):
         OutputGroupInfo(objects = depset(objects), package = depset([package])),
         info,
     ]
+
+def _retarget_contract(ctx, contract, arch):
+    """Interim (until `pack --arch`): a copy of the contract with component.arch = arch.
+
+    Only the `arch = "..."` line changes, so diagnostics' line numbers still match the
+    source contract. `arch` is the only key of that name a contract has.
+    """
+    out = ctx.actions.declare_file("_pl_contracts/%s/%s" % (ctx.label.name, contract.basename))
+    ctx.actions.run_shell(
+        inputs = [contract],
+        outputs = [out],
+        command = """/usr/bin/sed -E 's/^([[:space:]]*arch[[:space:]]*=[[:space:]]*)"[^"]*"/\\1"%s"/' "$1" > "$2" """ % arch,
+        arguments = [contract.path, out.path],
+        mnemonic = "PipelinkContractArch",
+        progress_message = "Retargeting contract %s to %s" % (contract.short_path, arch),
+        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+        use_default_shell_env = False,
+    )
+    return out
 
 def _dedup(xs):
     seen = {}

@@ -19,8 +19,9 @@ inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides 
 """
 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
-load(":cuda_component.bzl", "cuda_toolchain", "pipelink_action_env")
+load(":cuda_component.bzl", "cuda_toolchain", "pipelink_action_env", "run_pipelink")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
+load(":linker_cli.bzl", "ORIGIN_FLAG")
 load(":providers.bzl", "CudaComponentInfo", "FusedKernelInfo")
 
 def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
@@ -36,9 +37,10 @@ def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
         args.add("--control-cubin", control)
     args.add("--arch", ctx.attr.arch)
     args.add("--cuda-home", toolchain.cuda_home)
-    args.add("--origin", "%s=%s" % (kernel_file.path, ctx.label))
-    for c in comps:
-        args.add("--origin", "%s=%s" % (c.contract.path, c.label))
+    if ORIGIN_FLAG:
+        args.add("--origin", "%s=%s" % (kernel_file.path, ctx.label))
+        for c in comps:
+            args.add("--origin", "%s=%s" % (c.contract.path, c.label))
     return args
 
 def _declare_outputs(ctx, prefix):
@@ -72,15 +74,15 @@ def _fused_kernel_impl(ctx):
     env = pipelink_action_env(toolchain)
 
     outs = _declare_outputs(ctx, ctx.label.name)
-    ctx.actions.run(
-        executable = ctx.executable._pipelink,
+    run_pipelink(
+        ctx,
+        tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [_link_args(ctx, toolchain, kernel_file, comps, outs)],
         inputs = depset([kernel_file], transitive = [packages, tool_inputs]),
         outputs = [outs.cubin, outs.manifest, outs.report, outs.map],
         mnemonic = "PipelinkLink",
         progress_message = "Linking fused kernel %{label} for " + ctx.attr.arch,
         env = env,
-        use_default_shell_env = False,
     )
 
     # The control build: the same link plus the one-translation-unit build, in its own
@@ -88,8 +90,9 @@ def _fused_kernel_impl(ctx):
     # scratch (the CLI writes them); only the control cubin is exposed.
     control = ctx.actions.declare_file(ctx.label.name + ".control.cubin")
     scratch = _declare_outputs(ctx, "_pl_control/%s/%s" % (ctx.label.name, ctx.label.name))
-    ctx.actions.run(
-        executable = ctx.executable._pipelink,
+    run_pipelink(
+        ctx,
+        tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [_link_args(ctx, toolchain, kernel_file, comps, scratch, control = control)],
         inputs = depset(
             [kernel_file],
@@ -99,7 +102,6 @@ def _fused_kernel_impl(ctx):
         mnemonic = "PipelinkControlLink",
         progress_message = "Building control kernel %{label} (one translation unit) for " + ctx.attr.arch,
         env = env,
-        use_default_shell_env = False,
     )
 
     return [
