@@ -162,6 +162,9 @@ def _counted(ran: dict[str, collections.Counter]) -> dict[str, dict[str, int]]:
 @pytest.fixture(scope="module")
 def ws():
     E2E.mkdir(parents=True, exist_ok=True)
+    for ob in (E2E / "ob1", E2E / "ob2"):  # a server left by an earlier run
+        if (ob / "server").exists() and WS.exists():
+            subprocess.run(_bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
     for d in ("relink", "ob1", "ob2", "disk_cache", "logs"):
         _rmtree(E2E / d)
     shutil.copytree(SRC_WS, WS, ignore=shutil.ignore_patterns("bazel-*", "user.bazelrc"))
@@ -177,7 +180,9 @@ def ws():
 
 
 def test_cold_then_noop(ws):
-    ws.bazel("build", "--nobuild", *TARGETS)  # start the server, fetch the toolchain repos
+    t0 = time.monotonic()
+    ws.bazel("build", "--nobuild", *TARGETS)  # start the server, fetch the toolchain repos, analyse
+    ws.timings["cold_server_and_analysis"] = round(time.monotonic() - t0, 2)
     ws.timed_build("cold", *TARGETS)
     ran = _counted(ws.ran("cold"))
     # owner and reader: 3 archs each; reader2, extra: sm_90a only.
@@ -263,8 +268,12 @@ def test_two_output_bases_bit_identical(ws):
     ws.bazel("build", *TARGETS, ob=ws.ob2, disk_cache=False, log="ob2")
     assert _counted(ws.ran("ob2"))["PipelinkLink"] == {k: 1 for k in LINKS}  # really rebuilt
     a, b = _outputs(ws.ob1), _outputs(ws.ob2)
-    assert a and a.keys() == b.keys(), (sorted(a), sorted(b))
-    differ = [k for k in a if a[k] != b[k]]
+    # ob1's last build came from the disk cache, which only materialises top-level outputs;
+    # compare those and every intermediate file both output bases hold.
+    top = {f"k8-fastbuild/bin/{k[3:]}{ext}" for k in LINKS for ext in (".cubin", ".manifest.json", ".report.json", ".map.txt")}
+    assert top <= a.keys() and top <= b.keys(), (sorted(top - a.keys()), sorted(top - b.keys()))
+    common = a.keys() & b.keys()
+    differ = sorted(k for k in common if a[k] != b[k])
     assert not differ, f"outputs differ between output bases: {differ}"
     root = ws.ob2 / "execroot" / "_main" / "bazel-out"
     for rel in b:
