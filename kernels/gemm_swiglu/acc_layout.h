@@ -1,6 +1,8 @@
-// acc_layout.h — the register fragment layout of export/import `acc`, shared by mainloop
-// (exporter) and swiglu (importer). Contract: shape = ["2", "block_m", "block_n"],
-// dtype = "f32", layout = "mma_acc(2,4)", space = "reg", scope = "role".
+// acc_layout.h — the register fragment layouts of export/import `acc`: AccLayout
+// ("mma_acc(2,4)", mainloop -> swiglu) and WgmmaAccLayout ("wgmma_acc(2)", below;
+// mainloop_wgmma -> swiglu built with -DSWIGLU_LAYOUT_WGMMA). Contract: shape =
+// ["2", "block_m", "block_n"], dtype = "f32", layout = "mma_acc(2,4)" or "wgmma_acc(2)",
+// space = "reg", scope = "role".
 //
 // The tensor is two planes of [block_m, block_n] f32: plane 0 = gate (x @ Wg^T), plane 1 =
 // up (x @ Wu^T), for the CTA's output tile. PL_EXPORT(acc, frag, row0, col0) passes
@@ -39,6 +41,39 @@ struct AccLayout {
   }
   __host__ __device__ static constexpr unsigned col(unsigned t, unsigned nt, unsigned i) {
     return (t / 32 % WARPS_N) * WN + nt * 8 + 2 * (t % 4) + (i % 2);
+  }
+};
+
+// "wgmma_acc(2)": the accumulator order of wgmma.m64nNk16 (f32) from two consumer
+// warpgroups, planes first. Exported by mainloop_wgmma (one wgmma of N = 2*block_n over the
+// contiguous gate + up rows of a stage, so accumulator n8-tile j < block_n/8 is gate and
+// j >= block_n/8 is up), imported by swiglu built with -DSWIGLU_LAYOUT_WGMMA
+// (swiglu_wgmma.contract.toml). Requires block_m = 128 (warpgroup wg holds rows
+// [64*wg, 64*wg + 64)). For role thread t (0..255):
+//   wg = t / 128, w = (t / 32) % 4, lane = t % 32, g = lane / 4, q = lane % 4, NT = block_n / 8
+// The thread's float array has 2 * NT * 4 = block_n elements; element
+//   frag[(p * NT + nt) * 4 + i]      p in {0,1}, nt < NT, i < 4
+// is plane p at
+//   row = 64 * wg + 16 * w + g + 8 * (i / 2)
+//   col = nt * 8 + 2 * q + (i % 2)
+// (per n8 tile the same c0..c3 order as mma.sync m16n8; warp w of a warpgroup owns rows
+// 16w..16w+15 of its 64-row slab across all columns).
+template <unsigned BM, unsigned BN>
+struct WgmmaAccLayout {
+  static constexpr unsigned WARPGROUPS = 2, THREADS = 128 * WARPGROUPS;
+  static_assert(BM == 64 * WARPGROUPS, "wgmma_acc(2): block_m = 128");
+  static_assert(BN % 8 == 0 && 2 * BN <= 256, "wgmma N = 2 * block_n <= 256");
+  static constexpr unsigned NT = BN / 8;
+  static constexpr unsigned PLANE = NT * 4;   // floats per plane per thread
+  static constexpr unsigned FRAG = 2 * PLANE; // floats per thread (= block_n)
+  __host__ __device__ static constexpr unsigned index(unsigned p, unsigned nt, unsigned i) {
+    return (p * NT + nt) * 4 + i;
+  }
+  __host__ __device__ static constexpr unsigned row(unsigned t, unsigned i) {
+    return (t / 128) * 64 + ((t / 32) % 4) * 16 + (t % 32) / 4 + 8 * (i / 2);
+  }
+  __host__ __device__ static constexpr unsigned col(unsigned t, unsigned nt, unsigned i) {
+    return nt * 8 + 2 * (t % 4) + (i % 2);
   }
 };
 
