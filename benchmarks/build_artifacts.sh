@@ -11,7 +11,8 @@
 #
 # Configurations: a ring depth is pinned by rewriting the depth range in temporary copies of
 # the producer and consumer contracts ("free" = the solver's choice); a gemm tile by
-# -DMAINLOOP_BLOCK_{M,N,K} on mainloop.cu plus its contract's `own` values; the toy tile by
+# -DMAINLOOP_BLOCK_{M,N,K} on mainloop.cu (mainloop_wgmma.cu) plus its contract's `own` values;
+# gemm_swiglu_wgmma links swiglu.cu built with -DSWIGLU_LAYOUT_WGMMA; the toy tile by
 # -DTOY_TILE on consumer.cu plus its `own`. A configuration that does not link (e.g. L-REGS)
 # is reported and skipped; the script fails only if none links.
 set -uo pipefail
@@ -171,6 +172,45 @@ EOF
   done
 else
   echo "== gemm_swiglu: skipped ($([ $TOY_ONLY = 1 ] && echo --toy-only || echo "no sources in $G"))"
+fi
+
+# ---- gemm_swiglu_wgmma: the same loader, the wgmma consumer, swiglu in the wgmma layout ------
+if [ $TOY_ONLY = 0 ] && [ -f $G/mainloop_wgmma.cu ] && [ -f $G/gemm_swiglu_wgmma.kernel.toml ]; then
+  echo "== gemm_swiglu_wgmma"
+  KT=$G/gemm_swiglu_wgmma.kernel.toml
+  HDRS=()
+  for h in $G/*.h; do HDRS+=(--source "$h"); done
+  o=$WORK/gsw_wgmma
+  mkdir -p "$o"
+  "$NVCC" -dc -std=c++17 -O3 $GEN $INC "$G/loader.cu" -o "$o/loader.o" || exit 1
+  "$NVCC" -dc -std=c++17 -O3 $GEN $INC -DSWIGLU_LAYOUT_WGMMA "$G/swiglu.cu" -o "$o/swiglu.o" || exit 1
+  for tile in "128 64 64" "128 128 64"; do  # mainloop_wgmma: block_m = 128, block_k = 64
+    set -- $tile
+    bm=$1 bn=$2 bk=$3
+    t=${bm}x${bn}x${bk}
+    copt="-DMAINLOOP_BLOCK_M=$bm -DMAINLOOP_BLOCK_N=$bn -DMAINLOOP_BLOCK_K=$bk"
+    "$NVCC" -dc -std=c++17 -O3 $GEN $INC $copt "$G/mainloop_wgmma.cu" -o "$o/mainloop_wgmma_$t.o" || exit 1
+    for depth in 2 4 free; do
+      d=$o/${t}_d$depth
+      mkdir -p "$d"
+      pin_contract $G/loader.contract.toml "$d/loader.contract.toml" $depth
+      pin_contract $G/mainloop_wgmma.contract.toml "$d/mainloop_wgmma.contract.toml" $depth block_m=$bm block_n=$bn block_k=$bk
+      cp $G/swiglu_wgmma.contract.toml "$d/"
+      $PL pack --contract "$d/loader.contract.toml" --object "$o/loader.o" --source $G/loader.cu "${HDRS[@]}" \
+        --out "$d/loader.plpkg" > /dev/null || exit 1
+      $PL pack --contract "$d/mainloop_wgmma.contract.toml" --object "$o/mainloop_wgmma_$t.o" \
+        --source $G/mainloop_wgmma.cu "${HDRS[@]}" \
+        --copt=-DMAINLOOP_BLOCK_M=$bm --copt=-DMAINLOOP_BLOCK_N=$bn --copt=-DMAINLOOP_BLOCK_K=$bk \
+        --out "$d/mainloop_wgmma.plpkg" > /dev/null || exit 1
+      $PL pack --contract "$d/swiglu_wgmma.contract.toml" --object "$o/swiglu.o" --source $G/swiglu.cu "${HDRS[@]}" \
+        --copt=-DSWIGLU_LAYOUT_WGMMA --out "$d/swiglu.plpkg" > /dev/null || exit 1
+      link_config gemm_swiglu_wgmma ${t}_d$depth "$KT" \
+        "{\"block_m\": $bm, \"block_n\": $bn, \"block_k\": $bk, \"depth\": \"$depth\"}" \
+        "$d/loader.plpkg" "$d/mainloop_wgmma.plpkg" "$d/swiglu.plpkg"
+    done
+  done
+else
+  echo "== gemm_swiglu_wgmma: skipped ($([ $TOY_ONLY = 1 ] && echo --toy-only || echo "no mainloop_wgmma sources in $G"))"
 fi
 
 "$PY" - "$ENTRIES" "$OUTDIR/index.json" <<'EOF'

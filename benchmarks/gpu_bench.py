@@ -47,6 +47,9 @@ TOY_SHAPES_CHECK = [(1, 1), (3, 7), (132, 33), (1000, 2)]  # (blocks, tiles)
 TOY_BENCH = (132 * 8, 64)
 GSW_BENCH = [(128, 4096, 4096), (2048, 4096, 4096), (8192, 8192, 4096)]  # (M, N, K)
 GSW_TOL = 2e-2
+# Kernel families with the gemm_swiglu interface (params x, w, out, m, n, k; facts block_m/n/k):
+# the mma.sync composition and its wgmma variant (mainloop_wgmma + swiglu -DSWIGLU_LAYOUT_WGMMA).
+GSW_KERNELS = ("gemm_swiglu", "gemm_swiglu_wgmma")
 
 
 # ---- artifacts ---------------------------------------------------------------------------
@@ -66,7 +69,8 @@ def configs(artifacts: Path, kernels: list[str] | None) -> list[dict]:
 
 
 def label(c: dict) -> str:
-    return c["name"].split("/", 1)[1]
+    rest = c["name"].split("/", 1)[1]
+    return f"wgmma/{rest}" if c["kernel"] == "gemm_swiglu_wgmma" else rest
 
 
 # ---- toy -----------------------------------------------------------------------------------
@@ -146,7 +150,7 @@ def cmd_check(a) -> int:
                                       ({"tiles": 1, "blocks": 1, "in": torch.zeros(256 * 4)}, "R-DEVICE")):
                         p = {"in": torch.zeros(1024, device="cuda"), "out": torch.zeros(128, device="cuda"), **bad}
                         rows.append(expect_refusal(c["name"], variant, lambda: k(**p), code))
-                elif c["kernel"] == "gemm_swiglu":
+                elif c["kernel"] in GSW_KERNELS:
                     g = GemmSwiglu(c[variant], c["manifest"])
                     bm, bn, bk = g.block_m, g.block_n, g.block_k
                     for M, N, K in ((bm, bn, bk), (2 * bm, 3 * bn, 5 * bk), (512, 384, 1024), (1024, 1536, 2048)):
@@ -248,7 +252,7 @@ def cmd_bench(a) -> int:
         time_variants(variants, a.inner, a.reps)
         results += report(group, variants, {"GB/s": lambda us: nbytes / us / 1e3})
     # ---- gemm_swiglu: each shape, every config + torch
-    gsw = [c for c in cs if c["kernel"] == "gemm_swiglu"]
+    gsw = [c for c in cs if c["kernel"] in GSW_KERNELS]
     shapes = GSW_BENCH[:1] if a.quick else GSW_BENCH
     for M, N, K in (shapes if gsw else []):
         group = f"gemm_swiglu M={M} N={N} K={K}"
@@ -412,7 +416,7 @@ def cmd_target(a) -> int:
         ref = np.zeros((blocks, 32, 4))
         ref[:, np.arange(32), np.arange(32) % 4] = s
         good = not np.isnan(out).any() and np.allclose(out.reshape(blocks, 32, 4), ref, rtol=1e-4, atol=1e-3)
-    elif a.kernel == "gemm_swiglu":
+    elif a.kernel in GSW_KERNELS:
         f = k.manifest.facts
         M, N, K = 2 * f["block_m"], 2 * f["block_n"], 3 * f["block_k"]
 
@@ -449,7 +453,7 @@ def main() -> int:
         p = sub.add_parser(name)
         p.add_argument("--artifacts", type=Path, default=ROOT / ".devbuild")
         p.add_argument("--kernels", type=lambda s: [k for k in s.split(",") if k], default=None,
-                       help="comma-separated: toy,gemm_swiglu (default: all in the index)")
+                       help="comma-separated: toy,gemm_swiglu,gemm_swiglu_wgmma (default: all in the index)")
         p.add_argument("--quick", action="store_true", help="fewer shapes (bench) / one config per kernel (sanitize)")
     b = sub.choices["bench"]
     b.add_argument("--reps", type=int, default=30)

@@ -8,7 +8,7 @@
 # Then, through the device tool, with carry [".devbuild"]:
 #   benchmarks/gpu_run.sh .devbuild                         # everything
 #   benchmarks/gpu_run.sh .devbuild --kernels toy --quick   # the toy smoke run
-# Options: --kernels LIST (toy,gemm_swiglu), --quick (fewer shapes, one sanitized config per
+# Options: --kernels LIST (toy,gemm_swiglu,gemm_swiglu_wgmma), --quick (fewer shapes, one sanitized config per
 # kernel), --no-compile (skip torch.compile), --no-sanitize, --no-bench, --reps N, --inner N.
 # When $OUT is set: the log goes to $OUT/gpu_run.log, timings to $OUT/bench.json, and every
 # compute-sanitizer report in full to $OUT/sanitize.log.
