@@ -99,6 +99,25 @@ component_arch_test = analysistest.make(
     config_settings = {_ARCH: "sm_100a"},
 )
 
+def _cutlass_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    info = analysistest.target_under_test(env)[CudaComponentInfo]
+    compile = _one_action(env, "CudaCompile")
+    if compile:
+        inc = [a for a in compile.argv if a.startswith("-I") and "cutlass" in a.lower()]
+        asserts.equals(env, 1, len(inc), "one CUTLASS -I in %r" % compile.argv)
+        hdrs = [f for f in compile.inputs.to_list() if f.path.endswith("cutlass/cutlass.h")]
+        asserts.equals(env, 1, len(hdrs), "cutlass/cutlass.h is a declared input")
+        if inc:
+            _contains(env, info.copts, inc[0], "recorded copts carry the CUTLASS include")
+    pack = _one_action(env, "PipelinkPack")
+    if pack:
+        asserts.false(env, any([a.endswith("cutlass/cutlass.h") for a in pack.argv]),
+                      "CUTLASS headers come with the toolchain; they are not packed")
+    return analysistest.end(env)
+
+cutlass_test = analysistest.make(_cutlass_test_impl)
+
 # ---- fused_kernel: link actions, outputs, provider, transition ------------------------------
 
 def _kernel_test_impl(ctx):
@@ -191,6 +210,14 @@ def rules_analysis_test_suite(name):
         contract = "testdata/other.contract.toml",
         tags = ["manual"],
     )
+    cuda_component(
+        name = "comp_cutlass",
+        component = "comp",
+        srcs = ["testdata/comp.cu"],
+        contract = "testdata/comp.contract.toml",
+        cutlass = True,
+        tags = ["manual"],
+    )
     fused_kernel(name = "kern", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm100a", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm120a", arch = "sm_120a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
@@ -224,6 +251,7 @@ def rules_analysis_test_suite(name):
 
     component_test(name = "component_test", target_under_test = ":comp", size = "small")
     component_arch_test(name = "component_arch_test", target_under_test = ":comp", size = "small")
+    cutlass_test(name = "cutlass_test", target_under_test = ":comp_cutlass", size = "small")
     kernel_test(name = "kernel_test", target_under_test = ":kern", size = "small")
     kernel_test(name = "kernel_sm100a_test", target_under_test = ":kern_sm100a", size = "small", arch = "sm_100a")
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
@@ -238,6 +266,7 @@ def rules_analysis_test_suite(name):
         tests = [
             ":component_test",
             ":component_arch_test",
+            ":cutlass_test",
             ":kernel_test",
             ":kernel_sm100a_test",
             ":kernel_sm120a_test",
