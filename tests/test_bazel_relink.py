@@ -241,6 +241,9 @@ def test_diagnostics_surface_as_build_errors(ws):
     assert "L-FACT-ACCEPT" in err, err[-3000:]
     assert "toys/owner_wide.contract.toml:" in err and "toys/reader.contract.toml:" in err, err[-3000:]
     assert "own = 2048" in err and "max = 1024" in err, err[-3000:]
+    # The rules name the Bazel target of each file the linker cites.
+    assert "toys/owner_wide.contract.toml is the contract of //:owner_wide" in err, err[-3000:]
+    assert "toys/k1.kernel.toml is the kernel file of //:k_bad" in err, err[-3000:]
     assert "Traceback" not in err
 
 

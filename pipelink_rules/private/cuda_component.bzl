@@ -42,12 +42,27 @@ def pipelink_action_env(toolchain):
         "PIPELINK_HOST_CXX": toolchain.host_compiler,
     }
 
-def run_pipelink(ctx, tool, arguments, inputs, outputs, mnemonic, progress_message, env):
+def display_label(label):
+    """//pkg:name for the main repository, @repo//pkg:name otherwise."""
+    s = str(label)
+    return s[2:] if s.startswith("@@//") else s
+
+def run_pipelink(ctx, tool, arguments, inputs, outputs, mnemonic, progress_message, env, origins = []):
     """Runs the linker CLI as an action. Its success summary (stdout) is dropped so builds
     stay quiet (the map is an output file); diagnostics on stderr surface as the build error.
+
+    origins: (File, description, Label) triples; when the linker rejects its inputs, one line
+    each after its diagnostics says which Bazel target a contract or kernel file belongs to
+    (until the CLI takes --origin: linker_cli.bzl).
     """
+    notes = ["  from Bazel: %s is %s of %s" % (f.path, what, display_label(label)) for f, what, label in origins]
+    env = dict(env)
+    command = '"$@" > /dev/null'
+    if notes and not ORIGIN_FLAG:
+        env["PIPELINK_BAZEL_ORIGINS"] = "\n".join(notes)
+        command = '"$@" > /dev/null && exit 0; rc=$?; printf "%s\n" "$PIPELINK_BAZEL_ORIGINS" >&2; exit $rc'
     ctx.actions.run_shell(
-        command = '"$@" > /dev/null',
+        command = command,
         arguments = [tool.executable.path] + arguments,
         tools = [tool],
         inputs = inputs,
@@ -170,12 +185,14 @@ def _cuda_component_impl(ctx):
         mnemonic = "PipelinkPack",
         progress_message = "Packing component %s (%%{label}) for %s" % (component, arch),
         env = pipelink_action_env(toolchain),
+        origins = [(packed_contract, "the contract", ctx.label)],
     )
 
     info = CudaComponentInfo(
         package = package,
         component = component,
         contract = contract,
+        packed_contract = packed_contract,
         objects = depset(objects),
         sources = depset(cu_srcs),
         headers = depset(transitive = [headers, depset(extra_hdrs)] + toolchain_hdrs),

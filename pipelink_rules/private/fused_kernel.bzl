@@ -40,7 +40,7 @@ def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
     if ORIGIN_FLAG:
         args.add("--origin", "%s=%s" % (kernel_file.path, ctx.label))
         for c in comps:
-            args.add("--origin", "%s=%s" % (c.contract.path, c.label))
+            args.add("--origin", "%s=%s" % (c.packed_contract.path, c.label))
     return args
 
 def _declare_outputs(ctx, prefix):
@@ -73,6 +73,8 @@ def _fused_kernel_impl(ctx):
     tool_inputs = toolchain.nvcc_files
     env = pipelink_action_env(toolchain)
 
+    origins = [(kernel_file, "the kernel file", ctx.label)] + [(c.packed_contract, "the contract", c.label) for c in comps]
+
     outs = _declare_outputs(ctx, ctx.label.name)
     run_pipelink(
         ctx,
@@ -83,6 +85,7 @@ def _fused_kernel_impl(ctx):
         mnemonic = "PipelinkLink",
         progress_message = "Linking fused kernel %{label} for " + ctx.attr.arch,
         env = env,
+        origins = origins,
     )
 
     # The control build: the same link plus the one-translation-unit build, in its own
@@ -102,6 +105,7 @@ def _fused_kernel_impl(ctx):
         mnemonic = "PipelinkControlLink",
         progress_message = "Building control kernel %{label} (one translation unit) for " + ctx.attr.arch,
         env = env,
+        origins = origins,
     )
 
     return [

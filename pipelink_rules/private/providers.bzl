@@ -40,6 +40,9 @@ CudaComponentInfo = provider(
         "component": "string: the package name the kernel file refers to (the contract's " +
                      "component.name; the rule's `component` attribute, default the target name).",
         "contract": "File: the component's contract (.contract.toml).",
+        "packed_contract": "File: the contract as packed (the same file, or for an arch other " +
+                           "than sm_90a until `pack --arch` exists, a copy with component.arch " +
+                           "rewritten); diagnostics cite this path.",
         "objects": "depset of File: the LTO-IR objects (one per .cu source).",
         "sources": "depset of File: the .cu sources (carried for the control build).",
         "headers": "depset of File: every header a source may include: own hdrs, deps' headers, " +
