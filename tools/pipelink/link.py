@@ -108,6 +108,15 @@ def _link_once(comp, ch, pl, src, timings, control, tk) -> LinkResult:
                            [Fact(r.inst.name, f"budget {pl.budgets[r.inst.name]} registers (regs = {list(r.regs)})",
                                  str(r.inst.contract.role.origin)) for r in ch.roles],
                      hint="raise the spilling role's register range, or give it fewer warps")
+    granted = usage.get("REG", 0) * pl.threads
+    asked = 128 * sum(pl.group_budgets)
+    if pl.uses_setmaxnreg and granted and asked > granted:
+        # setmaxnreg.inc would wait forever for registers no warp released.
+        raise reject("L-REGS", f"the register budgets need {asked} registers but the linked block gets {granted} "
+                               f"({usage.get('REG')} per thread x {pl.threads} threads)",
+                     facts=[Fact(r.inst.name, f"budget {pl.budgets[r.inst.name]} x {r.warps} warps",
+                                 str(r.inst.contract.role.origin)) for r in ch.roles],
+                     hint="lower a role's maximum registers (regs = [min, max])")
     manifest = make_manifest(ch, pl, usage)
     report = make_report(ch, pl, usage, timings)
     return LinkResult(ch, pl, src, cubin, manifest, report, make_map(ch, pl, usage), control_cubin, timings)

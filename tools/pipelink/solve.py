@@ -4,7 +4,9 @@ Variables: every shared-memory claim's offset, every ring's depth, every named b
 id, every role's first warp and register budget. Hard constraints: capacity, alignment,
 non-overlap of claims whose lifetimes (phases) can meet, barrier ids 1..15 all different,
 warp ranges disjoint and warp-group aligned where asked, one setmaxnreg budget per warp
-group, and the register file (64K) shared by all warp groups. Objectives, in order: deeper
+group, and the block's register pool: setmaxnreg only moves registers between the block's
+own warps, so the budgets must fit what the block got at launch (threads x entry registers,
+e.g. 384 x 168 = 64,512 < 65,536: CUTLASS's 40/232 split). Objectives, in order: deeper
 rings, larger register budgets, smaller shared-memory footprint, fewer warps; then
 tie-breaks that make the answer a function of the input alone.
 """
@@ -45,11 +47,22 @@ class Placement:
     @property
     def entry_regs(self) -> int:
         """Registers per thread a block of this size gets at entry (__launch_bounds__(t, 1))."""
-        return min(255, (REGISTER_FILE // self.threads) // 8 * 8)
+        return entry_regs(self.threads)
 
     @property
     def uses_setmaxnreg(self) -> bool:
         return any(b != self.entry_regs for b in self.group_budgets)
+
+
+def entry_regs(threads: int) -> int:
+    return min(255, (REGISTER_FILE // threads) // 8 * 8)
+
+
+def register_pool(warp_groups: int) -> int:
+    """Registers a block of `warp_groups` warp groups owns at launch; setmaxnreg redistributes
+    only these (asking for more than were released blocks forever)."""
+    threads = 128 * warp_groups
+    return threads * entry_regs(threads)
 
 
 def _phases_meet(a: Claim, b: Claim) -> bool:
@@ -62,134 +75,158 @@ def dynamic_capacity(ch: Checked) -> int:
 
 
 def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
+    """One joint placement. No constraint couples shared memory (offsets, ring depths) with
+    warps and registers, or either with barrier ids, so the lexicographic optimum of the whole
+    is the optimum of each part: solving them apart is exact, and much faster."""
     # z3 is imported here, not at module level: the runtime (and a GPU machine without z3)
     # uses Placement and the generated code's layout without ever solving.
     try:
-        import z3
+        import z3  # noqa: F401
     except ImportError:
         raise reject("E-TOOLKIT", "z3-solver is not installed", hint="run `bash tools/setup.sh`") from None
     t0 = time.perf_counter()
     cap = dynamic_capacity(ch)
-    hard: list[tuple[str, object]] = []  # (group, constraint) — groups name the diagnostic
+    smem, smem_proven = _solve_smem(ch, cap, timeout_ms)
+    warps, warps_proven = _solve_warps(ch, timeout_ms)
+    if len(ch.barriers) > 15:
+        raise _infeasible(ch, {"barrier"}, cap)
+    # Barrier ids: all different in 1..15; in declaration order is optimal for the tie-break.
+    barrier_ids = {b.key: i + 1 for i, b in enumerate(ch.barriers)}
+    offsets, sizes, depths = smem
+    begin, budgets, group_budgets = warps
+    p = Placement(
+        offsets=offsets, sizes=sizes, depths=depths, barrier_ids=barrier_ids,
+        warp_begin=begin, budgets=budgets, group_budgets=group_budgets, warps=4 * len(group_budgets),
+        dynamic_smem=max([offsets[k] + sizes[k] for k in offsets], default=0),
+        proven_optimal=smem_proven and warps_proven,
+        solve_seconds=time.perf_counter() - t0,
+    )
+    p.objectives = {"ring_depth_total": sum(depths.values()),
+                    "register_total": sum(r.warps * budgets[r.inst.name] for r in ch.roles),
+                    "footprint": p.dynamic_smem, "warps": p.warps}
+    return p
+
+
+def _optimize(z3, constraints, objectives, timeout_ms):
+    """Lexicographic optimum; returns (model or None, proven, status)."""
+    opt = z3.Optimize()
+    opt.set("timeout", timeout_ms)
+    for c in constraints:
+        opt.add(c)
+    for sense, expr in objectives:
+        (opt.maximize if sense == "max" else opt.minimize)(expr)
+    res = opt.check()
+    if res == z3.unsat:
+        return None, True, "unsat"
+    model = opt.model()
+    if res == z3.unknown and (model is None or len(model) == 0):
+        return None, False, "unknown"
+    return model, res == z3.sat, str(res)
+
+
+def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
+    import z3
 
     depth = {r.name: z3.Int(f"depth.{r.name}") for r in ch.rings}
-    for r in ch.rings:
-        hard.append(("ring", z3.And(depth[r.name] >= r.depth[0], depth[r.name] <= r.depth[1])))
-
+    cons = [z3.And(depth[r.name] >= r.depth[0], depth[r.name] <= r.depth[1]) for r in ch.rings]
     off, size = {}, {}
     for c in ch.claims:
         k = z3.Int(f"k.{c.key}")
         off[c.key] = c.align * k
-        hard.append(("smem", k >= 0))
+        cons.append(k >= 0)
         size[c.key] = c.bytes + (c.per_depth * depth[c.ring] if c.ring else 0)
     footprint = z3.Int("footprint")
-    for c in ch.claims:
-        hard.append(("smem", off[c.key] + size[c.key] <= footprint))
-    hard.append(("smem", footprint <= cap))
-    hard.append(("smem", footprint >= 0))
+    cons += [off[c.key] + size[c.key] <= footprint for c in ch.claims]
+    cons += [footprint <= cap, footprint >= 0]
     claims = ch.claims
     for i in range(len(claims)):
         for j in range(i + 1, len(claims)):
             a, b = claims[i], claims[j]
             if _phases_meet(a, b):
-                hard.append(("smem", z3.Or(off[a.key] + size[a.key] <= off[b.key],
-                                            off[b.key] + size[b.key] <= off[a.key])))
-
-    bar = {b.key: z3.Int(f"bar.{b.key}") for b in ch.barriers}
-    for v in bar.values():
-        hard.append(("barrier", z3.And(v >= 1, v <= 15)))
-    if len(bar) > 1:
-        hard.append(("barrier", z3.Distinct(*bar.values())))
-
-    groups = z3.Int("warp_groups")
-    hard.append(("warps", z3.And(groups >= 1, groups <= MAX_WARPS // 4)))
-    begin, budget = {}, {}
-    for r in ch.roles:
-        n = r.inst.name
-        begin[n] = z3.Int(f"warp.{n}")
-        q = z3.Int(f"regs8.{n}")
-        budget[n] = 8 * q
-        hard.append(("warps", begin[n] >= 0))
-        hard.append(("warps", begin[n] + r.warps <= 4 * groups))
-        if r.aligned:
-            hard.append(("warps", begin[n] % 4 == 0))
-        lo, hi = r.regs
-        hard.append(("regs", z3.And(budget[n] >= max(lo, MIN_BUDGET), budget[n] <= hi)))
-    roles = ch.roles
-    for i in range(len(roles)):
-        for j in range(i + 1, len(roles)):
-            a, b = roles[i].inst.name, roles[j].inst.name
-            hard.append(("warps", z3.Or(begin[a] + roles[i].warps <= begin[b],
-                                         begin[b] + roles[j].warps <= begin[a])))
-    group_budget = []
-    for g in range(MAX_WARPS // 4):
-        gb = z3.Int(f"group_regs.{g}")
-        group_budget.append(gb)
-        covers = []
-        for r in roles:
-            n = r.inst.name
-            cov = z3.And(begin[n] < 4 * (g + 1), begin[n] + r.warps > 4 * g)
-            covers.append(cov)
-            hard.append(("regs", z3.Implies(cov, gb == budget[n])))
-        hard.append(("regs", z3.If(g < groups, z3.Or(z3.Or(*covers) if covers else False, gb == MIN_BUDGET), gb == 0)))
-    hard.append(("regs", z3.Sum(*[128 * gb for gb in group_budget]) <= REGISTER_FILE))
-
-    # Feasibility first, with tracked groups, so an impossible kernel gets a named diagnostic.
-    feas = z3.Solver()
-    feas.set("timeout", timeout_ms)
-    marks = {g: z3.Bool(f"group.{g}") for g in ("ring", "smem", "barrier", "warps", "regs")}
-    for g, c in hard:
-        feas.add(z3.Implies(marks[g], c))
-    res = feas.check(*marks.values())
-    if res == z3.unsat:
-        core = {str(x).split(".", 1)[1] for x in feas.unsat_core()}
-        raise _infeasible(ch, core, cap)
-    if res != z3.sat:
-        raise reject("L-SOLVE", f"the solver gave up after {timeout_ms} ms ({feas.reason_unknown()})",
-                     hint="simplify the composition or report it: this kernel is unusually large")
-
-    opt = z3.Optimize()
-    opt.set("timeout", timeout_ms)
-    for _, c in hard:
-        opt.add(c)
-    ring_total = z3.Sum(*depth.values()) if depth else z3.IntVal(0)
-    reg_total = z3.Sum(*[r.warps * budget[r.inst.name] for r in roles]) if roles else z3.IntVal(0)
-    opt.maximize(ring_total)
-    opt.maximize(reg_total)
-    opt.minimize(footprint)
-    opt.minimize(groups)
-    # Tie-breaks: earlier-listed things get lower offsets, warps and ids.
+                cons.append(z3.Or(off[a.key] + size[a.key] <= off[b.key], off[b.key] + size[b.key] <= off[a.key]))
     n = len(claims)
-    opt.minimize(z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0))
-    opt.minimize(z3.Sum(*[(len(roles) - i) * begin[r.inst.name] for i, r in enumerate(roles)]) if roles else z3.IntVal(0))
-    opt.minimize(z3.Sum(*[(len(bar) - i) * v for i, v in enumerate(bar.values())]) if bar else z3.IntVal(0))
-    res = opt.check()
-    proven = res == z3.sat
-    if res == z3.unknown:
-        model = opt.model() if opt.model() is not None else None
-        if model is None or len(model) == 0:
-            raise reject("L-SOLVE", f"the solver found no placement within {timeout_ms} ms",
-                         hint="simplify the composition")
-    model = opt.model()
+    objectives = [("max", z3.Sum(*depth.values()) if depth else z3.IntVal(0)),
+                  ("min", footprint),
+                  # Tie-break: earlier-declared claims get lower offsets.
+                  ("min", z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0))]
+    model, proven, status = _optimize(z3, cons, objectives, timeout_ms)
+    if status == "unsat":
+        raise _infeasible(ch, {"smem"}, cap)
+    if model is None:
+        raise reject("L-SOLVE", f"the solver found no shared-memory placement within {timeout_ms} ms",
+                     hint="simplify the composition")
     val = lambda e: model.eval(e, model_completion=True).as_long()  # noqa: E731
     offsets = {c.key: val(off[c.key]) for c in claims}
-    sizes = {c.key: val(z3.IntVal(size[c.key]) if isinstance(size[c.key], int) else size[c.key]) for c in claims}
-    ngroups = val(groups)
-    p = Placement(
-        offsets=offsets, sizes=sizes,
-        depths={k: val(v) for k, v in depth.items()},
-        barrier_ids={k: val(v) for k, v in bar.items()},
-        warp_begin={k: val(v) for k, v in begin.items()},
-        budgets={k: val(v) for k, v in budget.items()},
-        group_budgets=[val(group_budget[g]) for g in range(ngroups)],
-        warps=4 * ngroups,
-        dynamic_smem=max([offsets[k] + sizes[k] for k in offsets], default=0),
-        proven_optimal=proven,
-        solve_seconds=time.perf_counter() - t0,
-    )
-    p.objectives = {"ring_depth_total": val(ring_total), "register_total": val(reg_total),
-                    "footprint": p.dynamic_smem, "warps": p.warps}
-    return p
+    sizes = {c.key: size[c.key] if isinstance(size[c.key], int) else val(size[c.key]) for c in claims}
+    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), proven
+
+
+def _solve_warps(ch: Checked, timeout_ms: int):
+    """Warp ranges and register budgets, for each block size (warp groups) that can hold the
+    roles; the block size fixes the launch register pool, so each try is a small linear
+    problem. Best: most registers for the roles, then fewest warps."""
+    import z3
+
+    roles = ch.roles
+    need = sum(r.warps for r in roles)
+    g_min = max(1, -(-need // 4))
+    best, any_layout, proven_all = None, False, True
+    for groups in range(g_min, MAX_WARPS // 4 + 1):
+        begin = {r.inst.name: z3.Int(f"warp.{r.inst.name}") for r in roles}
+        budget = {r.inst.name: 8 * z3.Int(f"regs8.{r.inst.name}") for r in roles}
+        layout = []
+        for r in roles:
+            n = r.inst.name
+            layout += [begin[n] >= 0, begin[n] + r.warps <= 4 * groups]
+            if r.aligned:
+                layout.append(begin[n] % 4 == 0)
+        for i in range(len(roles)):
+            for j in range(i + 1, len(roles)):
+                a, b = roles[i].inst.name, roles[j].inst.name
+                layout.append(z3.Or(begin[a] + roles[i].warps <= begin[b], begin[b] + roles[j].warps <= begin[a]))
+        probe = z3.Solver()
+        probe.set("timeout", timeout_ms)
+        probe.add(*layout)
+        if probe.check() != z3.sat:
+            continue
+        any_layout = True
+        regs = []
+        group_budget = [z3.Int(f"group_regs.{g}") for g in range(groups)]
+        for r in roles:
+            lo, hi = r.regs
+            regs.append(z3.And(budget[r.inst.name] >= max(lo, MIN_BUDGET), budget[r.inst.name] <= hi))
+        for g, gb in enumerate(group_budget):
+            covers = []
+            for r in roles:
+                n = r.inst.name
+                cov = z3.And(begin[n] < 4 * (g + 1), begin[n] + r.warps > 4 * g)
+                covers.append(cov)
+                regs.append(z3.Implies(cov, gb == budget[n]))
+            regs.append(z3.Or(z3.Or(*covers) if covers else z3.BoolVal(False), gb == MIN_BUDGET))
+        regs.append(z3.Sum(*[128 * gb for gb in group_budget]) <= register_pool(groups))
+        reg_total = z3.Sum(*[r.warps * budget[r.inst.name] for r in roles]) if roles else z3.IntVal(0)
+        objectives = [("max", reg_total),
+                      # Among equal totals, spread registers across roles (each role's own
+                      # budget counts once) rather than starving the small ones.
+                      ("max", z3.Sum(*budget.values()) if roles else z3.IntVal(0)),
+                      # Tie-break: earlier-listed roles get lower warps.
+                      ("min", z3.Sum(*[(len(roles) - i) * begin[r.inst.name] for i, r in enumerate(roles)])
+                       if roles else z3.IntVal(0))]
+        model, proven, status = _optimize(z3, layout + regs, objectives, timeout_ms)
+        if model is None:
+            proven_all &= status == "unsat"
+            continue
+        proven_all &= proven
+        val = lambda e, m=model: m.eval(e, model_completion=True).as_long()  # noqa: E731
+        total = val(reg_total)
+        if best is None or total > best[0]:  # ties keep the smaller block
+            best = (total, ({n: val(v) for n, v in begin.items()}, {n: val(v) for n, v in budget.items()},
+                            [val(gb) for gb in group_budget]))
+        if need == 0:
+            break
+    if best is None:
+        raise _infeasible(ch, {"regs"} if any_layout else {"warps"}, 0)
+    return best[1], proven_all
 
 
 def _infeasible(ch: Checked, core: set[str], cap: int) -> Rejected:
