@@ -7,6 +7,7 @@ usage errors exit 2. No traceback reaches the user for a bad input.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +24,17 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pipelink", description="Contract-guided linker for GPU kernel components.")
     p.add_argument("--format", choices=["human", "json"], default="human", help="diagnostics and results format")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("--origin", action="append", default=[], metavar="PATH=LABEL",
+                   help="name the owner of a file in diagnostics (e.g. the Bazel target of a contract)")
+    # The global options are accepted after the subcommand too (`pipelink pack ... --format=json`).
+    common = _Parser(add_help=False)
+    common.add_argument("--format", choices=["human", "json"], default=argparse.SUPPRESS)
+    common.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument("--origin", action="append", metavar="PATH=LABEL", default=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    _add = sub.add_parser
+    sub.add_parser = lambda *a, **k: _add(*a, parents=[common], **k)  # noqa: E731
 
     pk = sub.add_parser("pack", help="object(s) + contract -> package (.plpkg)")
     pk.add_argument("--contract", required=True)
@@ -32,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     pk.add_argument("--header", action="append", default=[], dest="source")
     pk.add_argument("--copt", action="append", default=[], help="compiler option for control builds")
     pk.add_argument("--out", required=True)
+    pk.add_argument("--arch", help="the arch the objects were built for (overrides the contract's component.arch)")
     pk.add_argument("--cuda-home")
 
     ln = sub.add_parser("link", help="packages + kernel composition -> cubin + manifest")
@@ -67,13 +79,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fmt = "json" if "--format=json" in argv or ("--format" in argv and "json" in argv) else "human"
+    origins: list[str] = []
     try:
         args = _parser().parse_args(argv)
-        fmt = args.format
+        fmt, origins = args.format, args.origin
         return _run(args)
     except Rejected as e:
-        print(render_all(e.diagnostics, fmt), file=sys.stderr if fmt == "human" else sys.stdout)
-        return 2 if any(d.code == "E-USAGE" for d in e.diagnostics) else 1
+        diags = _with_origins(e.diagnostics, origins)
+        print(render_all(diags, fmt), file=sys.stderr if fmt == "human" else sys.stdout)
+        return 2 if any(d.code == "E-USAGE" for d in diags) else 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `pipelink ... | head`
@@ -86,6 +100,25 @@ def main(argv: list[str] | None = None) -> int:
                           hint="this is a pipelink bug; rerun with PIPELINK_DEBUG=1 for the traceback and report it")
         print(render_all([diag], fmt), file=sys.stderr if fmt == "human" else sys.stdout)
         return 3
+
+
+def _with_origins(diags, origins):
+    """Append the owner (e.g. a Bazel label) to every fact whose origin is one of its files."""
+    table = [o.split("=", 1) for o in origins if "=" in o]
+    if not table:
+        return diags
+    out = []
+    for d in diags:
+        facts = []
+        for f in d.facts:
+            origin = f.origin
+            for path, label in table:
+                if origin == path or origin.startswith(path + ":"):
+                    origin = f"{origin} [{label}]"
+                    break
+            facts.append(dataclasses.replace(f, origin=origin))
+        out.append(dataclasses.replace(d, facts=tuple(facts)))
+    return out
 
 
 def _load_packages(paths):
@@ -106,7 +139,8 @@ def _run(args) -> int:
     if args.cmd == "pack":
         from pipelink.package import pack, write_package
 
-        pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home)
+        pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
+                   arch=args.arch)
         write_package(pkg, args.out)
         m = pkg.measured
         _emit(args, {"ok": True, "package": args.out, "name": pkg.name, "handles": list(m.handles),
@@ -170,6 +204,8 @@ def _run(args) -> int:
 
 
 def _emit(args, data, text: str) -> None:
+    if args.quiet:
+        return
     if args.format == "json":
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:

@@ -9,6 +9,7 @@ same bytes; it needs no source to link (sources ride along only for control buil
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -232,12 +233,12 @@ def _clause_origin(c: Contract, clause: str):
 
 
 def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = (), copts: list[str] = (),
-         cuda_home: str | None = None) -> Package:
+         cuda_home: str | None = None, arch: str | None = None) -> Package:
     try:
         text = Path(contract_path).read_text()
     except OSError:
         raise reject("E-FILE", f"{contract_path}: no such contract file", hint="check the --contract path") from None
-    contract = parse_contract_text(text, contract_path)
+    contract = _retarget(parse_contract_text(text, contract_path), arch)
     objects = {}
     for op in object_paths:
         try:
@@ -259,6 +260,17 @@ def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = ()
     return Package(contract, text, measured, objects, srcs, tuple(copts), contract_path)
 
 
+def _retarget(contract: Contract, arch: str | None) -> Contract:
+    """One contract, several architectures: the build names the arch the objects target."""
+    if arch is None or arch == contract.arch:
+        return contract
+    from pipelink.contract import ARCHES
+
+    if arch not in ARCHES:
+        raise reject("E-USAGE", f"unknown architecture {arch!r}", hint=f"one of {sorted(ARCHES)}")
+    return dataclasses.replace(contract, arch=arch)
+
+
 def _source_names(sources) -> dict[str, str]:
     """Relative names for carried sources: relative to the working directory when inside it
     (as in a Bazel action), else to their common folder. Never absolute, never `..`, so a
@@ -276,7 +288,7 @@ def write_package(pkg: Package, out: str) -> None:
     manifest = {
         "format": FORMAT,
         "name": pkg.name,
-        "arch": pkg.contract.arch,
+        "arch": pkg.contract.arch,  # may differ from the contract text's (pack --arch)
         "contract_file": pkg.contract.file,
         "toolkit": pkg.measured.toolkit,
         "measured": {
@@ -345,7 +357,7 @@ def read_package(path: str) -> Package:
         except (TypeError, ValueError, zipfile.BadZipFile, OSError) as e:
             raise damaged(f"{e.__class__.__name__}: {e}") from None
     try:
-        contract = parse_contract_text(text, contract_file)
+        contract = _retarget(parse_contract_text(text, contract_file), manifest.get("arch"))
     except Rejected as e:  # the contract was verified when packing: this package was altered
         raise reject("P-PACKAGE", f"{path}: damaged package (its contract does not parse: {e})",
                      facts=[f for d in e.diagnostics for f in d.facts], hint="re-create it with pipelink pack") from None
