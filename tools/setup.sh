@@ -15,8 +15,8 @@
 # that makes the venv, default python3), PIPELINK_SKIP_BUILD=1 (skip step 3).
 set -euo pipefail
 
-# The target setup builds last. SWITCH to //kernels:gemm_swiglu once it exists (issue 4/5):
-MAIN_TARGET="//examples/hello:hello_ltoir"
+# The main example the set-up builds last: GEMM + SwiGLU from three separately packed owners.
+MAIN_TARGET="//kernels:gemm_swiglu"
 
 WS="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd -P)"
 cd "$WS"

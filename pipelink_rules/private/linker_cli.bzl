@@ -7,8 +7,8 @@ are used once the linker accepts them. Flip a switch when cli.py gains the flag.
 # `pack --arch ARCH`: the architecture the objects were compiled for, overriding the
 # contract's component.arch, so one contract serves several architectures. Until then the
 # rules pack a copy of the contract whose `arch = ...` line is rewritten (same line numbers).
-PACK_ARCH_FLAG = False
+PACK_ARCH_FLAG = True
 
 # `--origin PATH=LABEL` (pack and link): lets diagnostics name the Bazel target that owns a
 # contract or kernel file next to its path and line.
-ORIGIN_FLAG = False
+ORIGIN_FLAG = True
