@@ -59,7 +59,7 @@ def test_toy_checks(toy, packer):
     (ring,) = ch.rings
     assert (ring.name, ring.producer.name, ring.consumer.name) == ("work", "prod", "cons")
     assert ring.stage_bytes == 1024 and ring.depth == (2, 6)  # intersection of [2, 8] and [2, 6]
-    assert (ring.full_arrivals, ring.empty_arrivals) == (1, 128)
+    assert (ring.full_arrivals, ring.empty_arrivals) == (32, 128)
     (t,) = ch.transfers
     assert (t.kind, t.key, t.importer.name, t.shape) == ("direct", "cons.acc", "out", (32, 4))
     assert {c.key for c in ch.claims} == {"cons.smem.scratch", "ring.work.buffer", "ring.work.full", "ring.work.empty"}
@@ -178,10 +178,10 @@ def test_l_ring_depth(packer, parts):
 
 
 def test_l_ring_arrivals(packer, parts):
-    prod = swap(packer, parts["producer"], "arrivals = 1\n", "arrivals = 32\n")
+    prod = swap(packer, parts["producer"], "arrivals = 32 ", "arrivals = 1 ")
     d = plan_rejects(packer, TOY_KERNEL, toy_with(parts, producer=prod), "L-RING-ARRIVALS")
-    assert_mentions(d, "cons (consumer)", "peer_arrivals = 1", at(parts["consumer"], "[ring.work]"),
-                    "prod (producer)", "arrivals = 32", at(prod, "[ring.work]"))
+    assert_mentions(d, "cons (consumer)", "peer_arrivals = 32", at(parts["consumer"], "[ring.work]"),
+                    "prod (producer)", "arrivals = 1", at(prod, "[ring.work]"))
 
 
 def test_l_tensor_unbound_export(packer, parts):

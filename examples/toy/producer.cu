@@ -17,7 +17,6 @@ PL_ENTRY(main) {
     unsigned s = t % depth, round = t / depth;
     if (t >= depth) pl::mbar_wait(&empty[s], (round - 1) & 1);
     for (unsigned i = lane; i < tile; i += 32) ring[s * tile + i] = src[t * tile + i];
-    __syncwarp();
-    if (lane == 0) pl::mbar_arrive(&full[s]);
+    pl::mbar_arrive(&full[s]);  // every writing lane arrives: its own stores are released
   }
 }
