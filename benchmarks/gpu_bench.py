@@ -45,7 +45,9 @@ from pipelink.runtime import Kernel, LaunchError  # noqa: E402
 
 TOY_SHAPES_CHECK = [(1, 1), (3, 7), (132, 33), (1000, 2)]  # (blocks, tiles)
 TOY_BENCH = (132 * 8, 64)
-GSW_BENCH = [(128, 4096, 4096), (2048, 4096, 4096), (8192, 8192, 4096)]  # (M, N, K)
+# (M, N, K): the Qwen3-32B MLP gate+up projection (hidden 5120, intermediate 25600; w is
+# [2N, K] = [51200, 5120]) at M = 128, 1024, 4096.
+GSW_BENCH = [(128, 25600, 5120), (1024, 25600, 5120), (4096, 25600, 5120)]
 GSW_TOL = 2e-2
 # Kernel families with the gemm_swiglu interface (params x, w, out, m, n, k; facts block_m/n/k):
 # the mma.sync composition and its wgmma variant (mainloop_wgmma + swiglu -DSWIGLU_LAYOUT_WGMMA).
@@ -311,6 +313,89 @@ def report(group: str, variants: list[Variant], rates: dict) -> list[dict]:
     return out
 
 
+# ---- pair: linked vs control, ABBA ---------------------------------------------------------
+
+def paired_ratio(fa, fb, inner: int, rounds: int) -> tuple[float, float, float, float]:
+    """Linked-over-control time, measured as ABBA rounds of CUDA-graph replays back to back.
+
+    A heavy GEMM drives the H200 to its power limit, and its clock drifts by several percent
+    over seconds: timing each variant in its own stretch (even interleaved) shows that drift as
+    a difference. ABBA cancels any drift that is linear over one round; the median over rounds
+    resists the rest. Returns (median ratio, IQR of the ratios, median A us, median B us).
+    """
+    import torch
+    graphs = []
+    for f in (fa, fb):
+        for _ in range(2):
+            f()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(inner):
+                f()
+        g.replay()
+        graphs.append(g)
+    torch.cuda.synchronize()
+    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(5)] for _ in range(rounds)]
+    for r in range(rounds):
+        e = ev[r]
+        e[0].record()
+        for i, g in enumerate((graphs[0], graphs[1], graphs[1], graphs[0])):
+            g.replay()
+            e[i + 1].record()
+    torch.cuda.synchronize()
+    ratios, ta, tb = [], [], []
+    for e in ev:
+        t = [e[i].elapsed_time(e[i + 1]) for i in range(4)]
+        ratios.append((t[0] + t[3]) / (t[1] + t[2]))
+        ta.append((t[0] + t[3]) / 2 * 1e3 / inner)
+        tb.append((t[1] + t[2]) / 2 * 1e3 / inner)
+    q = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), q[2] - q[0], statistics.median(ta), statistics.median(tb)
+
+
+def cmd_pair(a) -> int:
+    import torch
+    from gemm_swiglu import GemmSwiglu
+    cs = configs(a.artifacts, a.kernels)
+    rows = []
+    print(f"linked vs control: ABBA rounds of graph replays, median over {a.rounds} rounds")
+    print(f"  {'config':<34} {'shape':<22} {'linked us':>10} {'control us':>10} {'linked/control':>14} {'IQR':>7}")
+    toy = [c for c in cs if c["kernel"] == "toy"]
+    for c in toy:
+        blocks, tiles = TOY_BENCH
+        ks = [Kernel.load(c[kind], c["manifest"]) for kind in ("linked", "control")]
+        params = toy_run(ks[0], blocks, tiles)[1]
+        r, iqr, ta, tb = paired_ratio(lambda: ks[0](**params), lambda: ks[1](**params), 20, a.rounds)
+        rows.append({"config": c["name"], "shape": f"{blocks}x{tiles}", "linked_us": ta, "control_us": tb,
+                     "ratio": r, "iqr": iqr})
+    gsw = [c for c in cs if c["kernel"] in GSW_KERNELS]
+    for M, N, K in (GSW_BENCH if gsw else []):
+        x, w = gsw_inputs(M, N, K)
+        inner = 20 if M * N * K < 2**34 else (4 if M * N * K < 2**38 else 2)
+        for c in gsw:
+            cfg = c["config"]
+            if M % cfg["block_m"] or N % cfg["block_n"] or K % cfg["block_k"]:
+                continue
+            ga, gb = (GemmSwiglu(c[kind], c["manifest"]) for kind in ("linked", "control"))
+            oa = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+            ob = torch.empty_like(oa)
+            r, iqr, ta, tb = paired_ratio(lambda: ga(x, w, oa), lambda: gb(x, w, ob), inner, a.rounds)
+            rows.append({"config": label(c), "shape": f"{M}x{N}x{K}", "linked_us": ta, "control_us": tb,
+                         "ratio": r, "iqr": iqr})
+    for row in rows:
+        print(f"  {row['config']:<34} {row['shape']:<22} {row['linked_us']:>10.2f} {row['control_us']:>10.2f} "
+              f"{row['ratio']:>14.4f} {row['iqr']:>7.4f}")
+    worst = max(rows, key=lambda r: abs(r["ratio"] - 1))
+    print(f"pair: {len(rows)} configurations; worst |linked/control - 1| = {abs(worst['ratio'] - 1) * 100:.2f}% "
+          f"({worst['config']} {worst['shape']}); geomean ratio "
+          f"{statistics.geometric_mean([r['ratio'] for r in rows]):.4f}")
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
 # ---- sanitize ------------------------------------------------------------------------------
 
 def find_sanitizer() -> str | None:
@@ -344,7 +429,11 @@ def cmd_sanitize(a) -> int:
         cmd += [sys.executable, __file__, "target", "--kernel", c["kernel"], "--cubin", str(c["linked"]),
                 "--manifest", str(c["manifest"])]
         t0 = time.time()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired as e:  # report it as a failure, keep the others going
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            p = subprocess.CompletedProcess(cmd, 124, out, f"TIMEOUT after {a.timeout} s")
         return c, tool, p, time.time() - t0
 
     bad = 0
@@ -449,7 +538,7 @@ def cmd_target(a) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("check", "bench", "sanitize"):
+    for name in ("check", "bench", "sanitize", "pair"):
         p = sub.add_parser(name)
         p.add_argument("--artifacts", type=Path, default=ROOT / ".devbuild")
         p.add_argument("--kernels", type=lambda s: [k for k in s.split(",") if k], default=None,
@@ -461,6 +550,9 @@ def main() -> int:
     b.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     b.add_argument("--compile-mode", default="default", help="torch.compile mode (e.g. max-autotune-no-cudagraphs)")
     b.add_argument("--json", help="also write the results here")
+    pr = sub.choices["pair"]
+    pr.add_argument("--rounds", type=int, default=41)
+    pr.add_argument("--json", help="also write the results here")
     s = sub.choices["sanitize"]
     s.add_argument("--tools", default="memcheck,racecheck,synccheck")
     s.add_argument("--jobs", type=int, default=4)
@@ -473,7 +565,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.cmd == "bench" and a.compile_mode == "default":
         a.compile_mode = None
-    return {"check": cmd_check, "bench": cmd_bench, "sanitize": cmd_sanitize, "target": cmd_target}[a.cmd](a)
+    return {"check": cmd_check, "bench": cmd_bench, "sanitize": cmd_sanitize, "target": cmd_target,
+            "pair": cmd_pair}[a.cmd](a)
 
 
 if __name__ == "__main__":
