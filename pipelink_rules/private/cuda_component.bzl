@@ -173,7 +173,7 @@ def _cuda_component_impl(ctx):
     if PACK_ARCH_FLAG:
         args.add("--arch", arch)
     if ORIGIN_FLAG:
-        args.add("--origin", "%s=%s" % (packed_contract.path, ctx.label))
+        args.add("--origin", "%s=%s" % (packed_contract.path, display_label(ctx.label)))
     args.add("--out", package)
     args.add("--cuda-home", toolchain.cuda_home)
     run_pipelink(

@@ -19,7 +19,7 @@ inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides 
 """
 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
-load(":cuda_component.bzl", "cuda_toolchain", "pipelink_action_env", "run_pipelink")
+load(":cuda_component.bzl", "cuda_toolchain", "display_label", "pipelink_action_env", "run_pipelink")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
 load(":linker_cli.bzl", "ORIGIN_FLAG")
 load(":providers.bzl", "CudaComponentInfo", "FusedKernelInfo")
@@ -38,9 +38,9 @@ def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
     args.add("--arch", ctx.attr.arch)
     args.add("--cuda-home", toolchain.cuda_home)
     if ORIGIN_FLAG:
-        args.add("--origin", "%s=%s" % (kernel_file.path, ctx.label))
+        args.add("--origin", "%s=%s" % (kernel_file.path, display_label(ctx.label)))
         for c in comps:
-            args.add("--origin", "%s=%s" % (c.packed_contract.path, c.label))
+            args.add("--origin", "%s=%s" % (c.packed_contract.path, display_label(c.label)))
     return args
 
 def _declare_outputs(ctx, prefix):
