@@ -107,35 +107,112 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
     return p
 
 
-def _optimize(z3, constraints, objectives, timeout_ms):
-    """Lexicographic optimum; returns (model or None, proven, status)."""
-    opt = z3.Optimize()
-    opt.set("timeout", timeout_ms)
-    for c in constraints:
-        opt.add(c)
-    for sense, expr in objectives:
-        (opt.maximize if sense == "max" else opt.minimize)(expr)
-    res = opt.check()
+# Each satisfiability question asked while optimising may use this much of Z3's resource
+# counter (deterministic, unlike a timeout: the same inputs give the same placement on any
+# machine); about a second of CPU on the larger benchmark compositions. Tie-breaks get less.
+CHECK_RLIMIT = 4_000_000
+TIEBREAK_RLIMIT = 1_000_000
+MAX_UNKNOWN = 2  # inconclusive answers tolerated per objective before keeping the best found
+
+
+def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: int = 1, hints=()):
+    """Lexicographic optimum; returns (model or None, proven, status).
+
+    `objectives` holds (sense, expr) or (sense, expr, ideal) in priority order, `ideal` being
+    a value no solution beats; the last `tiebreaks` of them do not count towards `proven`.
+    Each objective in turn is pushed from the best value found towards its ideal (tried
+    first, when given) by galloping and then bisection, each step one plain satisfiability
+    check on an incremental solver, and then fixed. (z3.Optimize's OMT search needed minutes,
+    or gave up at its timeout, on compositions of a few roles: six one-warp roles, or three
+    4-warp ones with free register budgets; these checks take milliseconds.) A check that
+    runs out of CHECK_RLIMIT proves nothing: the objective keeps the best value found and
+    `proven` is False. `hints` ((variable, value) pairs, e.g. a greedy placement) seed the
+    search for the first solution."""
+    s = z3.SimpleSolver(ctx=ctx)  # the incremental SMT core (the one that takes initial values)
+    s.add(*constraints)
+    if hasattr(s, "set_initial_value"):  # z3 >= 4.13
+        for var, v in hints:
+            s.set_initial_value(var, v)
+    deadline = time.monotonic() + timeout_ms / 1000
+
+    def check(extra=None, rlimit: int = 0):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return z3.unknown, None
+        s.set("timeout", int(left * 1000) + 1)
+        s.set("rlimit", rlimit)
+        if extra is not None:
+            s.push()
+            s.add(extra)
+        res = s.check()
+        model = s.model() if res == z3.sat else None
+        if extra is not None:
+            s.pop()
+        return res, model
+
+    res, model = check()
     if res == z3.unsat:
         return None, True, "unsat"
-    model = opt.model()
-    if res == z3.unknown and (model is None or len(model) == 0):
+    if res != z3.sat:
         return None, False, "unknown"
-    return model, res == z3.sat, str(res)
+    proven = True
+    for n, (sense, expr, *ideal) in enumerate(objectives):
+        tiebreak = n >= len(objectives) - tiebreaks
+        rlimit = TIEBREAK_RLIMIT if tiebreak else CHECK_RLIMIT
+        value = lambda m: m.eval(expr, model_completion=True).as_long()  # noqa: E731
+        better = (lambda t: expr >= t) if sense == "max" else (lambda t: expr <= t)
+        sign = 1 if sense == "max" else -1
+        best, bound, unknowns = value(model), None, 0
+        if ideal and (ideal[0] - best) * sign <= 0:
+            bound = best  # already at the ideal
+        elif ideal:  # the ideal (a value nothing beats) is often reachable: try it first
+            res, m = check(better(ideal[0]), rlimit)
+            if res == z3.sat:
+                model, best, bound = m, value(m), ideal[0]
+            elif res == z3.unsat:
+                bound = ideal[0] - sign
+            else:
+                unknowns += 1
+        step = 1
+        while bound is None:  # gallop: best + 1, + 2, + 4, ... until a target fails
+            res, m = check(better(best + sign * step), rlimit)
+            if res == z3.sat:
+                model, best, step = m, value(m), 2 * step
+            else:
+                bound = best + sign * (step - 1)
+                unknowns += res != z3.unsat
+        while best != bound and unknowns <= MAX_UNKNOWN:  # bisect (best, bound]
+            mid = (best + bound + 1) // 2 if sense == "max" else (best + bound) // 2
+            res, m = check(better(mid), rlimit)
+            if res == z3.sat:
+                model, best = m, value(m)
+                if (best - bound) * sign >= 0:  # past a bound an inconclusive check set
+                    bound = best
+            else:
+                bound = mid - sign
+                unknowns += res != z3.unsat
+        if (unknowns or best != bound) and not tiebreak:
+            proven = False
+        s.add(expr == best)
+    return model, proven, "sat"
 
 
 def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
     import z3
 
-    depth = {r.name: z3.Int(f"depth.{r.name}") for r in ch.rings}
+    # A fresh context: Z3's search depends on its term table, so reusing the global one would
+    # let an earlier solve in the same process change this one's answer.
+    ctx = z3.Context()
+
+    depth = {r.name: z3.Int(f"depth.{r.name}", ctx) for r in ch.rings}
     cons = [z3.And(depth[r.name] >= r.depth[0], depth[r.name] <= r.depth[1]) for r in ch.rings]
-    off, size = {}, {}
+    off, size, kvar = {}, {}, {}
     for c in ch.claims:
-        k = z3.Int(f"k.{c.key}")
+        k = kvar[c.key] = z3.Int(f"k.{c.key}", ctx)
         off[c.key] = c.align * k
         cons.append(k >= 0)
         size[c.key] = c.bytes + (c.per_depth * depth[c.ring] if c.ring else 0)
-    footprint = z3.Int("footprint")
+    footprint = z3.Int("footprint", ctx)
     cons += [off[c.key] + size[c.key] <= footprint for c in ch.claims]
     cons += [footprint <= cap, footprint >= 0]
     claims = ch.claims
@@ -144,12 +221,24 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
             a, b = claims[i], claims[j]
             if _phases_meet(a, b):
                 cons.append(z3.Or(off[a.key] + size[a.key] <= off[b.key], off[b.key] + size[b.key] <= off[a.key]))
+    # Implied bounds, so that proving a footprint optimal needs no case split. The claims alive
+    # in one phase (with the kernel-long ones) are pairwise disjoint; those among them aligned
+    # to A or more also start in different A-byte slots, a claim of s bytes taking ceil(s/A)
+    # of them, so the footprint reaches at least A x (slots - 1) + 1.
+    for phase in sorted({c.phase for c in claims if c.phase != "kernel"}) or ["kernel"]:
+        alive = [c for c in claims if c.phase in ("kernel", phase)]
+        if alive:
+            cons.append(footprint >= z3.Sum(*[size[c.key] for c in alive]))
+        for a in sorted({c.align for c in alive if c.align > 1}):
+            big = [c for c in alive if c.align >= a]
+            fixed = sum(-(-c.bytes // a) * a for c in big if not c.ring)
+            cons.append(footprint >= z3.Sum(z3.IntVal(fixed - a + 1, ctx), *[size[c.key] for c in big if c.ring]))
     n = len(claims)
-    objectives = [("max", z3.Sum(*depth.values()) if depth else z3.IntVal(0)),
+    objectives = [("max", z3.Sum(*depth.values()) if depth else z3.IntVal(0, ctx), sum(r.depth[1] for r in ch.rings)),
                   ("min", footprint),
                   # Tie-break: earlier-declared claims get lower offsets.
-                  ("min", z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0))]
-    model, proven, status = _optimize(z3, cons, objectives, timeout_ms)
+                  ("min", z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0, ctx))]
+    model, proven, status = _optimize(z3, cons, objectives, timeout_ms, ctx=ctx, hints=_greedy_hints(ch, cap, depth, kvar))
     if status == "unsat":
         raise _infeasible(ch, {"smem"}, cap)
     if model is None:
@@ -161,19 +250,52 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
     return (offsets, sizes, {k: val(v) for k, v in depth.items()}), proven
 
 
+def _greedy_hints(ch: Checked, cap: int, depth: dict, kvar: dict) -> list:
+    """A first-fit placement (largest alignment, then size, first) as starting values: finding
+    any placement of ~70 claims from scratch took Z3 13 s; from these values it is immediate."""
+    for pick in (1, 0):  # deepest rings first, else the shallowest
+        depths = {r.name: r.depth[pick] for r in ch.rings}
+        placed, ok = [], True
+        for c in sorted(ch.claims, key=lambda c: (-c.align, -(c.bytes + c.per_depth * depths.get(c.ring, 0)))):
+            sz = c.bytes + (c.per_depth * depths[c.ring] if c.ring else 0)
+            o = 0
+            while True:
+                o = -(-o // c.align) * c.align
+                clash = next((e for (s, e, other) in placed if _phases_meet(c, other) and o < e and s < o + sz), None)
+                if clash is None:
+                    break
+                o = clash
+            ok &= o + sz <= cap
+            placed.append((o, o + sz, c))
+        if ok:
+            return ([(depth[n], d) for n, d in depths.items()] +
+                    [(kvar[c.key], o // c.align) for o, _, c in placed])
+    return []
+
+
 def _solve_warps(ch: Checked, timeout_ms: int):
     """Warp ranges and register budgets, for each block size (warp groups) that can hold the
     roles; the block size fixes the launch register pool, so each try is a small linear
     problem. Best: most registers for the roles, then fewest warps."""
     import z3
 
+    ctx = z3.Context()  # see _solve_smem
     roles = ch.roles
     need = sum(r.warps for r in roles)
     g_min = max(1, -(-need // 4))
+    # Warp-group-aligned roles start in different warp groups.
+    g_aligned = sum(-(-r.warps // 4) for r in roles if r.aligned)
+    # No block size can give the roles more than their maxima, nor more than 4 warps x the
+    # pool's registers per warp group: stop once the best found reaches that.
+    ceiling = sum(r.warps * r.regs[1] for r in roles)
     best, any_layout, proven_all = None, False, True
     for groups in range(g_min, MAX_WARPS // 4 + 1):
-        begin = {r.inst.name: z3.Int(f"warp.{r.inst.name}") for r in roles}
-        budget = {r.inst.name: 8 * z3.Int(f"regs8.{r.inst.name}") for r in roles}
+        if groups < g_aligned:
+            continue
+        if best is not None and best[0] >= min(ceiling, max(register_pool(g) // 32 for g in range(groups, MAX_WARPS // 4 + 1))):
+            break
+        begin = {r.inst.name: z3.Int(f"warp.{r.inst.name}", ctx) for r in roles}
+        budget = {r.inst.name: 8 * z3.Int(f"regs8.{r.inst.name}", ctx) for r in roles}
         layout = []
         for r in roles:
             n = r.inst.name
@@ -184,14 +306,14 @@ def _solve_warps(ch: Checked, timeout_ms: int):
             for j in range(i + 1, len(roles)):
                 a, b = roles[i].inst.name, roles[j].inst.name
                 layout.append(z3.Or(begin[a] + roles[i].warps <= begin[b], begin[b] + roles[j].warps <= begin[a]))
-        probe = z3.Solver()
+        probe = z3.Solver(ctx=ctx)
         probe.set("timeout", timeout_ms)
         probe.add(*layout)
         if probe.check() != z3.sat:
             continue
         any_layout = True
         regs = []
-        group_budget = [z3.Int(f"group_regs.{g}") for g in range(groups)]
+        group_budget = [z3.Int(f"group_regs.{g}", ctx) for g in range(groups)]
         for r in roles:
             lo, hi = r.regs
             regs.append(z3.And(budget[r.inst.name] >= max(lo, MIN_BUDGET), budget[r.inst.name] <= hi))
@@ -202,17 +324,19 @@ def _solve_warps(ch: Checked, timeout_ms: int):
                 cov = z3.And(begin[n] < 4 * (g + 1), begin[n] + r.warps > 4 * g)
                 covers.append(cov)
                 regs.append(z3.Implies(cov, gb == budget[n]))
-            regs.append(z3.Or(z3.Or(*covers) if covers else z3.BoolVal(False), gb == MIN_BUDGET))
+            regs.append(z3.Or(z3.Or(*covers) if covers else z3.BoolVal(False, ctx), gb == MIN_BUDGET))
         regs.append(z3.Sum(*[128 * gb for gb in group_budget]) <= register_pool(groups))
-        reg_total = z3.Sum(*[r.warps * budget[r.inst.name] for r in roles]) if roles else z3.IntVal(0)
-        objectives = [("max", reg_total),
+        reg_total = z3.Sum(*[r.warps * budget[r.inst.name] for r in roles]) if roles else z3.IntVal(0, ctx)
+        # Implied: a warp group holds 4 warps at its one budget (lets the solver bound the total).
+        regs.append(reg_total <= 4 * z3.Sum(*group_budget))
+        objectives = [("max", reg_total, min(ceiling, register_pool(groups) // 32)),
                       # Among equal totals, spread registers across roles (each role's own
                       # budget counts once) rather than starving the small ones.
-                      ("max", z3.Sum(*budget.values()) if roles else z3.IntVal(0)),
+                      ("max", z3.Sum(*budget.values()) if roles else z3.IntVal(0, ctx)),
                       # Tie-break: earlier-listed roles get lower warps.
                       ("min", z3.Sum(*[(len(roles) - i) * begin[r.inst.name] for i, r in enumerate(roles)])
-                       if roles else z3.IntVal(0))]
-        model, proven, status = _optimize(z3, layout + regs, objectives, timeout_ms)
+                       if roles else z3.IntVal(0, ctx))]
+        model, proven, status = _optimize(z3, layout + regs, objectives, timeout_ms, ctx=ctx)
         if model is None:
             proven_all &= status == "unsat"
             continue
