@@ -407,6 +407,13 @@ def _check_tensors(comp: Composition, d: _Diags, ev) -> list[Transfer]:
         n = 1
         for x in es:
             n *= x
+        if kind == "staged" and ei.contract.role is None:
+            # A staged transfer indexes its buffer by the exporter's own warps; a library has none.
+            d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: library {_side(ei)} exports layout {et.layout!r} but "
+                  f"{_side(ii)} imports {it.layout!r}; only a role's exports can be staged",
+                  clause=f"import.{it.name}.layout", facts=both("layout", et.layout, it.layout),
+                  hint="use the same layout on both sides, or export from a role component")
+            continue
         if kind == "staged" and (threads == 0 or n % threads):
             d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: {n} elements do not divide among {threads} threads",
                   clause=f"export.{et.name}.shape", facts=both("shape", es, is_))
