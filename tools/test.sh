@@ -14,7 +14,7 @@ rc=0
 T0=$SECONDS
 
 echo "== pytest tests/"
-"$VENV/bin/python" -m pytest tests/ -q -p no:cacheprovider
+"$VENV/bin/python" -m pytest tests/ -q -rs -p no:cacheprovider
 prc=$?
 # 5 = no tests were collected: not a failure of the suite (the Bazel tests still run).
 if [[ $prc -ne 0 && $prc -ne 5 ]]; then
