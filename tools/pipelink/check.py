@@ -201,7 +201,7 @@ def check(comp: Composition) -> Checked:
         d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",
               facts=[Fact(b.key, f"{b.threads} threads", b.origin) for b in barriers],
               hint="share a barrier between phases, or use mbarriers")
-    static = sum(i.package.measured.static_smem for i in {id(i.package): i for i in insts}.values())
+    static = sum(p.measured.static_smem for p in comp.packages())
     capacity = SMEM_CAPACITY.get(comp.arch, 232448)
     if d.items:
         raise Rejected(d.items)

@@ -40,6 +40,10 @@ class Composition:
     binds: tuple[Bind, ...]
     file: str
 
+    def packages(self) -> list[Package]:
+        """Each distinct package once, in instance order (instances of one package share it)."""
+        return list({id(i.package): i.package for i in self.instances}.values())
+
     def instance(self, name: str) -> Instance | None:
         return next((i for i in self.instances if i.name == name), None)
 

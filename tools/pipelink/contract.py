@@ -292,6 +292,13 @@ def _ident(r: _Reader, key: str, value: str) -> str:
     return value
 
 
+def _align(r: _Reader, default: int) -> int:
+    align = r.get("align", int, default)
+    if align <= 0 or align & (align - 1) or align > 1024:
+        r.fail("align", f"must be a power of two up to 1024, not {align}")
+    return align
+
+
 def _expr(r: _Reader, key: str, default=...) -> str | int:
     v = r.get(key, (str, int), default, what="an integer or an arithmetic expression")
     if isinstance(v, str):
@@ -396,9 +403,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         _ident(smem_r, sname, sname)
         sr = smem_r.table(sname)
         b = _expr(sr, "bytes")
-        align = sr.get("align", int, 16)
-        if align <= 0 or align & (align - 1) or align > 1024:
-            sr.fail("align", f"must be a power of two up to 1024, not {align}")
+        align = _align(sr, 16)
         phase = sr.get("phase", str, "kernel")
         sr.finish()
         smem.append(SmemClaim(sname, b, align, phase, sr.origin()))
@@ -436,9 +441,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         if arrivals <= 0:
             rr.fail("arrivals", "must be positive")
         peer = rr.get("peer_arrivals", int, None)
-        ralign = rr.get("align", int, 128)
-        if ralign <= 0 or ralign & (ralign - 1) or ralign > 1024:
-            rr.fail("align", f"must be a power of two up to 1024, not {ralign}")
+        ralign = _align(rr, 128)
         rr.finish()
         rings.append(RingSide(rname, side, stage, (depth[0], depth[1]), arrivals, peer, ralign, rr.origin()))
     ring_r.finish()

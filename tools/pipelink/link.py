@@ -90,7 +90,7 @@ def _link_once(comp, ch, pl, src, timings, control, tk) -> LinkResult:
                                    str(gen), "-o", str(obj)], "L-COMPILE", "compiling the generated dispatcher")
         timings["compile_generated"] = time.perf_counter() - t0
         inputs = []
-        for pkg in {id(i.package): i.package for i in comp.instances}.values():
+        for pkg in comp.packages():
             inputs += [(f"{pkg.name}/{k}", v) for k, v in sorted(pkg.objects.items())]
         inputs.append((obj.name, obj.read_bytes()))
         t0 = time.perf_counter()
@@ -127,7 +127,7 @@ def build_control(comp: Composition, generated: str, tk: Toolkit, tmp: Path) -> 
     root = tmp / "control"
     includes, copts = [], []
     parts = ["// pipelink control: every component and the generated code in one translation unit"]
-    for pkg in {id(i.package): i.package for i in comp.instances}.values():
+    for pkg in comp.packages():
         if not pkg.sources:
             raise reject("E-USAGE", f"package {pkg.name} carries no sources, so no control can be built",
                          hint="pack it with --source for each .cu and header (the Bazel rule does this)")
