@@ -160,6 +160,10 @@ def _cuda_component_impl(ctx):
     packed_hdrs = depset(own_hdrs + extra_hdrs, transitive = dep_hdrs)
 
     package = ctx.actions.declare_file(ctx.label.name + ".plpkg")
+    if ctx.attr.contract_substitutions:
+        # One contract for several builds of a component (tile variants): the same values
+        # reach the contract here and the source through `defines`; pack checks they agree.
+        contract = _expand_contract(ctx, contract)
     packed_contract = contract
     if not PACK_ARCH_FLAG and arch != DEFAULT_ARCH:
         packed_contract = _retarget_contract(ctx, contract, arch)
@@ -174,13 +178,17 @@ def _cuda_component_impl(ctx):
         args.add("--arch", arch)
     if ORIGIN_FLAG:
         args.add("--origin", "%s=%s" % (packed_contract.path, display_label(ctx.label)))
+    host_provider = ctx.file.host_provider
+    if host_provider:
+        args.add("--host-provider", host_provider)
     args.add("--out", package)
     args.add("--cuda-home", toolchain.cuda_home)
     run_pipelink(
         ctx,
         tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [args],
-        inputs = depset([packed_contract] + objects + cu_srcs, transitive = [packed_hdrs, toolchain.nvcc_files]),
+        inputs = depset([packed_contract] + objects + cu_srcs + ([host_provider] if host_provider else []),
+                        transitive = [packed_hdrs, toolchain.nvcc_files]),
         outputs = [package],
         mnemonic = "PipelinkPack",
         progress_message = "Packing component %s (%%{label}) for %s" % (component, arch),
@@ -205,6 +213,12 @@ def _cuda_component_impl(ctx):
         OutputGroupInfo(objects = depset(objects), package = depset([package])),
         info,
     ]
+
+def _expand_contract(ctx, contract):
+    """The contract with `contract_substitutions` applied (same lines, so same file:line)."""
+    out = ctx.actions.declare_file("_pl_contracts/%s/%s" % (ctx.label.name, contract.basename))
+    ctx.actions.expand_template(template = contract, output = out, substitutions = ctx.attr.contract_substitutions)
+    return out
 
 def _retarget_contract(ctx, contract, arch):
     """Interim (until `pack --arch`): a copy of the contract with component.arch = arch.
@@ -252,6 +266,14 @@ cuda_component = rule(
             allow_single_file = [".toml"],
             mandatory = True,
             doc = "The component's contract (<component>.contract.toml), see docs/CONTRACTS.md.",
+        ),
+        "contract_substitutions": attr.string_dict(
+            doc = "Text substitutions applied to the contract before packing (e.g. " +
+                  "{\"@BLOCK_N@\": \"64\"} for a tile variant built with a matching define).",
+        ),
+        "host_provider": attr.label(
+            allow_single_file = [".py"],
+            doc = "The contract's [host] provider (Python), carried in the package.",
         ),
         "component": attr.string(
             doc = "The package name kernels refer to: the contract's component.name. " +

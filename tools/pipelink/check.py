@@ -236,7 +236,23 @@ def _check_params(comp: Composition, d: _Diags) -> dict[str, str]:
                              Fact(_side(i), f"{name} = {t!r}", str(i.contract.param_origin(name)))],
                       hint="one name is one host value: rename one of them or agree on the type")
             seen.setdefault(name, (t, i))
+    _check_host(comp, d)
     return {k: v[0] for k, v in seen.items()}
+
+
+def _check_host(comp: Composition, d: _Diags) -> None:
+    """Each provided parameter region has exactly one host provider in the kernel."""
+    fillers: dict[str, list[Instance]] = {}
+    for i in comp.instances:
+        for name in (i.contract.host.fills if i.contract.host else ()):
+            fillers.setdefault(name, []).append(i)
+    for name, insts in sorted(fillers.items()):
+        if len(insts) > 1:
+            d.add("L-HOST", f"parameter {name!r} is filled by {len(insts)} host providers",
+                  clause=f"params.{name}",
+                  facts=[Fact(_side(i), f"[host] fills {name!r} ({i.contract.host.provider})",
+                              str(i.contract.host.origin)) for i in insts],
+                  hint="a parameter region has one provider: rename the tmap parameter in one contract")
 
 
 def _check_facts(comp: Composition, d: _Diags):

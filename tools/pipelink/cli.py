@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     pk.add_argument("--source", action="append", default=[], help="source or header carried for control builds")
     pk.add_argument("--header", action="append", default=[], dest="source")
     pk.add_argument("--copt", action="append", default=[], help="compiler option for control builds")
+    pk.add_argument("--host-provider", help="the contract's [host] provider file (default: beside the contract)")
     pk.add_argument("--out", required=True)
     pk.add_argument("--arch", help="the arch the objects were built for (overrides the contract's component.arch)")
     pk.add_argument("--cuda-home")
@@ -140,7 +141,7 @@ def _run(args) -> int:
         from pipelink.package import pack, write_package
 
         pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
-                   arch=args.arch)
+                   arch=args.arch, host_provider=args.host_provider)
         write_package(pkg, args.out)
         m = pkg.measured
         _emit(args, {"ok": True, "package": args.out, "name": pkg.name, "handles": list(m.handles),

@@ -16,7 +16,11 @@ from pipelink.diagnostics import Fact, reject
 from pipelink.expr import ExprError, names_in
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PARAM_TYPES = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4}
+PARAM_TYPES = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 128}  # size in bytes
+# Alignment in the parameter block: natural for scalars; a CUtensorMap must be 64-byte aligned.
+PARAM_ALIGN = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 64}
+# Types a host provider fills (the caller never passes them).
+PROVIDED_TYPES = {"tmap"}
 FACT_TYPES = {"u32"}
 DTYPES = {"f32", "f16", "bf16", "u32", "i32", "u8", "e4m3", "e5m2"}
 SPACES = {"reg", "smem", "global"}
@@ -146,6 +150,17 @@ class RoleDecl:
 
 
 @dataclass(frozen=True)
+class HostDecl:
+    """[host]: a host provider carried in the package fills `fills` from the lent `reads`."""
+
+    provider: str  # file name of the Python provider, beside the contract
+    fills: tuple[str, ...]
+    reads: tuple[str, ...]
+    facts: tuple[str, ...]
+    origin: Origin
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     kind: str  # role | library
@@ -162,6 +177,7 @@ class Contract:
     file: str
     origin: Origin = field(default=None)  # type: ignore[assignment]
     param_origins: tuple[Origin, ...] = ()  # where each of `params` was written
+    host: HostDecl | None = None
 
     def param_origin(self, name: str) -> Origin:
         for (n, _), o in zip(self.params, self.param_origins):
@@ -469,6 +485,8 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
             tensors.append(TensorDecl(tname, direction, tuple(shape), dtype, layout, space, scope, tr.origin()))
         tr_all.finish()
 
+    host = _host(top, dict(params), facts)
+
     callables = []
     cr_all = top.table("callable")
     for direction in ("export", "import"):
@@ -487,8 +505,46 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         name=name, kind=kind, entry=entry, arch=arch, params=tuple(params), role=role,
         facts=tuple(facts), smem=tuple(smem), barriers=tuple(barriers), rings=tuple(rings),
         tensors=tuple(tensors), callables=tuple(callables), file=file,
-        origin=Origin(file, lines.line("component")), param_origins=tuple(param_origins),
+        origin=Origin(file, lines.line("component")), param_origins=tuple(param_origins), host=host,
     )
+
+
+def _host(top: _Reader, params: dict[str, str], facts: list[FactDecl]) -> HostDecl | None:
+    """[host] provider/fills/reads/facts, each name checked against this contract."""
+    provided = sorted(n for n, t in params.items() if t in PROVIDED_TYPES)
+    r = top.table("host")
+    if not r.data:
+        if provided:
+            top.fail("params", f"parameter(s) {provided} of type tmap need a host provider",
+                   hint='add [host] provider = "<file>.py" fills = [...] (docs/CONTRACTS.md)')
+        return None
+    provider = r.get("provider", str)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.py", provider):
+        r.fail("provider", f"must be a Python file name beside the contract, not {provider!r}",
+               hint='e.g. provider = "loader_host.py"')
+    lists = {}
+    for key in ("fills", "reads", "facts"):
+        v = r.get(key, list, [])
+        if not all(isinstance(x, str) for x in v) or len(set(v)) != len(v):
+            r.fail(key, "must be a list of distinct names")
+        lists[key] = tuple(v)
+    for n in lists["fills"]:
+        if params.get(n) not in PROVIDED_TYPES:
+            r.fail("fills", f"{n!r} is not a tmap parameter of this component",
+                   hint="a provider fills only its own [params] of type tmap")
+    for n in provided:
+        if n not in lists["fills"]:
+            r.fail("fills", f"tmap parameter {n!r} is not filled by the provider", hint=f"add {n!r} to fills")
+    for n in lists["reads"]:
+        if n not in params or params[n] in PROVIDED_TYPES:
+            r.fail("reads", f"{n!r} is not a caller-lent parameter of this component",
+                   hint="a provider reads the component's own [params] that the caller passes")
+    declared = {f.name for f in facts}
+    for n in lists["facts"]:
+        if n not in declared:
+            r.fail("facts", f"fact {n!r} is not declared by this component", hint=f"add [fact.{n}]")
+    r.finish()
+    return HostDecl(provider, lists["fills"], lists["reads"], lists["facts"], r.origin())
 
 
 def normalize_signature(sig: str) -> str:

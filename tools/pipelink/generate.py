@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from pipelink.check import DTYPE_BYTES, Checked, Transfer
 from pipelink.compose import Instance
-from pipelink.contract import PARAM_TYPES
+from pipelink.contract import PARAM_ALIGN, PARAM_TYPES
 from pipelink.solve import Placement
 
-C_PARAM = {"ptr": "unsigned long long", "u64": "unsigned long long", "u32": "unsigned", "i32": "int", "f32": "float"}
+C_PARAM = {"ptr": "unsigned long long", "u64": "unsigned long long", "u32": "unsigned", "i32": "int", "f32": "float",
+           "tmap": "pl::TensorMap"}
 C_DTYPE = {"f32": "float", "u32": "unsigned", "i32": "int", "f16": "unsigned short", "bf16": "unsigned short",
            "u8": "unsigned char", "e4m3": "unsigned char", "e5m2": "unsigned char"}
 
@@ -43,13 +44,13 @@ def param_layout(ch: Checked) -> ParamLayout:
         ps = inst.contract.params
         if not ps:
             continue
-        salign = max(PARAM_TYPES[t] for _, t in ps)
+        salign = max(PARAM_ALIGN[t] for _, t in ps)
         off = -(-off // salign) * salign
         inst_off[inst.name] = off
         local = 0
         for name, t in ps:
-            sz = PARAM_TYPES[t]
-            local = -(-local // sz) * sz
+            sz, al = PARAM_TYPES[t], PARAM_ALIGN[t]
+            local = -(-local // al) * al
             fields.append(ParamField(inst.name, name, t, off + local))
             local += sz
         local = -(-local // salign) * salign

@@ -191,6 +191,10 @@ def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
         "facts": dict(sorted(ch.facts.items())),
         "instances": [{"name": i.name, "package": i.package.name, "package_digest": i.package.digest()}
                       for i in comp.instances],
+        "host": [{"instance": i.name, "package": i.package.name, "provider": h.provider,
+                  "source": i.package.host[h.provider].decode("utf-8"), "fills": list(h.fills),
+                  "reads": list(h.reads), "facts": list(h.facts)}
+                 for i in comp.instances if (h := i.contract.host)],
     }
 
 

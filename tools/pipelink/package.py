@@ -51,6 +51,7 @@ class Package:
     sources: dict[str, bytes] = field(default_factory=dict)  # relpath -> text, for the control build
     copts: tuple[str, ...] = ()
     path: str = ""
+    host: dict[str, bytes] = field(default_factory=dict)  # provider file name -> Python source ([host])
 
     @property
     def name(self) -> str:
@@ -61,6 +62,8 @@ class Package:
         for k in sorted(self.objects):
             h.update(k.encode() + b"\0" + self.objects[k])
         h.update(self.contract_text.encode())
+        for k in sorted(self.host):
+            h.update(b"host\0" + k.encode() + b"\0" + self.host[k])
         return h.hexdigest()[:16]
 
 
@@ -233,7 +236,7 @@ def _clause_origin(c: Contract, clause: str):
 
 
 def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = (), copts: list[str] = (),
-         cuda_home: str | None = None, arch: str | None = None) -> Package:
+         cuda_home: str | None = None, arch: str | None = None, host_provider: str | None = None) -> Package:
     try:
         text = Path(contract_path).read_text()
     except OSError:
@@ -254,10 +257,47 @@ def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = ()
             srcs[rel] = Path(s).read_bytes()
         except OSError:
             raise reject("E-FILE", f"{s}: no such source file") from None
+    host = read_host_provider(contract, Path(contract_path).parent, host_provider)
     tk = find_toolkit(cuda_home)
     measured = measure(contract, objects, tk)
     verify(contract, measured, sorted(objects))
-    return Package(contract, text, measured, objects, srcs, tuple(copts), contract_path)
+    return Package(contract, text, measured, objects, srcs, tuple(copts), contract_path, host)
+
+
+def read_host_provider(contract: Contract, folder: Path, given: str | None = None) -> dict[str, bytes]:
+    """The [host] provider file (`given`, else beside the contract), checked (not run): it
+    must parse and define `provide(lent, facts, host)` at top level."""
+    if contract.host is None:
+        if given:
+            raise reject("P-HOST", f"--host-provider {given} given, but the contract has no [host] clause",
+                         clause="host", hint="add [host] provider/fills/reads to the contract, or drop the flag")
+        return {}
+    name = contract.host.provider
+    fact = Fact(f"contract {Path(contract.file).name}", f"[host] provider = {name!r}", str(contract.host.origin))
+    if given and Path(given).name != name:
+        raise reject("P-HOST", f"--host-provider {given} is not the contract's provider {name}", clause="host.provider",
+                     facts=[fact], hint=f"pass the file named {name}, or rename [host] provider")
+    try:
+        data = Path(given).read_bytes() if given else (folder / name).read_bytes()
+    except OSError:
+        raise reject("P-HOST", f"host provider {name} not found beside the contract", clause="host.provider",
+                     facts=[fact], hint=f"put {name} in {folder or '.'} (Bazel: cuda_component(host_provider = ...))") from None
+    if not check_provider_source(data):
+        raise reject("P-HOST", f"host provider {name} does not define provide(lent, facts, host)",
+                     clause="host.provider", facts=[fact],
+                     hint="the file must be Python with a top-level `def provide(lent, facts, host):` "
+                          "returning {param: bytes} for every name in fills")
+    return {name: data}
+
+
+def check_provider_source(data: bytes) -> bool:
+    import ast
+
+    try:
+        tree = ast.parse(data.decode("utf-8"))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    return any(isinstance(n, ast.FunctionDef) and n.name == "provide" and len(n.args.args) == 3 for n in tree.body)
 
 
 def _retarget(contract: Contract, arch: str | None) -> Contract:
@@ -300,11 +340,13 @@ def write_package(pkg: Package, out: str) -> None:
         "objects": sorted(pkg.objects),
         "sources": sorted(pkg.sources),
         "copts": list(pkg.copts),
+        "host": sorted(pkg.host),
     }
     entries = {"pipelink-package.json": json.dumps(manifest, indent=2, sort_keys=True).encode(),
                "contract.toml": pkg.contract_text.encode()}
     entries.update({f"objects/{k}": v for k, v in pkg.objects.items()})
     entries.update({f"sources/{k}": v for k, v in pkg.sources.items()})
+    entries.update({f"host/{k}": v for k, v in pkg.host.items()})
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         for name in sorted(entries):
@@ -348,6 +390,7 @@ def read_package(path: str) -> Package:
         try:
             objects = {k: z.read(f"objects/{k}") for k in manifest["objects"]}
             sources = {k: z.read(f"sources/{k}") for k in manifest["sources"]}
+            host = {str(k): z.read(f"host/{k}") for k in manifest.get("host", [])}
             ms = manifest["measured"]
             measured = Measured(tuple(ms["handles"]), dict(ms["own_facts"]), int(ms["static_smem"]), dict(ms["regs"]),
                                 str(manifest["toolkit"]))
@@ -361,4 +404,7 @@ def read_package(path: str) -> Package:
     except Rejected as e:  # the contract was verified when packing: this package was altered
         raise reject("P-PACKAGE", f"{path}: damaged package (its contract does not parse: {e})",
                      facts=[f for d in e.diagnostics for f in d.facts], hint="re-create it with pipelink pack") from None
-    return Package(contract, text, measured, objects, sources, copts, path)
+    want = {contract.host.provider} if contract.host else set()
+    if set(host) != want or not all(check_provider_source(v) for v in host.values()):
+        raise damaged(f"host provider files {sorted(host)} do not match the contract's [host] {sorted(want)}")
+    return Package(contract, text, measured, objects, sources, copts, path, host)

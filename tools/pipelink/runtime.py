@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate, names_in
+from pipelink.host import HostEncoder, HostProvider, run_providers
 
 SUPPORTED_MANIFEST_FORMAT = 1
 
@@ -56,6 +57,7 @@ RUNTIME_CODES: dict[str, str] = {
     "R-DEVICE": "the GPU, its architecture or a tensor's device does not fit the kernel",
     "R-MANIFEST": "the manifest is missing, damaged, or disagrees with the cubin",
     "R-CUDA": "a CUDA driver call failed",
+    "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region",
 }
 
 # type -> (struct code, size, int range or None for f32)
@@ -65,7 +67,11 @@ _TYPES: dict[str, tuple[str, int, tuple[int, int] | None]] = {
     "u32": ("I", 4, (0, 2**32 - 1)),
     "i32": ("i", 4, (-(2**31), 2**31 - 1)),
     "f32": ("f", 4, None),
+    "tmap": ("128s", 128, None),  # filled by the instance's host provider, never by the caller
 }
+_ALIGN = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 64}
+# Grid names the runtime supplies from the device (a persistent grid: "min(num_sms, tiles)").
+BUILTIN_GRID_NAMES = ("num_sms",)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _FLT_MAX = 3.4028234663852886e38
 
@@ -115,8 +121,19 @@ class Manifest:
     facts: dict[str, int]
     requires: tuple[str, ...] = ()
     grid_names: tuple[str, ...] = ()  # launch-only names the grid expressions use
+    host: tuple[HostProvider, ...] = ()  # providers filling the tmap parameters
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def provided(self) -> frozenset[str]:
+        """Parameters filled by host providers (the caller never passes them)."""
+        return frozenset(n for p in self.host for n in p.fills)
+
+    @property
+    def lent(self) -> dict[str, str]:
+        """Parameters the caller passes: name -> type."""
+        return {n: t for n, t in self.param_types.items() if n not in self.provided}
 
     @property
     def threads(self) -> int:
@@ -163,6 +180,7 @@ class Manifest:
                                   for f in params.get("fields") or []), key=lambda s: s.offset))
             facts = {str(k): int(v) for k, v in (d.get("facts") or {}).items()}
             requires = tuple(str(r) for r in d.get("requires", []) or [])
+            host = tuple(HostProvider.from_dict(h) for h in d.get("host", []) or [])
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"malformed ({type(e).__name__}: {e})") from None
         for name, t in by_name.items():
@@ -174,13 +192,22 @@ class Manifest:
                 raise bad(f"field {s.instance}.{s.name} ({s.type}) disagrees with params.by_name "
                           f"({by_name.get(s.name, 'absent')})")
             sz = _TYPES[s.type][1]
-            if s.offset % sz or s.offset < end or s.offset + sz > size:
+            if s.offset % _ALIGN[s.type] or s.offset < end or s.offset + sz > size:
                 raise bad(f"field {s.instance}.{s.name} at offset {s.offset} is misaligned, overlaps "
                           f"or lies outside the {size}-byte parameter block")
             end = s.offset + sz
         unused = sorted(set(by_name) - {s.name for s in slots})
         if unused:
             raise bad(f"parameters {unused} have no field")
+        for h in host:
+            bad_fill = [n for n in h.fills if by_name.get(n) != "tmap"]
+            bad_read = [n for n in h.reads if by_name.get(n) in (None, "tmap")]
+            if bad_fill or bad_read or not set(h.facts) <= set(facts):
+                raise bad(f"host provider {h.provider} of {h.instance} fills {bad_fill or h.fills}, reads "
+                          f"{bad_read or h.reads}: not parameters of the right kind, or unknown facts")
+        unfilled = sorted(n for n, t in by_name.items() if t == "tmap" and not any(n in h.fills for h in host))
+        if unfilled:
+            raise bad(f"tmap parameters {unfilled} have no host provider")
         clash = sorted(set(by_name) & set(facts))
         if clash:
             raise bad(f"names {clash} are both parameters and facts")
@@ -196,10 +223,12 @@ class Manifest:
                 t = by_name.get(n)
                 if t in ("ptr", "f32"):
                     raise bad(f"grid/requires expression {text!r} uses {t} parameter {n!r}")
-                if t is None and n not in facts and n not in grid_names:
+                if t == "tmap":
+                    raise bad(f"grid/requires expression {text!r} uses tmap parameter {n!r}")
+                if t is None and n not in facts and n not in grid_names and n not in BUILTIN_GRID_NAMES:
                     grid_names.append(n)
         return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
-                   requires, tuple(grid_names), source, dict(d))
+                   requires, tuple(grid_names), host, source, dict(d))
 
 
 def _dims(v, what: str) -> tuple[int, int, int]:
@@ -303,7 +332,11 @@ def _scalar(name: str, t: str, v) -> int | float:
 def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = None, *,
                   need_grid_names: bool = True) -> dict[str, int | float]:
     """Check every parameter is given, none is unknown, each fits its type; -> host values."""
-    known = set(m.param_types) | set(m.grid_names)
+    given_provided = sorted(set(params) & m.provided)
+    if given_provided:
+        raise LaunchError("R-PARAM", f"parameter {given_provided[0]!r} is filled by the kernel's host provider",
+                          hint="do not pass it: the runtime fills it from the other parameters")
+    known = set(m.lent) | set(m.grid_names)
     unknown = sorted(set(params) - known)
     if unknown:
         n = unknown[0]
@@ -312,14 +345,14 @@ def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = N
                           f"{', '.join(map(repr, unknown))} for kernel {m.kernel}",
                           hint=(f"did you mean {close[0]!r}? " if close else "") +
                                f"the kernel takes: {_signature(m)}")
-    required = list(m.param_types) + (list(m.grid_names) if need_grid_names else [])
+    required = list(m.lent) + (list(m.grid_names) if need_grid_names else [])
     missing = [n for n in required if n not in params]
     if missing:
         raise LaunchError("R-PARAM", f"missing parameter{'s' if len(missing) > 1 else ''} "
                           f"{', '.join(map(repr, missing))} for kernel {m.kernel}",
                           hint=f"the kernel takes: {_signature(m)}")
     out: dict[str, int | float] = {}
-    for n, t in m.param_types.items():
+    for n, t in m.lent.items():
         out[n] = _pointer(n, params[n], device) if t == "ptr" else _scalar(n, t, params[n])
     for n in m.grid_names:
         if n in params:
@@ -331,7 +364,7 @@ def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = N
 
 
 def _signature(m: Manifest) -> str:
-    s = ", ".join(f"{n}: {t}" for n, t in m.param_types.items())
+    s = ", ".join(f"{n}: {t}" for n, t in m.lent.items())
     if m.grid_names:
         s += "; grid sizes: " + ", ".join(f"{n}: int" for n in m.grid_names)
     return s
@@ -339,8 +372,11 @@ def _signature(m: Manifest) -> str:
 
 def _grid_env(m: Manifest, values: Mapping[str, int | float]) -> dict[str, int]:
     env = dict(m.facts)
+    for n in BUILTIN_GRID_NAMES:
+        if n in values:
+            env[n] = int(values[n])
     for n, t in m.param_types.items():
-        if t not in ("ptr", "f32") and n in values:
+        if t not in ("ptr", "f32", "tmap") and n in values:
             env[n] = int(values[n])
     for n in m.grid_names:
         if n in values:
@@ -352,7 +388,8 @@ def _describe(text: str, env: Mapping[str, int], m: Manifest) -> str:
     parts = []
     for n in sorted(names_in(text)):
         if n in env:
-            kind = "fact" if n in m.facts else "parameter" if n in m.param_types else "grid size"
+            kind = "fact" if n in m.facts else "parameter" if n in m.param_types else \
+                "device" if n in BUILTIN_GRID_NAMES else "grid size"
             parts.append(f"{kind} {n} = {env[n]}")
     return ", ".join(parts)
 
@@ -458,12 +495,16 @@ Validator = Callable[["Kernel | None", Mapping[str, Any]], None]
 
 def plan_launch(m: Manifest, params: Mapping[str, Any], *, grid=None, device: int | None = None,
                 validators: Iterable[Validator] = (), kernel: "Kernel | None" = None,
-                packer: Packer | None = None) -> LaunchPlan:
-    """Everything a launch decides, without a GPU: validation, grid, packed parameters."""
+                packer: Packer | None = None, num_sms: int | None = None, host=None) -> LaunchPlan:
+    """Everything a launch decides: validation, grid, host providers, packed parameters.
+    Without a GPU, pass `num_sms` for persistent grids and a `host` encoder double."""
     values = coerce_params(m, params, device, need_grid_names=grid is None)
     for v in validators:
         v(kernel, params)
-    dims = grid_dims(m, values, grid)
+    env = dict(values) if num_sms is None else {**values, "num_sms": num_sms}
+    dims = grid_dims(m, env, grid)
+    if m.host:
+        values = {**values, **run_providers(m.host, values, m.facts, host or HostEncoder())}
     data = (packer or Packer(m)).pack(values)
     return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, data, values)
 
@@ -586,6 +627,8 @@ class Kernel:
         attr = lambda a: _check(drv, drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute")  # noqa: E731
         cc = (attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
         self.compute_capability = cc
+        self.num_sms = attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        self._host = HostEncoder(drv)
         if m.arch and not _arch_ok(m.arch, cc):
             raise LaunchError("R-DEVICE", f"kernel {m.kernel} is built for {m.arch}; device {self.device} is "
                               f"sm_{cc[0]}{cc[1]}", hint=f"relink with --arch sm_{cc[0]}{cc[1]}"
@@ -706,10 +749,19 @@ class Kernel:
                None if grid is None else (grid if isinstance(grid, int) else tuple(grid)))
         dims = self._grid_cache.get(key)
         if dims is None:
-            dims = grid_dims(m, values, grid)
+            dims = grid_dims(m, {**values, "num_sms": self.num_sms}, grid)
             if len(self._grid_cache) < 4096:
                 self._grid_cache[key] = dims
+        if m.host:
+            with self._context():
+                values = {**values, **run_providers(m.host, values, m.facts, self._host)}
         return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, self._packer.pack(values), values)
+
+    def open(self, grid=None, **params) -> "Session":
+        """Plan once (validation, grid, host providers) and keep the packed parameters:
+        `session.launch()` then does no host work but the launch call, so a session can be
+        captured in a CUDA graph and replayed. The lent buffers must outlive the session."""
+        return Session(self, self.plan(params, grid))
 
     def __call__(self, stream=None, **params) -> LaunchPlan:
         return self.launch_with(params, stream=stream)
@@ -721,7 +773,11 @@ class Kernel:
         """Launch with parameters from a dict (for parameter names like `grid` or `stream`)."""
         if self._module is None:
             raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
-        p = self.plan(params, grid)
+        return self._launch_plan(self.plan(params, grid), stream)
+
+    def _launch_plan(self, p: LaunchPlan, stream) -> LaunchPlan:
+        if self._module is None:
+            raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
         h = self._stream_handle(stream)
         drv, m = self._drv, self.manifest
         buf = ctypes.create_string_buffer(p.params, len(p.params))
@@ -780,3 +836,15 @@ class Kernel:
 
 def load(cubin_path: str | Path, manifest_path: str | Path | None = None, device: int = 0, **kw) -> Kernel:
     return Kernel.load(cubin_path, manifest_path, device, **kw)
+
+
+class Session:
+    """A planned launch of one kernel with fixed parameters (`Kernel.open`)."""
+
+    def __init__(self, kernel: Kernel, plan: LaunchPlan):
+        self.kernel, self.plan = kernel, plan
+
+    def launch(self, stream=None) -> LaunchPlan:
+        return self.kernel._launch_plan(self.plan, stream)
+
+    __call__ = launch

@@ -58,7 +58,10 @@
 // Callables: the exporter defines PL_CALLABLE(name)(unsigned pl_inst, <args>); the importer
 // declares PL_DECLARE_CALL(name, <arg types>) and calls PL_CALL(name, <args>).
 #define PL_CALLABLE(name) extern "C" __device__ void PL_SYM(callable, name)
+// A callable with a result: PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned i) { ... }
+#define PL_CALLABLE_RET(ret, name) extern "C" __device__ ret PL_SYM(callable, name)
 #define PL_DECLARE_CALL(name, ...) extern "C" __device__ void PL_SYM(call, name)(unsigned, __VA_ARGS__)
+#define PL_DECLARE_CALL_RET(ret, name, ...) extern "C" __device__ ret PL_SYM(call, name)(unsigned, __VA_ARGS__)
 
 // The role entry the generated dispatcher calls from the instance's warps.
 #define PL_ENTRY(name) \
@@ -109,6 +112,38 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// A CUtensorMap as a kernel parameter (contract type "tmap": 128 bytes, 64-byte aligned),
+// filled on the host by the component's host provider (docs/CONTRACTS.md, [host]).
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+// One thread announces the bytes the stage's TMA copies will deliver, and arrives.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+               ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// 2-D TMA tile load (sm_90): box at (c0 = inner/contiguous coordinate, c1 = row) of the
+// tensor `map` into shared memory `dst`, completing `bytes` on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+// 2-D TMA tile store from shared memory (bulk group; wait with tma_store_wait).
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(src)) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until at most N committed store groups still read shared memory.
+template <int N>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned phase) {
   asm volatile(
