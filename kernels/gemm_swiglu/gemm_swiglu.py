@@ -39,9 +39,9 @@ class GemmSwiglu:
         self.kernel = Kernel.load(cubin, manifest, device, validate=_validate)
         f = self.kernel.manifest.facts
         missing = [n for n in ("block_m", "block_n", "block_k") if n not in f]
-        if missing or set(self.kernel.manifest.param_types) != {"x", "w", "out", "m", "n", "k"}:
+        if missing or set(self.kernel.manifest.lent) != {"x", "w", "out", "m", "n", "k"}:
             raise LaunchError("R-MANIFEST", f"{cubin} is not a gemm_swiglu kernel (facts {sorted(f)}, params "
-                              f"{sorted(self.kernel.manifest.param_types)})")
+                              f"{sorted(self.kernel.manifest.lent)})")
         self.block_m, self.block_n, self.block_k = f["block_m"], f["block_n"], f["block_k"]
 
     def __repr__(self) -> str:

@@ -1,0 +1,34 @@
+"""Tile variants of the Hopper GEMM + SwiGLU kernel, each a fused_kernel target.
+
+    gemm_swiglu_tma(name = "gemm_swiglu_tma_bn64", block_n = 64)
+
+builds the wgmma consumer (owner B) for the variant (its define and its contract's
+`own` value from one number) and links it with the shared scheduler, TMA loader and
+SwiGLU epilogue packages, plus the SASS test against the single-unit control.
+"""
+
+load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
+
+def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_wgmma", kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml"):
+    consumer = name + "_consumer"
+    cuda_component(
+        name = consumer,
+        component = "wgmma_consumer",
+        srcs = ["gemm/wgmma_consumer.cu"],
+        hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"],
+        contract = "gemm/wgmma_consumer.contract.toml",
+        contract_substitutions = {"128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n},
+        copts = ["-O3"],
+        defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=2"],
+    )
+    fused_kernel(
+        name = name,
+        arch = "sm_90a",
+        components = [":tile_scheduler", ":tma_loader", ":" + consumer, epilogue],
+        kernel = kernel,
+        visibility = ["//visibility:public"],
+    )
+    fused_kernel_sass_test(
+        name = name + "_sass_test",
+        kernel = ":" + name,
+    )
