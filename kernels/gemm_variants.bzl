@@ -9,7 +9,8 @@ SwiGLU epilogue packages, plus the SASS test against the single-unit control.
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
-def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_wgmma", kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml"):
+def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = ":tile_scheduler",
+                    kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml"):
     consumer = name + "_consumer"
     cuda_component(
         name = consumer,
@@ -24,7 +25,7 @@ def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_wgmma", kernel = "gemm_sw
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = [":tile_scheduler", ":tma_loader", ":" + consumer, epilogue],
+        components = [scheduler, ":tma_loader", ":" + consumer, epilogue],
         kernel = kernel,
         visibility = ["//visibility:public"],
     )

@@ -4,6 +4,10 @@
 // announces its bytes on the stage's `full` mbarrier (expect-tx) and issues the TMA copies
 // of the A tile and the b_parts B tiles (tma_gemm.h). The other threads of the warpgroup
 // only exist so the dispatcher can lower the warpgroup's register budget.
+// In a cluster (fact cluster_x = 2) the two CTAs work on two tile rows with the same B
+// tile: each loads its own A and half of the B rows, multicast into both CTAs' stages, so
+// L2 serves B once per cluster. A stage is reused only after the consumers of every CTA in
+// the cluster released it (the consumer arrives on all of the cluster's `empty` barriers).
 // The tensor maps are parameters (`tmap` type) filled on the host by this package's host
 // provider, tma_loader_host.py, from the lent x, w, m, n, k and the tile facts. TMA fills
 // rows and columns beyond the tensor with zeros, so m and k need not be tile multiples.
@@ -18,8 +22,9 @@ PL_DECLARE_FACT(block_m);
 PL_DECLARE_FACT(block_n);
 PL_DECLARE_FACT(block_k);
 PL_DECLARE_FACT(b_parts);
+PL_DECLARE_FACT(cluster_x);
 PL_DECLARE_RING(ab);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned);
+PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
 
 // The contract's [params], in order: x, w = "ptr"; m, n, k = "u32"; tmap_x, tmap_w = "tmap".
 struct TmaLoaderParams {
@@ -43,6 +48,11 @@ PL_ENTRY(run) {
   uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
   const unsigned depth = PL_RING_DEPTH(ab);
   const unsigned bytes = tma_gemm::stage_bytes(bm, bn, parts);
+  // This CTA's share of the B rows of a stage, in boxes of box_b rows (the host provider
+  // encodes the same box): all of them alone, half of them in a cluster of two.
+  const unsigned cx = PL_FACT(cluster_x), rank = cx > 1 ? pl::cluster_rank() : 0;
+  const unsigned share = parts * bn / cx, box_b = min(bn, share);
+  const uint16_t mask = (uint16_t)((1u << cx) - 1u);
   pl::prefetch_tensor_map(&p.tmap_x);
   pl::prefetch_tensor_map(&p.tmap_w);
 
@@ -50,17 +60,22 @@ PL_ENTRY(run) {
   const unsigned k_tiles = tma_gemm::ceil_div(p.k, bk);
   unsigned stage = 0, phase = 0;
   for (unsigned iter = 0;; ++iter) {
-    const unsigned t = PL_CALL(tile, iter, m_tiles, n_tiles);
+    unsigned info[4];  // k_begin, k_end, linear tile, first CTA (tile_scheduler)
+    const unsigned t = PL_CALL(unit, iter, m_tiles, n_tiles, k_tiles, info);
     if (t == tma_gemm::NO_TILE) break;
     const int m0 = (t >> 16) * bm, n0 = (t & 0xFFFFu) * bn;
-    for (unsigned kt = 0; kt < k_tiles; ++kt) {
+    for (unsigned kt = info[0]; kt < info[1]; ++kt) {
       pl::mbar_wait(empty + stage, phase ^ 1u);  // first pass: a fresh barrier passes parity 1
       pl::mbar_arrive_expect_tx(full + stage, bytes);
       uint8_t* dst = buf + stage * bytes;
       const int k0 = kt * bk;
       pl::tma_load_2d(dst, &p.tmap_x, k0, m0, full + stage);
-      for (unsigned part = 0; part < parts; ++part)
-        pl::tma_load_2d(dst + tma_gemm::b_offset(bm, bn, part), &p.tmap_w, k0, part * p.n + n0, full + stage);
+      for (unsigned row = rank * share; row < (rank + 1) * share; row += box_b) {  // row of the stage's B
+        uint8_t* b_dst = dst + tma_gemm::b_offset(bm, bn, 0) + row * tma_gemm::ROW_BYTES;
+        const int w_row = (row / bn) * p.n + n0 + row % bn;
+        if (cx > 1) pl::tma_load_2d_multicast(b_dst, &p.tmap_w, k0, w_row, full + stage, mask);
+        else pl::tma_load_2d(b_dst, &p.tmap_w, k0, w_row, full + stage);
+      }
       if (++stage == depth) { stage = 0; phase ^= 1u; }
     }
   }

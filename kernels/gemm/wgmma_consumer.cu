@@ -1,14 +1,25 @@
 // wgmma_consumer.cu — owner B. Consumer role of ring `ab` for the Hopper GEMM family: two
-// warpgroups compute persistent output tiles cooperatively (warpgroup g owns rows
+// warpgroups compute persistent work units cooperatively (warpgroup g owns rows
 // [64g, 64g + 64) of a [block_m = 128, b_parts * block_n] tile) with
 // wgmma.mma_async.m64nNk16 bf16 -> f32, N = b_parts * block_n, both operands read from
 // the stage through K-major SWIZZLE_128B descriptors (tma_gemm.h, wgmma.h).
-// Tiles come from callable `tile` (tile_scheduler), in the same order the loader uses.
+// Units come from callable `unit` (tile_scheduler), in the order the loader uses: a unit is
+// a tile's k-steps [k_begin, k_end).
 // Per k-step: wait `full`, 4 wgmmas (k = 0, 16, 32, 48), commit, wait until at most one
 // group is in flight, then release the previous stage: lane 0 of each warp arrives on its
-// `empty` (8 arrivals), after the wgmmas that read it completed. After the tile the
-// accumulators go to the importer of `acc` (the epilogue), whose stores overlap the
-// loader already filling the next tile's stages.
+// `empty` (8 arrivals), after the wgmmas that read it completed.
+// After a unit:
+//  * whole tile: the accumulators go to the importer of `acc` (the epilogue), whose stores
+//    overlap the loader already filling the next unit's stages;
+//  * contributor (does not reach the tile's last k-step): the partial sums go to this CTA's
+//    slot of workspace `partials` (coalesced float4), then one release-add on the tile's
+//    counter in workspace `flags`;
+//  * finisher (reaches the last k-step, started after 0): one thread waits (acquire) until
+//    every contributing CTA has counted, all add their partial sums (read through L2), the
+//    counter is reset to zero for the next launch (`flags` is a zero workspace), and the
+//    tile goes to the epilogue.
+// Named barrier `fixup` (the role's 256 threads) orders the slot writes before the count
+// and the wait before the reads.
 // Owns block_m, block_n, block_k, b_parts (compile-time: -DCONSUMER_BLOCK_N=..,
 // -DCONSUMER_B_PARTS=..).
 // Export `acc`: [b_parts, block_m, block_n] f32 in layout "wgmma_acc(b_parts)": role thread
@@ -41,6 +52,35 @@ static_assert(STAGE % 1024 == 0 && (BM * 128) % 1024 == 0, "operands start on 10
 struct Params {  // the contract's [params]: m, n, k = "u32"
   uint32_t m, n, k;
 };
+constexpr unsigned THREADS = 256;
+
+// Partial sums of one unit: thread t's accumulators as float4s, float4 i at [i][t].
+__device__ __forceinline__ void store_partial(float4* slot, const float* acc, unsigned t) {
+#pragma unroll
+  for (unsigned i = 0; i < FRAG / 4; ++i)
+    __stcg(slot + i * THREADS + t, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+}
+__device__ __forceinline__ void add_partial(const float4* slot, float* acc, unsigned t) {
+#pragma unroll
+  for (unsigned i = 0; i < FRAG / 4; ++i) {
+    const float4 v = __ldcg(slot + i * THREADS + t);
+    acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+  }
+}
+// A stage is free once the consumers of every CTA that multicast into it are done with it.
+__device__ __forceinline__ void release(uint64_t* empty, unsigned cx) {
+  if (cx == 1) pl::mbar_arrive(empty);
+  else
+    for (unsigned q = 0; q < cx; ++q) pl::mbar_arrive_cluster(empty, q);
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 }  // namespace wgmma_consumer
 
 PL_OWN_FACT(block_m, wgmma_consumer::BM);
@@ -49,7 +89,11 @@ PL_OWN_FACT(block_k, wgmma_consumer::BK);
 PL_OWN_FACT(b_parts, wgmma_consumer::PARTS);
 PL_DECLARE_RING(ab);
 PL_DECLARE_EXPORT(acc);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned);
+PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_WORKSPACE(partials);
+PL_DECLARE_WORKSPACE(flags);
+PL_DECLARE_BARRIER(fixup);
+PL_DECLARE_FACT(cluster_x);
 
 PL_ENTRY(run) {
   using namespace wgmma_consumer;
@@ -70,33 +114,56 @@ PL_ENTRY(run) {
 
   const unsigned m_tiles = tma_gemm::ceil_div(p.m, BM), n_tiles = tma_gemm::ceil_div(p.n, BN);
   const unsigned k_tiles = tma_gemm::ceil_div(p.k, BK);
+  float4* partials = static_cast<float4*>(PL_WORKSPACE(partials));
+  unsigned* flags = static_cast<unsigned*>(PL_WORKSPACE(flags));
+  const unsigned bar = PL_BARRIER(fixup);
+  const unsigned cx = PL_FACT(cluster_x);  // in a cluster, stages are filled by every CTA's loader
   float acc[FRAG];
   unsigned stage = 0, phase = 0;
   for (unsigned iter = 0;; ++iter) {
-    const unsigned tile = PL_CALL(tile, iter, m_tiles, n_tiles);
+    unsigned info[4];  // k_begin, k_end, linear tile, first CTA of the tile (tile_scheduler)
+    const unsigned tile = PL_CALL(unit, iter, m_tiles, n_tiles, k_tiles, info);
     if (tile == tma_gemm::NO_TILE) break;
+    const unsigned k_begin = info[0], k_end = info[1];
+    // The previous unit's sums are dead here (exported or stored): saying so keeps them out
+    // of registers while the scheduler's arithmetic runs (else ptxas spills at 232).
+#pragma unroll
+    for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
     unsigned prev = 0;
-    for (unsigned kt = 0; kt < k_tiles; ++kt) {
+    for (unsigned kt = k_begin; kt < k_end; ++kt) {
       pl::mbar_wait(full + stage, phase);
       const uint64_t so = stage * kStageStep;
       wgmma::fence_operands<FRAG>(acc);
       wgmma::fence();
 #pragma unroll
       for (unsigned ks = 0; ks < BK / 16; ++ks)
-        wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, (kt | ks) != 0);
+        wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, (kt != k_begin) | ks);
       wgmma::commit();
       wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
       wgmma::fence_operands<FRAG>(acc);
-      if (kt > 0 && lane0) pl::mbar_arrive(empty + prev);
+      if (kt > k_begin && lane0) release(empty + prev, cx);
       prev = stage;
       if (++stage == depth) { stage = 0; phase ^= 1u; }
     }
     wgmma::wait<0>();
     wgmma::fence_operands<FRAG>(acc);
-    if (k_tiles > 0 && lane0) pl::mbar_arrive(empty + prev);
-    if (k_tiles == 0) {
-#pragma unroll
-      for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
+    if (k_end > k_begin && lane0) release(empty + prev, cx);
+    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
+      store_partial(partials + blockIdx.x * (FRAG / 4) * THREADS, acc, t);
+      __threadfence();
+      pl::named_barrier_sync(bar, THREADS);
+      if (t == 0) add_release(flags + info[2], 1);
+      continue;
+    }
+    if (k_begin > 0) {  // finisher: add the contributors' partial sums
+      const unsigned contributors = (blockIdx.x - info[3]) / cx;
+      if (t == 0) {
+        while (load_acquire(flags + info[2]) < contributors) {
+        }
+        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
+      }
+      pl::named_barrier_sync(bar, THREADS);
+      for (unsigned c = info[3]; c < blockIdx.x; c += cx) add_partial(partials + c * (FRAG / 4) * THREADS, acc, t);
     }
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }

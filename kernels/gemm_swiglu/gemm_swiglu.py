@@ -43,6 +43,9 @@ class GemmSwiglu:
             raise LaunchError("R-MANIFEST", f"{cubin} is not a gemm_swiglu kernel (facts {sorted(f)}, params "
                               f"{sorted(self.kernel.manifest.lent)})")
         self.block_m, self.block_n, self.block_k = f["block_m"], f["block_n"], f["block_k"]
+        # The TMA family (tma_loader + swiglu_tma_store) reads with zero fill and stores with
+        # clipping: any M, and N, K multiples of 8 (16-byte rows). The others need whole tiles.
+        self.ragged = {"tmap_x", "tmap_w", "tmap_out"} <= self.kernel.manifest.provided
 
     def __repr__(self) -> str:
         return f"GemmSwiglu(tile {self.block_m}x{self.block_n}x{self.block_k}, {self.kernel!r})"
@@ -59,7 +62,7 @@ class GemmSwiglu:
                               "projections ([2N, K]: rows 0..N-1 gate, N..2N-1 up)")
         N = w.shape[0] // 2
         if out is None:
-            if M % self.block_m or N % self.block_n or K % self.block_k:
+            if self._granule(M, N, K):
                 _shape_error(M, N, K, self)  # before allocating
             out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
         else:
@@ -70,7 +73,19 @@ class GemmSwiglu:
         return out
 
 
+    def _granule(self, M: int, N: int, K: int) -> bool:
+        if self.ragged:
+            return bool(N % 8 or K % 8)
+        return bool(M % self.block_m or N % self.block_n or K % self.block_k)
+
+
 def _shape_error(M: int, N: int, K: int, g: "GemmSwiglu") -> None:
+    if g.ragged:
+        for name, v in (("N", N), ("K", K)):
+            if v % 8:
+                raise LaunchError("R-SHAPE", f"{name} = {v} is not a multiple of 8 (TMA needs 16-byte rows)",
+                                  hint=f"pad {name} to a multiple of 8")
+        return
     for name, v, b, what in (("M", M, g.block_m, "block_m"), ("N", N, g.block_n, "block_n"),
                              ("K", K, g.block_k, "block_k")):
         if v % b:
@@ -83,7 +98,13 @@ def _validate(kernel: Kernel | None, p: Mapping[str, Any]) -> None:
     """Runs before every launch, also for raw `kernel(x=..., ...)` calls: sizes match the tensors."""
     f = kernel.manifest.facts if kernel is not None else {}
     m, n, k = p["m"], p["n"], p["k"]
-    if f:
+    ragged = kernel is not None and {"tmap_x", "tmap_w", "tmap_out"} <= kernel.manifest.provided
+    if ragged:
+        for name, v in (("n", n), ("k", k)):
+            if v % 8:
+                raise LaunchError("R-SHAPE", f"parameter {name!r} = {v} is not a multiple of 8 (TMA rows)",
+                                  hint=f"pad {name} to a multiple of 8")
+    elif f:
         for name, v, b in (("m", m, f["block_m"]), ("n", n, f["block_n"]), ("k", k, f["block_k"])):
             if v % b:
                 raise LaunchError("R-SHAPE", f"parameter {name!r} = {v} is not a multiple of {b} (the tile)",

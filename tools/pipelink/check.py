@@ -255,6 +255,11 @@ def _check_host(comp: Composition, d: _Diags) -> None:
                   hint="a parameter region has one provider: rename the tmap parameter in one contract")
 
 
+# Facts the kernel file owns: its cluster shape ([kernel] cluster), for components that
+# multicast or synchronise across the CTAs of a cluster.
+KERNEL_FACTS = ("cluster_x", "cluster_y", "cluster_z")
+
+
 def _check_facts(comp: Composition, d: _Diags):
     owners: dict[str, list[tuple[Instance, object]]] = {}
     readers: dict[str, list[tuple[Instance, object]]] = {}
@@ -262,6 +267,20 @@ def _check_facts(comp: Composition, d: _Diags):
         for f in i.contract.facts:
             (owners if f.own is not None else readers).setdefault(f.name, []).append((i, f))
     facts, owner = {}, {}
+    for name in KERNEL_FACTS:
+        for i, f in owners.pop(name, []):
+            d.add("L-FACT-OWNERS", f"fact {name!r} is the kernel's cluster shape; {_side(i)} cannot own it",
+                  clause=f"fact.{name}", facts=[Fact(_side(i), f"own = {f.own}", str(f.origin))],
+                  hint=f"read it (accept = [...]) and set [kernel] cluster in the kernel file")
+        value = comp.cluster[KERNEL_FACTS.index(name)]
+        for i, f in readers.pop(name, []):
+            facts[name], owner[name] = value, None
+            if f.type != "u32" or not f.accepts(value):
+                d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {value} (the kernel's cluster)",
+                      clause=f"fact.{name}",
+                      facts=[Fact(f"kernel {comp.name}", f"cluster = {list(comp.cluster)}", comp.file),
+                             Fact(_side(i), f.accept_text(), str(f.origin))],
+                      hint="change [kernel] cluster, or use a component that supports this cluster shape")
     for name, os_ in owners.items():
         if len(os_) > 1:
             d.add("L-FACT-OWNERS", f"fact {name!r} has {len(os_)} owners",
@@ -327,17 +346,22 @@ def _check_rings(comp, d, ev) -> list[Ring]:
                   facts=[Fact(_side(pi), f"depth = {list(p.depth)}", str(p.origin)),
                          Fact(_side(ci), f"depth = {list(c.depth)}", str(c.origin))],
                   hint="widen one side's depth range")
+        arrivals = {id(r): ev(r.arrivals, i, f"ring.{name}.arrivals", r.origin) for i, r in ((pi, p), (ci, c))}
         for me, mine, other, theirs in ((pi, p, ci, c), (ci, c, pi, p)):
-            if mine.peer_arrivals is not None and mine.peer_arrivals != theirs.arrivals:
+            if mine.peer_arrivals is None or arrivals[id(theirs)] is None:
+                continue
+            peer = ev(mine.peer_arrivals, me, f"ring.{name}.peer_arrivals", mine.origin)
+            if peer is not None and peer != arrivals[id(theirs)]:
                 d.add("L-RING-ARRIVALS",
-                      f"ring {name!r}: {_side(me)} assumes {mine.peer_arrivals} arrivals from its peer, "
-                      f"{_side(other)} makes {theirs.arrivals}",
+                      f"ring {name!r}: {_side(me)} assumes {peer} arrivals from its peer, "
+                      f"{_side(other)} makes {arrivals[id(theirs)]}",
                       clause=f"ring.{name}.arrivals",
-                      facts=[Fact(_side(me), f"peer_arrivals = {mine.peer_arrivals}", str(mine.origin)),
-                             Fact(_side(other), f"arrivals = {theirs.arrivals}", str(theirs.origin))],
+                      facts=[Fact(_side(me), f"peer_arrivals = {mine.peer_arrivals!r} = {peer}", str(mine.origin)),
+                             Fact(_side(other), f"arrivals = {theirs.arrivals!r} = {arrivals[id(theirs)]}",
+                                  str(theirs.origin))],
                       hint="the barrier's count is the other side's arrivals; make them agree")
-        if ps is not None and lo <= hi:
-            rings.append(Ring(name, pi, ci, ps, (lo, hi), p.arrivals, c.arrivals, max(p.align, c.align),
+        if ps is not None and lo <= hi and None not in arrivals.values():
+            rings.append(Ring(name, pi, ci, ps, (lo, hi), arrivals[id(p)], arrivals[id(c)], max(p.align, c.align),
                               f"producer {_side(pi)} at {p.origin}, consumer {_side(ci)} at {c.origin}"))
     return rings
 

@@ -115,8 +115,8 @@ class RingSide:
     side: str  # producer | consumer
     stage_bytes: str | int
     depth: tuple[int, int]
-    arrivals: int
-    peer_arrivals: int | None
+    arrivals: str | int  # an integer, or an expression over facts (e.g. "8 * cluster_x")
+    peer_arrivals: str | int | None
     align: int
     origin: Origin
 
@@ -150,6 +150,21 @@ class RoleDecl:
 
 
 @dataclass(frozen=True)
+class WorkspaceDecl:
+    """[workspace.X]: global memory the runtime lends this instance for one launch."""
+
+    name: str
+    bytes: str | int  # expression over this component's integer params, its facts and grid_x
+    zero: bool  # zero at the first launch; the component promises to leave it zero again
+    align: int
+    origin: Origin
+
+
+# Names a workspace size may use besides the component's facts and integer params.
+WORKSPACE_BUILTINS = ("grid_x",)
+
+
+@dataclass(frozen=True)
 class HostDecl:
     """[host]: a host provider carried in the package fills `fills` from the lent `reads`."""
 
@@ -178,6 +193,7 @@ class Contract:
     origin: Origin = field(default=None)  # type: ignore[assignment]
     param_origins: tuple[Origin, ...] = ()  # where each of `params` was written
     host: HostDecl | None = None
+    workspaces: tuple[WorkspaceDecl, ...] = ()
 
     def param_origin(self, name: str) -> Origin:
         for (n, _), o in zip(self.params, self.param_origins):
@@ -206,6 +222,8 @@ class Contract:
         for c in self.callables:
             if c.direction == "import":
                 out[f"{p}call__{c.name}"] = f"callable.import.{c.name}"
+        for w in self.workspaces:
+            out[f"{p}ws__{w.name}"] = f"workspace.{w.name}"
         out[f"{p}role__warp_begin"] = "role"
         out[f"{p}role__warps"] = "role"
         return out
@@ -453,10 +471,8 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
             depth = [depth, depth]
         if len(depth) != 2 or not all(isinstance(x, int) for x in depth) or not 1 <= depth[0] <= depth[1] <= 64:
             rr.fail("depth", f"must be [min, max] with 1 <= min <= max <= 64, not {depth}")
-        arrivals = rr.get("arrivals", int)
-        if arrivals <= 0:
-            rr.fail("arrivals", "must be positive")
-        peer = rr.get("peer_arrivals", int, None)
+        arrivals = _expr(rr, "arrivals")
+        peer = _expr(rr, "peer_arrivals", None)
         ralign = _align(rr, 128)
         rr.finish()
         rings.append(RingSide(rname, side, stage, (depth[0], depth[1]), arrivals, peer, ralign, rr.origin()))
@@ -486,6 +502,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         tr_all.finish()
 
     host = _host(top, dict(params), facts)
+    workspaces = _workspaces(top.table("workspace"), dict(params), facts)
 
     callables = []
     cr_all = top.table("callable")
@@ -506,7 +523,30 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         facts=tuple(facts), smem=tuple(smem), barriers=tuple(barriers), rings=tuple(rings),
         tensors=tuple(tensors), callables=tuple(callables), file=file,
         origin=Origin(file, lines.line("component")), param_origins=tuple(param_origins), host=host,
+        workspaces=workspaces,
     )
+
+
+def _workspaces(r: _Reader, params: dict[str, str], facts: list[FactDecl]) -> tuple[WorkspaceDecl, ...]:
+    """[workspace.X] bytes/zero/align; sizes may use integer params, facts and grid_x."""
+    known = {f.name for f in facts} | {n for n, t in params.items() if t in ("u32", "i32", "u64")}
+    out = []
+    for wname in r.data:
+        _ident(r, wname, wname)
+        wr = r.table(wname)
+        size = _expr(wr, "bytes")
+        unknown = sorted(names_in(size) - known - set(WORKSPACE_BUILTINS)) if isinstance(size, str) else []
+        if unknown:
+            raise reject("C-EXPR", f"workspace.{wname}.bytes uses {unknown}, which this component does not declare",
+                         clause=f"workspace.{wname}.bytes",
+                         facts=[Fact(f"contract {Path(r.file).name}", f"bytes = {size!r}", str(wr.origin("bytes")))],
+                         hint="a workspace size may use the component's facts, its u32/i32/u64 params and grid_x")
+        zero = wr.get("zero", bool, False)
+        align = _align(wr, 256)
+        wr.finish()
+        out.append(WorkspaceDecl(wname, size, zero, align, wr.origin()))
+    r.finish()
+    return tuple(out)
 
 
 def _host(top: _Reader, params: dict[str, str], facts: list[FactDecl]) -> HostDecl | None:

@@ -37,11 +37,22 @@ class ParamLayout:
     instance_offsets: dict[str, int]
 
 
+def ws_param(inst_name: str, ws: str) -> str:
+    """The hidden pointer field a workspace gets in its instance's parameters (never a user name)."""
+    return f"@ws:{inst_name}.{ws}"
+
+
+def instance_params(inst: Instance) -> list[tuple[str, str]]:
+    """The instance's declared params, then one hidden pointer per workspace (after the
+    declared prefix, so the component's own struct keeps its layout)."""
+    return list(inst.contract.params) + [(ws_param(inst.name, w.name), "ptr") for w in inst.contract.workspaces]
+
+
 def param_layout(ch: Checked) -> ParamLayout:
     """C layout of `struct PlKernelParams { PlParams_<inst> <inst>; ... }` (natural alignment)."""
     fields, inst_off, off, kalign = [], {}, 0, 1
     for inst in ch.comp.instances:
-        ps = inst.contract.params
+        ps = instance_params(inst)
         if not ps:
             continue
         salign = max(PARAM_ALIGN[t] for _, t in ps)
@@ -58,6 +69,11 @@ def param_layout(ch: Checked) -> ParamLayout:
         kalign = max(kalign, salign)
     size = -(-off // kalign) * kalign if off else 0
     return ParamLayout(tuple(fields), size, inst_off)
+
+
+def _c_name(param: str) -> str:
+    """C field name of a parameter (hidden workspace fields are not identifiers)."""
+    return "pl_ws_" + param[len("@ws:"):].replace(".", "__") if param.startswith("@ws:") else param
 
 
 def _u(v: int) -> str:
@@ -89,10 +105,10 @@ def generate(ch: Checked, pl: Placement) -> str:
     ]
     # ---- parameter block ---------------------------------------------------------------
     for inst in comp.instances:
-        if inst.contract.params:
+        if instance_params(inst):
             out.append(f"struct PlParams_{inst.name} {{ " +
-                       " ".join(f"{C_PARAM[t]} {n};" for n, t in inst.contract.params) + " };")
-    members = [f"PlParams_{i.name} {i.name};" for i in comp.instances if i.contract.params]
+                       " ".join(f"{C_PARAM[t]} {_c_name(n)};" for n, t in instance_params(inst)) + " };")
+    members = [f"PlParams_{i.name} {i.name};" for i in comp.instances if instance_params(i)]
     out.append("struct PlKernelParams { " + (" ".join(members) if members else "unsigned pl_unused;") + " };")
     out.append("")
 
@@ -103,7 +119,7 @@ def generate(ch: Checked, pl: Placement) -> str:
         ring_by_inst[(r.consumer.name, r.name)] = r
 
     def inst_params_ptr(inst: Instance) -> str:
-        return f"&pl_p.{inst.name}" if inst.contract.params else "nullptr"
+        return f"&pl_p.{inst.name}" if instance_params(inst) else "nullptr"
 
     # ---- handles -------------------------------------------------------------------------
     for pkg_name in sorted(by_pkg):
@@ -115,6 +131,14 @@ def generate(ch: Checked, pl: Placement) -> str:
             kind, _, name = sym[len(f"pl_{c.name}__"):].partition("__")
             if kind == "export" or kind == "call":
                 continue  # thunks, below
+            if kind == "ws":  # a pointer in the instance's own parameters, after its declared ones
+                out.append(f'extern "C" __device__ void* {sym}(unsigned i, const void* p) {{')
+                for inst in insts:
+                    f = f"reinterpret_cast<const PlParams_{inst.name}*>(p)->{_c_name(ws_param(inst.name, name))}"
+                    guard = f"  if (i == {inst.index}u) " if len(insts) > 1 else "  "
+                    out.append(f"{guard}return reinterpret_cast<void*>({f});")
+                out.append("  return nullptr;\n}" if len(insts) > 1 else "}")
+                continue
             values = [_handle_value(ch, pl, i, kind, name, role_of, ring_by_inst) for i in insts]
             out.append(f'extern "C" __device__ unsigned {sym}(unsigned i) {{ {_switch(values)} }}')
         for t in (t for t in c.tensors if t.direction == "export"):
@@ -159,6 +183,8 @@ def generate(ch: Checked, pl: Placement) -> str:
     out[header_at:header_at] = sorted(set(decls))
 
     # ---- dispatcher ----------------------------------------------------------------------
+    clustered = comp.cluster != (1, 1, 1)
+    leave = "" if clustered else " return;"  # in a cluster every thread meets the final cluster barrier
     out.append(f'extern "C" __global__ void __launch_bounds__({pl.threads}, 1)')
     out.append(f"{comp.name}(const __grid_constant__ PlKernelParams pl_p) {{")
     if ch.rings:
@@ -171,7 +197,10 @@ def generate(ch: Checked, pl: Placement) -> str:
             out.append("    }")
         out.append('    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
         out.append("  }")
-        out.append("  __syncthreads();")
+        if not clustered:
+            out.append("  __syncthreads();")
+    if clustered:  # peers multicast into this CTA and arrive on its barriers: all CTAs ready first
+        out.append(_CLUSTER_SYNC)
     out.append("  const unsigned pl_warp = __shfl_sync(0xffffffffu, threadIdx.x / 32u, 0);")
     # One branch per run of warp groups with one register budget; roles nested inside.
     runs = []
@@ -195,10 +224,16 @@ def generate(ch: Checked, pl: Placement) -> str:
             if lo <= b < hi:
                 c = r.inst.contract
                 conds = ([f"pl_warp >= {b}u"] if b > lo else []) + [f"pl_warp < {b + r.warps}u"]
-                out.append(f"    if ({' && '.join(conds)}) {{ pl_{c.name}__entry__{c.entry}({r.inst.index}u, {inst_params_ptr(r.inst)}); return; }}")
+                out.append(f"    if ({' && '.join(conds)}) {{ pl_{c.name}__entry__{c.entry}({r.inst.index}u, {inst_params_ptr(r.inst)});{leave} }}")
     out.append("  }")
+    if clustered:  # no CTA leaves while a peer may still write its shared memory or barriers
+        out.append(_CLUSTER_SYNC)
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+_CLUSTER_SYNC = ('  asm volatile("barrier.cluster.arrive.release.aligned;\\n"\n'
+                 '               "barrier.cluster.wait.acquire.aligned;" ::: "memory");')
 
 
 def _handle_value(ch: Checked, pl: Placement, inst: Instance, kind: str, name: str, role_of, ring_by_inst) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from pipelink.check import Checked, check
 from pipelink.compose import Composition
 from pipelink.diagnostics import Fact, Rejected, reject
-from pipelink.generate import generate, param_layout
+from pipelink.generate import generate, param_layout, ws_param
 from pipelink.solve import Placement, first_fit, solve
 from pipelink.toolkit import Toolkit, find_toolkit, nvjitlink_link, run_tool
 
@@ -184,13 +184,17 @@ def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
         "registers": usage.get("REG", 0),
         "params": {
             "size": layout.size,
-            "by_name": dict(sorted(ch.params.items())),
+            "by_name": dict(sorted({**ch.params, **{f.name: f.type for f in layout.fields
+                                                     if f.name.startswith("@ws:")}}.items())),
             "fields": [{"instance": f.instance, "name": f.name, "type": f.type, "offset": f.offset}
                        for f in layout.fields],
         },
         "facts": dict(sorted(ch.facts.items())),
         "instances": [{"name": i.name, "package": i.package.name, "package_digest": i.package.digest()}
                       for i in comp.instances],
+        "workspaces": [{"param": ws_param(i.name, w.name), "instance": i.name, "name": w.name,
+                        "bytes": str(w.bytes), "zero": w.zero, "align": w.align}
+                       for i in comp.instances for w in i.contract.workspaces],
         "host": [{"instance": i.name, "package": i.package.name, "provider": h.provider,
                   "source": i.package.host[h.provider].decode("utf-8"), "fills": list(h.fills),
                   "reads": list(h.reads), "facts": list(h.facts)}
@@ -238,7 +242,7 @@ def make_map(ch: Checked, pl: Placement, usage: dict) -> str:
         b = pl.warp_begin[r.inst.name]
         lines.append(f"  {b:>2}..{b + r.warps - 1:<2} {r.inst.name} ({r.inst.package.name}), {pl.budgets[r.inst.name]} registers")
     if ch.facts:
-        lines += ["", "facts:"] + [f"  {k} = {v} (owner {ch.fact_owner[k].name})" for k, v in sorted(ch.facts.items())]
+        lines += ["", "facts:"] + [f"  {k} = {v} (owner {ch.fact_owner[k].name if ch.fact_owner[k] else 'kernel'})" for k, v in sorted(ch.facts.items())]
     lines += ["", "registers at entry: " + str(usage.get("REG", "?"))]
     return "\n".join(lines) + "\n"
 

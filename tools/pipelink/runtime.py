@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Mapping
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate, names_in
 from pipelink.host import HostEncoder, HostProvider, run_providers
+from pipelink.workspace import Arena, Workspace
 
 SUPPORTED_MANIFEST_FORMAT = 1
 
@@ -70,8 +71,10 @@ _TYPES: dict[str, tuple[str, int, tuple[int, int] | None]] = {
     "tmap": ("128s", 128, None),  # filled by the instance's host provider, never by the caller
 }
 _ALIGN = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 64}
-# Grid names the runtime supplies from the device (a persistent grid: "min(num_sms, tiles)").
-BUILTIN_GRID_NAMES = ("num_sms",)
+# Grid names the runtime supplies from the device: its SM count, and how many CTAs of this
+# kernel (whole clusters) can be resident at once, for persistent grids whose CTAs wait on
+# each other ("min(resident_ctas, tiles)").
+BUILTIN_GRID_NAMES = ("num_sms", "resident_ctas")
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _FLT_MAX = 3.4028234663852886e38
 
@@ -122,13 +125,14 @@ class Manifest:
     requires: tuple[str, ...] = ()
     grid_names: tuple[str, ...] = ()  # launch-only names the grid expressions use
     host: tuple[HostProvider, ...] = ()  # providers filling the tmap parameters
+    workspaces: tuple[Workspace, ...] = ()  # runtime-lent global memory (hidden ptr fields)
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def provided(self) -> frozenset[str]:
         """Parameters filled by host providers (the caller never passes them)."""
-        return frozenset(n for p in self.host for n in p.fills)
+        return frozenset([n for p in self.host for n in p.fills] + [w.param for w in self.workspaces])
 
     @property
     def lent(self) -> dict[str, str]:
@@ -181,6 +185,7 @@ class Manifest:
             facts = {str(k): int(v) for k, v in (d.get("facts") or {}).items()}
             requires = tuple(str(r) for r in d.get("requires", []) or [])
             host = tuple(HostProvider.from_dict(h) for h in d.get("host", []) or [])
+            workspaces = tuple(Workspace.from_dict(w) for w in d.get("workspaces", []) or [])
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"malformed ({type(e).__name__}: {e})") from None
         for name, t in by_name.items():
@@ -205,6 +210,12 @@ class Manifest:
             if bad_fill or bad_read or not set(h.facts) <= set(facts):
                 raise bad(f"host provider {h.provider} of {h.instance} fills {bad_fill or h.fills}, reads "
                           f"{bad_read or h.reads}: not parameters of the right kind, or unknown facts")
+        for w in workspaces:
+            if by_name.get(w.param) != "ptr":
+                raise bad(f"workspace {w.param!r} has no pointer field")
+        hidden = sorted(n for n in by_name if n.startswith("@ws:") and n not in {w.param for w in workspaces})
+        if hidden:
+            raise bad(f"fields {hidden} belong to no workspace")
         unfilled = sorted(n for n, t in by_name.items() if t == "tmap" and not any(n in h.fills for h in host))
         if unfilled:
             raise bad(f"tmap parameters {unfilled} have no host provider")
@@ -228,7 +239,7 @@ class Manifest:
                 if t is None and n not in facts and n not in grid_names and n not in BUILTIN_GRID_NAMES:
                     grid_names.append(n)
         return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
-                   requires, tuple(grid_names), host, source, dict(d))
+                   requires, tuple(grid_names), host, workspaces, source, dict(d))
 
 
 def _dims(v, what: str) -> tuple[int, int, int]:
@@ -495,18 +506,37 @@ Validator = Callable[["Kernel | None", Mapping[str, Any]], None]
 
 def plan_launch(m: Manifest, params: Mapping[str, Any], *, grid=None, device: int | None = None,
                 validators: Iterable[Validator] = (), kernel: "Kernel | None" = None,
-                packer: Packer | None = None, num_sms: int | None = None, host=None) -> LaunchPlan:
-    """Everything a launch decides: validation, grid, host providers, packed parameters.
-    Without a GPU, pass `num_sms` for persistent grids and a `host` encoder double."""
+                packer: Packer | None = None, builtins: Mapping[str, int] | None = None, host=None,
+                workspace=None) -> LaunchPlan:
+    """Everything a launch decides: validation, grid, host providers, workspaces, packed
+    parameters. Without a GPU, pass `builtins` (num_sms, resident_ctas), a `host` encoder
+    double, and `workspace(w, nbytes) -> pointer` for workspaces."""
     values = coerce_params(m, params, device, need_grid_names=grid is None)
     for v in validators:
         v(kernel, params)
-    env = dict(values) if num_sms is None else {**values, "num_sms": num_sms}
+    env = {**values, **(builtins or {})}
     dims = grid_dims(m, env, grid)
     if m.host:
         values = {**values, **run_providers(m.host, values, m.facts, host or HostEncoder())}
+    if m.workspaces:
+        values = {**values, **workspace_pointers(m, values, dims, workspace)}
     data = (packer or Packer(m)).pack(values)
     return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, data, values)
+
+
+def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate) -> dict[str, int]:
+    env = {**_grid_env(m, values), "grid_x": dims[0]}
+    out = {}
+    for w in m.workspaces:
+        try:
+            n = w.size(env)
+        except ExprError as e:
+            raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}") from None
+        if allocate is None:
+            raise LaunchError("R-DEVICE", f"workspace {w.instance}.{w.name} needs a device allocation",
+                              hint="launch through Kernel, or pass workspace= to plan_launch")
+        out[w.param] = int(allocate(w, n))
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -610,6 +640,7 @@ class Kernel:
         self._packer = Packer(manifest)
         self._grid_cache: dict[tuple, tuple[int, int, int]] = {}
         self._module = None
+        self._arena: Arena | None = None
         drv = self._drv = _driver()
         m = manifest
         try:
@@ -660,6 +691,19 @@ class Kernel:
             if math.prod(m.cluster) > 8:
                 _check(drv, drv.cuFuncSetAttribute(self._func, F.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                                    1), "allowing a non-portable cluster size")
+            self.resident_ctas = self._resident_ctas()
+
+    def _resident_ctas(self) -> int:
+        """CTAs of this kernel that fit on the device at once (whole clusters)."""
+        drv, m = self._drv, self.manifest
+        if m.cluster == (1, 1, 1):
+            per_sm = _check(drv, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._func, m.threads, m.dynamic_smem),
+                            "asking the occupancy of the kernel")
+            return int(per_sm) * self.num_sms
+        size = math.prod(m.cluster)
+        cfg = self._launch_config((size, 1, 1), 0)
+        n = _check(drv, drv.cuOccupancyMaxActiveClusters(self._func, cfg), "asking how many clusters fit")
+        return int(n) * size
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -695,6 +739,9 @@ class Kernel:
         drv = self._drv
         if self._module is not None:
             with self._context():
+                if self._arena is not None:
+                    _check(drv, drv.cuCtxSynchronize(), "waiting for launches before freeing workspaces")
+                    self._arena.close()
                 _check(drv, drv.cuModuleUnload(self._module), "cuModuleUnload")
             self._module = None
             _check(drv, drv.cuDevicePrimaryCtxRelease(self._dev), "cuDevicePrimaryCtxRelease")
@@ -749,13 +796,25 @@ class Kernel:
                None if grid is None else (grid if isinstance(grid, int) else tuple(grid)))
         dims = self._grid_cache.get(key)
         if dims is None:
-            dims = grid_dims(m, {**values, "num_sms": self.num_sms}, grid)
+            dims = grid_dims(m, {**values, "num_sms": self.num_sms, "resident_ctas": self.resident_ctas}, grid)
             if len(self._grid_cache) < 4096:
                 self._grid_cache[key] = dims
-        if m.host:
+        if m.host or m.workspaces:
             with self._context():
-                values = {**values, **run_providers(m.host, values, m.facts, self._host)}
+                if m.host:
+                    values = {**values, **run_providers(m.host, values, m.facts, self._host)}
+                if m.workspaces:
+                    values = {**values, **workspace_pointers(m, values, dims, self._workspace)}
         return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, self._packer.pack(values), values)
+
+    def _workspace(self, w: Workspace, nbytes: int) -> int:
+        if self._arena is None:
+            drv = self._drv
+            self._arena = Arena(
+                lambda n: int(_check(drv, drv.cuMemAlloc(n), f"allocating {n} B of workspace")),
+                lambda p: _check(drv, drv.cuMemFree(p), "freeing a workspace"),
+                lambda p, n: _check(drv, drv.cuMemsetD8(p, 0, n), "zeroing a workspace"))
+        return self._arena.pointer(w, nbytes)
 
     def open(self, grid=None, **params) -> "Session":
         """Plan once (validation, grid, host providers) and keep the packed parameters:

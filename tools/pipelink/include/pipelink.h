@@ -33,6 +33,8 @@
 #define PL_DECLARE_SMEM(name) PL_DECLARE_HANDLE_(smem, name)          // [smem.<name>]
 #define PL_DECLARE_BARRIER(name) PL_DECLARE_HANDLE_(bar, name)        // [barrier.<name>]
 #define PL_DECLARE_FACT(name) PL_DECLARE_HANDLE_(fact, name)          // [fact.<name>] read
+// [workspace.<name>]: global memory the runtime lends the instance for the launch.
+#define PL_DECLARE_WORKSPACE(name) extern "C" __device__ void* PL_SYM(ws, name)(unsigned, const void*)
 #define PL_DECLARE_RING(name)                                          \
   PL_DECLARE_HANDLE_(ring_depth, name);                                \
   PL_DECLARE_HANDLE_(ring_buffer, name);                               \
@@ -72,6 +74,7 @@
 #define PL_SMEM_PTR(name) (pl::smem_base() + PL_SMEM(name))
 #define PL_BARRIER(name) PL_SYM(bar, name)(pl_inst)
 #define PL_FACT(name) PL_SYM(fact, name)(pl_inst)
+#define PL_WORKSPACE(name) PL_SYM(ws, name)(pl_inst, pl_params)
 #define PL_RING_DEPTH(name) PL_SYM(ring_depth, name)(pl_inst)
 #define PL_RING_BUFFER(name) PL_SYM(ring_buffer, name)(pl_inst)
 #define PL_RING_FULL(name) PL_SYM(ring_full, name)(pl_inst)
@@ -141,6 +144,29 @@ __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk
 template <int N>
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+// The same copy delivered to every CTA of the cluster in `cta_mask`, at the same shared
+// offset, completing on each destination's mbarrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, int c0, int c1, uint64_t* bar,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Arrive on the mbarrier at `bar`'s offset in CTA `cta` of this cluster (this CTA too).
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, unsigned cta) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n"
+      " mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
+      ::"r"(smem_addr(bar)), "r"(cta) : "memory");
 }
 __device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

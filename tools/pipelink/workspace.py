@@ -1,0 +1,67 @@
+"""Workspaces: global memory the runtime lends a component instance for each launch.
+
+A contract's [workspace.X] gives a size expression (over the component's integer
+parameters, its facts and `grid_x`, the launch's grid width) and whether it must be zero
+at the first launch (`zero = true`; the component promises to leave it zero, so graph
+replays need no memset). The linker gives each workspace a hidden pointer field after the
+instance's declared parameters (`@ws:<instance>.<name>`); the runtime sizes, allocates
+(grow-only, zeroed) and fills those fields when it plans a launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from pipelink.expr import ExprError, evaluate
+
+
+@dataclass(frozen=True)
+class Workspace:
+    param: str  # the hidden field, "@ws:<instance>.<name>"
+    instance: str
+    name: str
+    bytes: str
+    zero: bool
+    align: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Workspace":
+        w = cls(str(d["param"]), str(d["instance"]), str(d["name"]), str(d["bytes"]), bool(d["zero"]),
+                int(d["align"]))
+        if not w.param.startswith("@ws:") or w.align < 1 or w.align & (w.align - 1):
+            raise ValueError(f"workspace {w.param!r}: bad name or alignment {w.align}")
+        return w
+
+    def size(self, env: Mapping[str, int]) -> int:
+        """Bytes for this launch; raises ExprError when a name is missing."""
+        n = evaluate(self.bytes, dict(env))
+        if n < 0:
+            raise ExprError(f"workspace {self.instance}.{self.name} size {self.bytes!r} = {n} is negative")
+        return max(int(n), 1)
+
+
+class Arena:
+    """Device buffers of one kernel's workspaces: grow-only, zeroed when (re)allocated, and
+    kept until `close` (a captured graph may still use an older, smaller buffer)."""
+
+    def __init__(self, alloc, free, memset):
+        self._alloc, self._free, self._memset = alloc, free, memset
+        self._live: dict[str, tuple[int, int]] = {}  # param -> (pointer, bytes)
+        self._retired: list[int] = []
+
+    def pointer(self, w: Workspace, nbytes: int) -> int:
+        have = self._live.get(w.param)
+        if have is None or have[1] < nbytes:
+            if have is not None:
+                self._retired.append(have[0])
+            ptr = self._alloc(nbytes)
+            self._memset(ptr, nbytes)  # zero always: `zero` workspaces need it, others get determinism
+            self._live[w.param] = (ptr, nbytes)
+        return self._live[w.param][0]
+
+    def close(self) -> None:
+        for p in [p for p, _ in self._live.values()] + self._retired:
+            self._free(p)
+        self._live.clear()
+        self._retired.clear()
