@@ -107,6 +107,32 @@ CU13="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
   || fail "z3 or cuda.bindings.nvjitlink does not import" "$FIX"
 done_in $t
 
+t=$SECONDS
+step "BuildGrid for the remote-cache test (requirements-remote.lock)" \
+  "check network access to PyPI, then rerun; to start over: rm -rf .pipelink/buildgrid-py3.14 && bash tools/setup.sh"
+# buildgrid 0.9.1 needs Python >= 3.13: wheels for CPython 3.14 (Debian sid's python3 in the
+# Bazel root runs it); binary wheels only, so nothing is built here. pip checks Requires-Python
+# against the interpreter running pip, not --python-version, hence --ignore-requires-python.
+BG_DIR="$WS/.pipelink/buildgrid-py3.14"
+bg_sum="$(sha256sum requirements-remote.lock | cut -d' ' -f1)"
+if [[ -f "$BG_DIR/.pipelink-requirements.sha256" && "$(cat "$BG_DIR/.pipelink-requirements.sha256")" == "$bg_sum" ]]; then
+  echo "   up to date"
+else
+  rm -rf "$BG_DIR"
+  plat=()
+  arch="$(uname -m)"
+  for p in manylinux_2_34 manylinux_2_28 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
+    plat+=(--platform "${p}_$arch")
+  done
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps --only-binary=:all: \
+      --python-version 3.14 --implementation cp --abi cp314 --abi abi3 --abi none "${plat[@]}" \
+      --ignore-requires-python \
+      --target "$BG_DIR" -r requirements-remote.lock \
+    || fail "pip could not install requirements-remote.lock for CPython 3.14" "read pip's error above"
+  echo "$bg_sum" > "$BG_DIR/.pipelink-requirements.sha256"
+fi
+done_in $t
+
 # --- 2. Bazel ---------------------------------------------------------------------------------
 t=$SECONDS
 step "Bazel >= 7.1" \
