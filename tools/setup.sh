@@ -20,8 +20,9 @@ MAIN_TARGET="//kernels:gemm_swiglu"
 
 WS="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd -P)"
 cd "$WS"
-PIPELINK_HOME="${PIPELINK_HOME:-/opt/pipelink}"
-SIDROOT="${PIPELINK_SIDROOT:-$PIPELINK_HOME/sidroot}"
+# Where the Bazel root lives: the same rule as tools/bazel's (root: /opt/pipelink/sidroot; an
+# ordinary user: that one if it is ready, else ~/.local/share/pipelink/sidroot).
+SIDROOT="$(bash "$WS/tools/bazel" --pipelink-paths | sed -n 's/^SIDROOT=//p')"
 SID_PACKAGES="bazel-bootstrap,python3,g++-14"   # changing this rebuilds the root
 SID_MIRROR="${PIPELINK_SID_MIRROR:-http://deb.debian.org/debian}"
 PYTHON="${PYTHON:-python3}"
@@ -49,6 +50,9 @@ else
   command -v "$PYTHON" >/dev/null || fail "no '$PYTHON' on PATH" "apt-get install python3 python3-venv (Python >= 3.11), or set PYTHON="
   "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
     || fail "$PYTHON is $("$PYTHON" -V 2>&1); pipelink needs >= 3.11" "set PYTHON=/path/to/python3.11+"
+  # Made from the interpreter's real path (/usr/bin/python3.11, not /usr/bin/python3): inside
+  # the Bazel root /usr/bin/python3 is sid's Python, and the venv's link must not resolve to it.
+  PYTHON="$(readlink -f "$(command -v "$PYTHON")")"
   if ! "$PYTHON" -m venv "$VENV" 2>/tmp/pipelink-venv.err; then
     rm -rf "$VENV"
     if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null && grep -q ensurepip /tmp/pipelink-venv.err; then
@@ -107,6 +111,32 @@ CU13="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
   || fail "z3 or cuda.bindings.nvjitlink does not import" "$FIX"
 done_in $t
 
+t=$SECONDS
+step "BuildGrid for the remote-cache test (requirements-remote.lock)" \
+  "check network access to PyPI, then rerun; to start over: rm -rf .pipelink/buildgrid-py3.14 && bash tools/setup.sh"
+# buildgrid 0.9.1 needs Python >= 3.13: wheels for CPython 3.14 (Debian sid's python3 in the
+# Bazel root runs it); binary wheels only, so nothing is built here. pip checks Requires-Python
+# against the interpreter running pip, not --python-version, hence --ignore-requires-python.
+BG_DIR="$WS/.pipelink/buildgrid-py3.14"
+bg_sum="$(sha256sum requirements-remote.lock | cut -d' ' -f1)"
+if [[ -f "$BG_DIR/.pipelink-requirements.sha256" && "$(cat "$BG_DIR/.pipelink-requirements.sha256")" == "$bg_sum" ]]; then
+  echo "   up to date"
+else
+  rm -rf "$BG_DIR"
+  plat=()
+  arch="$(uname -m)"
+  for p in manylinux_2_34 manylinux_2_28 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
+    plat+=(--platform "${p}_$arch")
+  done
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps --only-binary=:all: \
+      --python-version 3.14 --implementation cp --abi cp314 --abi abi3 --abi none "${plat[@]}" \
+      --ignore-requires-python \
+      --target "$BG_DIR" -r requirements-remote.lock \
+    || fail "pip could not install requirements-remote.lock for CPython 3.14" "read pip's error above"
+  echo "$bg_sum" > "$BG_DIR/.pipelink-requirements.sha256"
+fi
+done_in $t
+
 # --- 2. Bazel ---------------------------------------------------------------------------------
 t=$SECONDS
 step "Bazel >= 7.1" \
@@ -122,27 +152,35 @@ done
 if [[ -z "$host_bazel" ]]; then
   marker="$SIDROOT/.pipelink-root-ready"
   if [[ -f "$marker" && "$(cat "$marker")" == "$SID_PACKAGES" && -x "$SIDROOT/usr/bin/bazel" ]]; then
-    echo "   using the Bazel root at $SIDROOT ($(chroot "$SIDROOT" /usr/bin/bazel --version 2>/dev/null || echo '?'))"
+    echo "   using the Bazel root at $SIDROOT ($("$WS/tools/bazel" --pipelink-exec /usr/bin/bazel --version 2>/dev/null || echo '?'))"
   else
-    [[ "$(id -u)" == 0 ]] || fail "building the Bazel root needs root (mounts, chroot)" "run: sudo bash tools/setup.sh"
+    mode=()
     if ! command -v mmdebstrap >/dev/null; then
+      [[ "$(id -u)" == 0 ]] || fail "mmdebstrap is not installed" "as root: apt-get install mmdebstrap uidmap (once), then rerun as this user"
       echo "   installing mmdebstrap (apt-get)"
       { apt-get update -qq && apt-get install -y -qq mmdebstrap >/dev/null; } \
         || fail "apt-get install mmdebstrap failed" "apt-get update && apt-get install mmdebstrap"
+    fi
+    if [[ "$(id -u)" != 0 ]]; then
+      # An ordinary user: mmdebstrap's unshare mode (a user namespace with the subordinate ids
+      # of /etc/subuid and /etc/subgid, newuidmap from the uidmap package).
+      mode=(--mode=unshare)
+      grep -q "^$(id -un):" /etc/subuid 2>/dev/null \
+        || fail "$(id -un) has no subordinate uid range for mmdebstrap --mode=unshare" "as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $(id -un); apt-get install uidmap"
     fi
     echo "   building Debian sid root with $SID_PACKAGES at $SIDROOT (about a minute, 1.5 GB)"
     rm -rf --one-file-system "$SIDROOT.tmp"
     mkdir -p "$(dirname "$SIDROOT")"
     # The sid archive served here is a frozen snapshot, hence Check-Valid-Until false.
-    mmdebstrap --quiet --aptopt='Acquire::Check-Valid-Until "false"' --variant=apt \
+    mmdebstrap --quiet "${mode[@]}" --aptopt='Acquire::Check-Valid-Until "false"' --variant=apt \
       --include="$SID_PACKAGES" sid "$SIDROOT.tmp" "$SID_MIRROR" \
       || fail "mmdebstrap could not build the sid root" \
               "check that $SID_MIRROR is reachable over http (apt-get update works), then rerun"
     [[ -x "$SIDROOT.tmp/usr/bin/bazel" && -x "$SIDROOT.tmp/usr/bin/g++-14" ]] \
       || fail "the new root has no /usr/bin/bazel or /usr/bin/g++-14" "Debian sid must ship bazel-bootstrap and g++-14; check the mirror"
     echo "$SID_PACKAGES" > "$SIDROOT.tmp/.pipelink-root-ready"
-    if [[ -e "$SIDROOT" ]]; then   # an old root: drop its bind mounts before deleting it
-      bash "$WS/tools/bazel" --pipelink-unmount || true
+    if [[ -e "$SIDROOT" ]]; then   # an old root: drop bind mounts an older tools/bazel left
+      [[ "$(id -u)" == 0 ]] && { bash "$WS/tools/bazel" --pipelink-unmount || true; }
       rm -rf --one-file-system "$SIDROOT"
     fi
     mv "$SIDROOT.tmp" "$SIDROOT"

@@ -25,6 +25,7 @@ load(":arch.bzl", "DEFAULT_ARCH", "SUPPORTED_ARCHS", "check_arch")
 load(":cuda_compile.bzl", "cuda_compile_action")
 load(":linker_cli.bzl", "ORIGIN_FLAG", "PACK_ARCH_FLAG")
 load(":providers.bzl", "CudaComponentInfo", "PipelinkArchInfo")
+load(":python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE", "find_cuda_toolchain")
 
 def cuda_toolchain(ctx):
@@ -47,25 +48,28 @@ def display_label(label):
     s = str(label)
     return s[2:] if s.startswith("@@//") else s
 
-def run_pipelink(ctx, tool, arguments, inputs, outputs, mnemonic, progress_message, env, origins = []):
-    """Runs the linker CLI as an action. Its success summary (stdout) is dropped so builds
-    stay quiet (the map is an output file); diagnostics on stderr surface as the build error.
+def run_pipelink(ctx, arguments, inputs, outputs, mnemonic, progress_message, env, origins = []):
+    """Runs the linker CLI (`python -m pipelink`, the interpreter of pipelink's python
+    toolchain, the linker's sources as inputs) as an action. Its success summary (stdout) is
+    dropped so builds stay quiet (the map is an output file); diagnostics on stderr surface as
+    the build error.
 
     origins: (File, description, Label) triples; when the linker rejects its inputs, one line
     each after its diagnostics says which Bazel target a contract or kernel file belongs to
     (until the CLI takes --origin: linker_cli.bzl).
     """
     notes = ["  from Bazel: %s is %s of %s" % (f.path, what, display_label(label)) for f, what, label in origins]
+    argv, linker_files, pythonpath, _ = linker_invocation(ctx)
     env = dict(env)
+    env["PYTHONPATH"] = pythonpath
     command = '"$@" > /dev/null'
     if notes and not ORIGIN_FLAG:
         env["PIPELINK_BAZEL_ORIGINS"] = "\n".join(notes)
         command = '"$@" > /dev/null && exit 0; rc=$?; printf "%s\n" "$PIPELINK_BAZEL_ORIGINS" >&2; exit $rc'
     ctx.actions.run_shell(
         command = command,
-        arguments = [tool.executable.path] + arguments,
-        tools = [tool],
-        inputs = inputs,
+        arguments = argv + arguments,
+        inputs = depset(transitive = [inputs, linker_files]),
         outputs = outputs,
         mnemonic = mnemonic,
         progress_message = progress_message,
@@ -185,7 +189,6 @@ def _cuda_component_impl(ctx):
     args.add("--cuda-home", toolchain.cuda_home)
     run_pipelink(
         ctx,
-        tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [args],
         inputs = depset([packed_contract] + objects + cu_srcs + ([host_provider] if host_provider else []),
                         transitive = [packed_hdrs, toolchain.nvcc_files]),
@@ -310,12 +313,11 @@ cuda_component = rule(
             default = Label("//tools:pipelink_header"),
             allow_files = True,
         ),
-        "_pipelink": attr.label(
-            default = Label("//tools:pipelink"),
-            executable = True,
+        "_linker": attr.label(
+            default = Label("//tools:pipelink_linker_files"),
             cfg = "exec",
         ),
     },
-    toolchains = [CUDA_TOOLCHAIN_TYPE],
+    toolchains = [CUDA_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
     provides = [CudaComponentInfo],
 )

@@ -1,17 +1,18 @@
-"""Repository rules that find the local CUDA toolkit and the repo's Python.
+"""Repository rules that find the local CUDA toolkit and the linker's Python.
 
-Nothing here downloads anything: the toolkit comes from (in order)
-  1. $PIPELINK_CUDA_HOME,
-  2. the NVIDIA PyPI wheels in the repo's .venv (.venv/lib/python3*/site-packages/nvidia/cu13,
-     laid out as {bin,include,lib,nvvm}), as installed by tools/setup.sh,
-  3. $CUDA_PATH,
-  4. the nvcc found on PATH (its parent's parent directory),
-like rules_cuda's local detection. CUTLASS/CuTe headers come from $PIPELINK_CUTLASS_INCLUDE
-or the nvidia-cutlass wheel (site-packages/cutlass_library/source/include).
-The Python for link actions is $PIPELINK_PYTHON or the repo's .venv/bin/python.
+Nothing here downloads anything. The module extension (pipelink_rules/extensions.bzl) passes
+the root module's tags; the order of detection is documented there:
+  python: tag, $PIPELINK_PYTHON, $VIRTUAL_ENV/bin/python, <root module>/.venv/bin/python,
+          <pipelink checkout>/.venv/bin/python, python3 on PATH;
+  toolkit: tag, $PIPELINK_CUDA_HOME, the NVIDIA wheels (nvidia/cu13, laid out as
+          {bin,include,lib,nvvm}) in that python's site-packages or a .venv's, $CUDA_PATH,
+          the nvcc on PATH (its parent's parent directory), like rules_cuda's local detection;
+  CUTLASS/CuTe headers: tag, $PIPELINK_CUTLASS_INCLUDE, the nvidia-cutlass wheel
+          (site-packages/cutlass_library/source/include), <toolkit>/include.
 """
 
 _ENVIRON = [
+    "VIRTUAL_ENV",
     "PIPELINK_CUDA_HOME",
     "PIPELINK_CUTLASS_INCLUDE",
     "PIPELINK_HOST_COMPILER",
@@ -35,18 +36,66 @@ def _realpath(rctx, path):
         return res.stdout.strip()
     return path
 
-def _venv_site_packages(rctx):
-    """All .venv/lib/python3*/site-packages directories of the workspace, newest first."""
-    lib = rctx.path(_workspace_root(rctx) + "/.venv/lib")
-    if not lib.exists:
+def _abs(rctx, path):
+    """A tag's path: relative paths are relative to the root module's directory."""
+    if not path or path.startswith("/"):
+        return path
+    return rctx.attr.root_module_dir + "/" + path
+
+def find_python(rctx):
+    """Returns (interpreter, how it was found) or (None, reasons tried)."""
+    env = rctx.os.environ
+    tried = []
+    candidates = [
+        (_abs(rctx, rctx.attr.interpreter), "the pipelink_toolchains.python tag"),
+        (env.get("PIPELINK_PYTHON", ""), "PIPELINK_PYTHON"),
+        ((env.get("VIRTUAL_ENV", "") + "/bin/python") if env.get("VIRTUAL_ENV", "") else "", "VIRTUAL_ENV"),
+        (rctx.attr.root_module_dir + "/.venv/bin/python" if rctx.attr.root_module_dir else "", "the root module's .venv"),
+        (_workspace_root(rctx) + "/.venv/bin/python", "the pipelink checkout's .venv"),
+    ]
+    for path, how in candidates:
+        if not path:
+            continue
+        if rctx.path(path).exists:
+            return path, how
+        tried.append("%s (%s) does not exist" % (path, how))
+        if how.startswith("the pipelink_toolchains") or how == "PIPELINK_PYTHON":
+            return None, tried  # an explicit choice that is wrong must not fall through
+    py = rctx.which("python3")
+    if py:
+        return str(py), "python3 on PATH"
+    tried.append("no python3 on PATH")
+    return None, tried
+
+def _python_site_packages(rctx, python):
+    if not python:
         return []
-    found = []
-    for entry in lib.readdir():
-        if entry.basename.startswith("python3"):
-            sp = rctx.path(str(entry) + "/site-packages")
-            if sp.exists:
-                found.append(str(sp))
-    return sorted(found, reverse = True)
+    res = rctx.execute([python, "-s", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    out = res.stdout.strip()
+    if res.return_code == 0 and out and rctx.path(out).exists:
+        return [out]
+    return []
+
+def _venv_site_packages(rctx):
+    """site-packages of the linker's python, then of <root module>/.venv and the pipelink
+    checkout's .venv (newest Python first)."""
+    python, _ = find_python(rctx)
+    found = _python_site_packages(rctx, python)
+    roots = [rctx.attr.root_module_dir, _workspace_root(rctx)]
+    for root in roots:
+        if not root:
+            continue
+        lib = rctx.path(root + "/.venv/lib")
+        if not lib.exists:
+            continue
+        here = []
+        for entry in lib.readdir():
+            if entry.basename.startswith("python3"):
+                sp = rctx.path(str(entry) + "/site-packages")
+                if sp.exists:
+                    here.append(str(sp))
+        found += sorted(here, reverse = True)
+    return found
 
 def _is_toolkit(rctx, home):
     return home and rctx.path(home + "/bin/nvcc").exists
@@ -55,6 +104,11 @@ def find_cuda_home(rctx):
     """Returns (toolkit root, how it was found) or (None, reasons tried)."""
     env = rctx.os.environ
     tried = []
+    home = _abs(rctx, rctx.attr.toolkit_path)
+    if home:
+        if _is_toolkit(rctx, home):
+            return home, "the pipelink_toolchains.cuda tag"
+        return None, ["path = %s (pipelink_toolchains.cuda tag) has no bin/nvcc" % home]
     home = env.get("PIPELINK_CUDA_HOME", "")
     if home:
         if _is_toolkit(rctx, home):
@@ -64,10 +118,10 @@ def find_cuda_home(rctx):
     for sp in site_packages:
         home = sp + "/nvidia/cu13"
         if _is_toolkit(rctx, home):
-            return home, ".venv wheels"
+            return home, "NVIDIA wheels in " + sp
         tried.append("%s has no bin/nvcc" % home)
     if not site_packages:
-        tried.append("no .venv in %s" % _workspace_root(rctx))
+        tried.append("no site-packages with NVIDIA wheels (no python found, no .venv)")
     home = env.get("CUDA_PATH", "")
     if home:
         if _is_toolkit(rctx, home):
@@ -82,6 +136,11 @@ def find_cuda_home(rctx):
     return None, tried
 
 def _find_cutlass_include(rctx, cuda_home):
+    tag_dir = _abs(rctx, rctx.attr.cutlass_include)
+    if tag_dir:
+        if rctx.path(tag_dir + "/cutlass").exists:
+            return tag_dir
+        fail("pipelink: cutlass_include = %s (pipelink_toolchains.cuda tag) has no cutlass/ directory" % tag_dir)
     env_dir = rctx.os.environ.get("PIPELINK_CUTLASS_INCLUDE", "")
     if env_dir and rctx.path(env_dir + "/cutlass").exists:
         return env_dir
@@ -102,7 +161,7 @@ def _gcc_major(rctx, compiler):
 
 def find_host_compiler(rctx):
     """Absolute path of a g++ that nvcc accepts, or None."""
-    env_cc = rctx.os.environ.get("PIPELINK_HOST_COMPILER", "")
+    env_cc = rctx.attr.host_compiler or rctx.os.environ.get("PIPELINK_HOST_COMPILER", "")
     if env_cc:
         return env_cc
     for name in _HOST_COMPILER_CANDIDATES:
@@ -183,7 +242,7 @@ def _local_cuda_impl(rctx):
     toolchain_type = str(Label("//pipelink_rules:cuda_toolchain_type"))
     home, how = find_cuda_home(rctx)
     if home == None:
-        reason = "no CUDA toolkit found: " + "; ".join(how) + ". Fix: bash tools/setup.sh, or set PIPELINK_CUDA_HOME to a CUDA 13 toolkit root."
+        reason = "no CUDA toolkit found: " + "; ".join(how) + ". Fix: pipelink_toolchains.cuda(path = <CUDA 13 toolkit root>) in MODULE.bazel, or PIPELINK_CUDA_HOME, or a python whose site-packages has the nvidia-cuda-* 13.0 wheels (pipelink_toolchains.python); in a pipelink checkout: bash tools/setup.sh."
         rctx.file("BUILD.bazel", """\
 load("{bzl}", "cuda_toolchain")
 package(default_visibility = ["//visibility:public"])
@@ -286,8 +345,18 @@ toolchain(
         tt = toolchain_type,
     ))
 
+_COMMON_ATTRS = {
+    "interpreter": attr.string(doc = "pipelink_toolchains.python(interpreter = ...) of the root module."),
+    "root_module_dir": attr.string(doc = "The root module's directory (relative tag paths start there)."),
+}
+
 local_cuda_repository = repository_rule(
     implementation = _local_cuda_impl,
+    attrs = dict(_COMMON_ATTRS, **{
+        "toolkit_path": attr.string(doc = "pipelink_toolchains.cuda(path = ...)."),
+        "cutlass_include": attr.string(doc = "pipelink_toolchains.cuda(cutlass_include = ...)."),
+        "host_compiler": attr.string(doc = "pipelink_toolchains.cuda(host_compiler = ...)."),
+    }),
     environ = _ENVIRON,
     local = True,
     configure = True,
@@ -295,19 +364,39 @@ local_cuda_repository = repository_rule(
 )
 
 def _pipelink_python_impl(rctx):
-    python = rctx.os.environ.get("PIPELINK_PYTHON", "") or (_workspace_root(rctx) + "/.venv/bin/python")
-    note = ""
-    if not rctx.path(python).exists:
-        note = "# WARNING: %s does not exist yet. Fix: bash tools/setup.sh\n" % python
-        print("pipelink: " + note.strip())  # buildifier: disable=print
+    python, how = find_python(rctx)
+    missing = ""
+    if python == None:
+        missing = ("no Python for pipelink's linker: " + "; ".join(how) +
+                   ". Fix: pipelink_toolchains.python(interpreter = <a python with z3-solver and " +
+                   "cuda-bindings>) in MODULE.bazel, or PIPELINK_PYTHON; in a pipelink checkout: bash tools/setup.sh")
+        python = "/nonexistent/python"
+    bzl = str(Label("//pipelink_rules/private:python_toolchain.bzl"))
+    tt = str(Label("//pipelink_rules:python_toolchain_type"))
     defs = str(Label("@rules_python//python:defs.bzl"))
     rctx.file("BUILD.bazel", """\
-# Generated by pipelink_rules/private/cuda_configure.bzl: the repo's venv Python (z3-solver,
-# cuda-bindings) as the Python toolchain for py_binary/py_test and link actions.
-{note}load("{defs}", "py_runtime", "py_runtime_pair")
+# Generated by pipelink_rules/private/cuda_configure.bzl. Interpreter: {python} (found via {how}).
+load("{bzl}", "pipelink_python_toolchain")
+load("{defs}", "py_runtime", "py_runtime_pair")
 
 package(default_visibility = ["//visibility:public"])
 
+# The interpreter of pipelink's pack/link actions and sass tests: pipelink's own toolchain
+# type, so it never becomes the Python of the consumer's py_binary/py_test targets.
+pipelink_python_toolchain(
+    name = "linker_python",
+    interpreter_path = "{python}",
+    missing_reason = {missing},
+)
+
+toolchain(
+    name = "linker_toolchain",
+    toolchain = ":linker_python",
+    toolchain_type = "{tt}",
+)
+
+# The same interpreter as a Python toolchain for pipelink's own py_test targets: registered
+# by pipelink's MODULE.bazel with dev_dependency = True, i.e. only when pipelink is the root.
 py_runtime(
     name = "venv_python",
     interpreter_path = "{python}",
@@ -325,12 +414,13 @@ toolchain(
     toolchain = ":runtime_pair",
     toolchain_type = "@bazel_tools//tools/python:toolchain_type",
 )
-""".format(note = note, defs = defs, python = python))
+""".format(python = python, how = how if type(how) == "string" else "nothing", bzl = bzl, defs = defs, tt = tt, missing = repr(missing)))
 
 pipelink_python_repository = repository_rule(
     implementation = _pipelink_python_impl,
-    environ = ["PIPELINK_PYTHON"],
+    attrs = _COMMON_ATTRS,
+    environ = ["PIPELINK_PYTHON", "VIRTUAL_ENV", "PATH"],
     local = True,
     configure = True,
-    doc = "Creates @pipelink_python: a py_runtime_pair whose interpreter is the repo's .venv/bin/python.",
+    doc = "Creates @pipelink_python: the linker's interpreter as a //pipelink_rules:python_toolchain_type toolchain.",
 )

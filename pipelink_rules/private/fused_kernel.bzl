@@ -20,6 +20,7 @@ inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides 
 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
 load(":cuda_component.bzl", "cuda_toolchain", "display_label", "pipelink_action_env", "run_pipelink")
+load(":python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
 load(":linker_cli.bzl", "ORIGIN_FLAG")
 load(":providers.bzl", "CudaComponentInfo", "FusedKernelInfo")
@@ -78,7 +79,6 @@ def _fused_kernel_impl(ctx):
     outs = _declare_outputs(ctx, ctx.label.name)
     run_pipelink(
         ctx,
-        tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [_link_args(ctx, toolchain, kernel_file, comps, outs)],
         inputs = depset([kernel_file], transitive = [packages, tool_inputs]),
         outputs = [outs.cubin, outs.manifest, outs.report, outs.map],
@@ -95,7 +95,6 @@ def _fused_kernel_impl(ctx):
     scratch = _declare_outputs(ctx, "_pl_control/%s/%s" % (ctx.label.name, ctx.label.name))
     run_pipelink(
         ctx,
-        tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [_link_args(ctx, toolchain, kernel_file, comps, scratch, control = control)],
         inputs = depset(
             [kernel_file],
@@ -145,16 +144,15 @@ fused_kernel = rule(
             default = "sm_90a",
             doc = "Target architecture, one of %s (passed as `link --arch`)." % SUPPORTED_ARCHS,
         ),
-        "_pipelink": attr.label(
-            default = Label("//tools:pipelink"),
-            executable = True,
+        "_linker": attr.label(
+            default = Label("//tools:pipelink_linker_files"),
             cfg = "exec",
         ),
         "_allowlist_function_transition": attr.label(
             default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
         ),
     },
-    toolchains = [CUDA_TOOLCHAIN_TYPE],
+    toolchains = [CUDA_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
     provides = [FusedKernelInfo],
 )
 
@@ -167,7 +165,8 @@ def _runfiles_path(ctx, f):
 def _sass_test_impl(ctx):
     info = ctx.attr.kernel[FusedKernelInfo]
     toolchain = cuda_toolchain(ctx)
-    tool = ctx.executable._pipelink
+    argv, linker_files, _, init = linker_invocation(ctx)
+    tools_dir = init.short_path.rpartition("/")[0].rpartition("/")[0]  # runfiles path of tools/
     cuda_home = toolchain.nvcc.short_path.rsplit("/", 2)[0]  # <home>/bin/nvcc -> <home>
     script = ctx.actions.declare_file(ctx.label.name + ".sh")
     ctx.actions.write(
@@ -180,12 +179,14 @@ set -e
 cd "${{TEST_SRCDIR:-$0.runfiles}}/{ws}"
 export PIPELINK_CUDA_HOME="$PWD/{home}"
 export PIPELINK_HOST_CXX="{cxx}"
-exec "./{tool}" sass-diff "{linked}" "{control}" {extra}
+export PYTHONPATH="$PWD/{tools_dir}" PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1
+exec {argv} sass-diff "{linked}" "{control}" {extra}
 """.format(
             ws = ctx.workspace_name,
             home = cuda_home,
             cxx = toolchain.host_compiler,
-            tool = _runfiles_path(ctx, tool),
+            tools_dir = tools_dir,
+            argv = " ".join(['"%s"' % a for a in argv]),
             linked = _runfiles_path(ctx, info.cubin),
             control = _runfiles_path(ctx, info.control_cubin),
             extra = " ".join(ctx.attr.args_extra),
@@ -193,7 +194,8 @@ exec "./{tool}" sass-diff "{linked}" "{control}" {extra}
     )
     runfiles = ctx.runfiles(
         files = [info.cubin, info.control_cubin, toolchain.nvcc, toolchain.cuobjdump, toolchain.nvdisasm],
-    ).merge(ctx.attr._pipelink[DefaultInfo].default_runfiles)
+        transitive_files = linker_files,
+    )
     return [DefaultInfo(executable = script, runfiles = runfiles)]
 
 _fused_kernel_sass_test = rule(
@@ -202,13 +204,12 @@ _fused_kernel_sass_test = rule(
     attrs = {
         "kernel": attr.label(providers = [FusedKernelInfo], mandatory = True),
         "args_extra": attr.string_list(doc = "Extra arguments for `pipelink sass-diff`."),
-        "_pipelink": attr.label(
-            default = Label("//tools:pipelink"),
-            executable = True,
+        "_linker": attr.label(
+            default = Label("//tools:pipelink_linker_files"),
             cfg = "target",
         ),
     },
-    toolchains = [CUDA_TOOLCHAIN_TYPE],
+    toolchains = [CUDA_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
 )
 
 def fused_kernel_sass_test(name, kernel, **kwargs):

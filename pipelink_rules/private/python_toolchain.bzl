@@ -1,0 +1,42 @@
+"""The interpreter of pipelink's linker, as pipelink's own toolchain type.
+
+Generated in @pipelink_python (cuda_configure.bzl) from the root module's
+`pipelink_toolchains.python(...)` tag or detection. A separate toolchain type (not
+@bazel_tools//tools/python:toolchain_type) keeps it out of the consumer's py_binary targets.
+"""
+
+PYTHON_TOOLCHAIN_TYPE = Label("//pipelink_rules:python_toolchain_type")
+
+PipelinkPythonInfo = provider(
+    doc = "The interpreter pipelink's pack/link actions and sass tests run the linker with.",
+    fields = {"interpreter": "Absolute path of a python (>= 3.11) with z3-solver and cuda-bindings."},
+)
+
+def _pipelink_python_toolchain_impl(ctx):
+    if ctx.attr.missing_reason:
+        fail("pipelink: " + ctx.attr.missing_reason)
+    info = PipelinkPythonInfo(interpreter = ctx.attr.interpreter_path)
+    return [platform_common.ToolchainInfo(python = info)]
+
+pipelink_python_toolchain = rule(
+    implementation = _pipelink_python_toolchain_impl,
+    attrs = {
+        "interpreter_path": attr.string(mandatory = True),
+        "missing_reason": attr.string(doc = "If set, no interpreter was found: fail with this message when used."),
+    },
+    doc = "The linker's interpreter (a host path). Instances are generated in @pipelink_python.",
+)
+
+def linker_invocation(ctx):
+    """(argv prefix, input files, PYTHONPATH) to run `python -m pipelink` in an action.
+
+    The calling rule declares `toolchains = [PYTHON_TOOLCHAIN_TYPE]` and has a `_linker`
+    attribute (//tools:pipelink_linker_files: the linker's sources and pipelink.h).
+    """
+    python = ctx.toolchains[PYTHON_TOOLCHAIN_TYPE].python
+    files = ctx.attr._linker[DefaultInfo].files
+    init = [f for f in files.to_list() if f.short_path.endswith("pipelink/__init__.py")]
+    if len(init) != 1:
+        fail("pipelink: //tools:pipelink_linker_files must hold exactly one pipelink/__init__.py")
+    tools_dir = init[0].dirname.rpartition("/")[0]  # <...>/tools/pipelink -> <...>/tools
+    return [python.interpreter, "-s", "-m", "pipelink"], files, tools_dir, init[0]
