@@ -53,6 +53,12 @@ def _resolve(comp: Composition, ref: str, direction: str):
     return inst, ends[name], None
 
 
+def _default_exports(comp: Composition, importer: str) -> set[str]:
+    """Exports the import would bind to without its (broken) bind: not also reported unbound."""
+    name = importer.partition(".")[2]
+    return {f"{i.name}.{name}" for i in comp.instances if name in _ends(i, "export")}
+
+
 def check_binds(comp: Composition, diags: list[Diagnostic]) -> BindPlan:
     plan = BindPlan()
     first: dict[str, Bind] = {}
@@ -88,6 +94,7 @@ def check_binds(comp: Composition, diags: list[Diagnostic]) -> BindPlan:
                 "(fix the names, or remove the bind to use the default: the one export of the same name)"))
             plan.bad_imports.add(b.importer)
             plan.bad_exports.add(b.exporter)
+            plan.bad_exports.update(_default_exports(comp, b.importer))
             continue
         plan.explicit[b.importer] = b
     return plan
