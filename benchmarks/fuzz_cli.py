@@ -318,9 +318,10 @@ class Fuzzer:
     def _plan_or_link(self, d: Path, rng, pkgs, kernel, bad):
         if rng.random() < 0.5:
             return ["plan", "--kernel", kernel, *pkgs], [], bad
-        out = d / "out"
-        outs = [out / f"toy.{x}" for x in ("cubin", "manifest.json", "report.json", "map.txt")]
-        return ["link", "--kernel", kernel, *pkgs, "--out-dir", str(out)], outs, bad
+        # Explicit paths: a damaged kernel file may rename the kernel, and --out-dir names files after it.
+        outs = [d / "out" / f"k.{x}" for x in ("cubin", "manifest.json", "report.json", "map.txt")]
+        flags = [x for f, p in zip(("--cubin", "--manifest", "--report", "--map"), outs) for x in (f, str(p))]
+        return ["link", "--kernel", kernel, *pkgs, *flags], outs, bad
 
     def _outputs(self, d: Path, rng):
         (d / "afile").write_text("a file")

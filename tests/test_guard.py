@@ -46,7 +46,8 @@ def _nvcc(src: Path, out: Path, defines=()) -> Path:
 
 
 def build_guarded(out: Path) -> dict[str, dict[str, str]]:
-    """Link toy, gemm_swiglu and the overrun mutant with --guard into `out`; name -> paths."""
+    """Link every example kernel (toy, gemm_swiglu, gemm_swiglu_wgmma) and the overrun mutant
+    with --guard into `out`; name -> paths."""
     from pipelink.compose import parse_kernel, parse_kernel_text
     from pipelink.link import link, write_outputs
     from pipelink.package import pack
@@ -62,6 +63,11 @@ def build_guarded(out: Path) -> dict[str, dict[str, str]]:
         "gemm_swiglu": parse_kernel(str(GSW / "gemm_swiglu.kernel.toml"),
                                     [pack(str(GSW / f"{n}.contract.toml"), [str(_nvcc(GSW / f"{n}.cu", objs / f"{n}.o"))])
                                      for n in ("loader", "mainloop", "swiglu")]),
+        "gemm_swiglu_wgmma": parse_kernel(str(GSW / "gemm_swiglu_wgmma.kernel.toml"), [
+            pack(str(GSW / "loader.contract.toml"), [str(objs / "loader.o")]),
+            pack(str(GSW / "mainloop_wgmma.contract.toml"), [str(_nvcc(GSW / "mainloop_wgmma.cu", objs / "mainloop_wgmma.o"))]),
+            pack(str(GSW / "swiglu_wgmma.contract.toml"),
+                 [str(_nvcc(GSW / "swiglu.cu", objs / "swiglu_wgmma.o", ["-DSWIGLU_LAYOUT_WGMMA"]))])]),
         "overrun": parse_kernel_text(OVERRUN_KERNEL, "overrun.kernel.toml", [
             pack(str(ROOT / "tests" / "components" / "overrun.contract.toml"),
                  [str(_nvcc(ROOT / "tests" / "components" / "overrun.cu", objs / "overrun.o"))])]),
@@ -80,7 +86,7 @@ def guarded(tmp_path_factory):
     art = os.environ.get("PIPELINK_GUARD_ARTIFACTS")
     if art:
         return {n: {"cubin": f"{art}/{n}.cubin", "manifest": f"{art}/{n}.manifest.json"}
-                for n in ("toy", "gemm_swiglu", "overrun")}
+                for n in ("toy", "gemm_swiglu", "gemm_swiglu_wgmma", "overrun")}
     pytest.importorskip("z3", reason="linking needs z3: set PIPELINK_GUARD_ARTIFACTS (see the module docstring)")
     return build_guarded(tmp_path_factory.mktemp("guarded"))
 
@@ -122,7 +128,7 @@ def _sanitizer() -> str | None:
 
 
 @pytest.mark.requires_gpu
-@pytest.mark.parametrize("kernel", ["toy", "gemm_swiglu"])
+@pytest.mark.parametrize("kernel", ["toy", "gemm_swiglu", "gemm_swiglu_wgmma"])
 @pytest.mark.parametrize("tool", ["memcheck", "synccheck"])
 def test_guarded_examples_clean_under_compute_sanitizer(guarded, kernel, tool):
     san = _sanitizer()

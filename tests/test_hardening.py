@@ -48,7 +48,7 @@ def good_pkg(tmp_path_factory, packer, toy) -> bytes:
     return packer.save(toy.consumer).read_bytes()
 
 
-def rezip(data: bytes, *, manifest=None, contract=None, method=zipfile.ZIP_DEFLATED) -> bytes:
+def rezip(data: bytes, *, manifest=None, contract=None, obj=None, method=zipfile.ZIP_DEFLATED) -> bytes:
     src = zipfile.ZipFile(io.BytesIO(data))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -60,6 +60,8 @@ def rezip(data: bytes, *, manifest=None, contract=None, method=zipfile.ZIP_DEFLA
                 body = json.dumps(m).encode()
             if info.filename == "contract.toml" and contract:
                 body = contract(body.decode()).encode()
+            if info.filename.startswith("objects/") and obj:
+                body = obj(body)
             z.writestr(zipfile.ZipInfo(info.filename, info.date_time), body, compress_type=method)
     return buf.getvalue()
 
@@ -101,6 +103,7 @@ DAMAGE = {
     "objects-escape": lambda d: rezip(d, manifest=lambda m: m.update(objects=["../x.o"])),
     "contract-pack-rejects": lambda d: rezip(d, contract=lambda t: t.replace("own = 256", "own = 128")),
     "contract-clause-removed": lambda d: rezip(d, contract=lambda t: t.replace("[barrier.combine]\nthreads = \"role\"\n", "")),
+    "object-damaged": lambda d: rezip(d, obj=lambda b: b[:100] + bytes([b[100] ^ 1]) + b[101:]),
     "truncated": lambda d: d[: len(d) // 2],
     "empty": lambda d: b"",
 }
@@ -123,6 +126,17 @@ def test_good_package_still_reads(tmp_path, good_pkg):
     p = tmp_path / "consumer.plpkg"
     p.write_bytes(rezip(good_pkg))  # same content, rewritten: still a package
     assert read_package(str(p)).name == "consumer"
+
+
+def test_native_crash_is_a_coded_diagnostic():
+    """nvJitLink runs in a forked child: a crash there is L-LINK, and pipelink lives on."""
+    import signal
+
+    from pipelink.toolkit import run_isolated
+
+    e = rejected(run_isolated, lambda: os.kill(os.getpid(), signal.SIGSEGV), code="L-LINK", what="nvJitLink")
+    assert e.codes == ["L-LINK"] and "SIGSEGV" in e.diagnostics[0].message and e.diagnostics[0].hint
+    assert run_isolated(lambda x: x * 2, 21, code="L-LINK", what="t") == 42
 
 
 # ---- input files ----------------------------------------------------------------------------------

@@ -272,7 +272,8 @@ def _check_facts(comp: Composition, d: _Diags):
                 d.add("L-FACT-TYPE", f"fact {name!r} is {of.type} at its owner but {f.type} at {_side(i)}",
                       clause=f"fact.{name}.type",
                       facts=[Fact(_side(oi), f"type = {of.type!r}", str(of.origin)),
-                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))])
+                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
+                      hint="owner and readers must state the same type")
             elif not f.accepts(of.own):
                 d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {of.own} from {_side(oi)}",
                       clause=f"fact.{name}",
@@ -425,7 +426,9 @@ def _check_tensors(comp: Composition, d: _Diags, ev, binds: BindPlan) -> list[Tr
             continue
         if kind == "staged" and (threads == 0 or n % threads):
             d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: {n} elements do not divide among {threads} threads",
-                  clause=f"export.{et.name}.shape", facts=both("shape", es, is_))
+                  clause=f"export.{et.name}.shape", facts=both("shape", es, is_),
+                  hint="a staged transfer gives every thread of the scope the same number of elements: "
+                       "make the tile a multiple of the thread count, or use the same layout on both sides")
             continue
         out.append(Transfer(ei, et, ii, it, kind, tuple(es), threads))
     for ei, et in exports:

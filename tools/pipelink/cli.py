@@ -184,7 +184,8 @@ def _run(args) -> int:
             if getattr(args, k) is not None:
                 out[k] = Path(getattr(args, k))
         if "cubin" not in out or "manifest" not in out:
-            raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest"))
+            raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest",
+                                      hint="add --out-dir DIR (writes <kernel>.cubin, .manifest.json, ...)"))
         from pipelink.outputs import check_targets
 
         inputs = [args.kernel, *args.package]

@@ -123,7 +123,8 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
         origin = Origin(file, _nth_header_line(lines, "instance", n))
         if not IDENT.match(iname):
             raise reject("C-SCHEMA", f"instance name {iname!r} is not a C identifier", clause="instance.name",
-                         facts=[Fact(f"kernel {name}", f"name = {iname!r}", str(origin))])
+                         facts=[Fact(f"kernel {name}", f"name = {iname!r}", str(origin))],
+                         hint="an instance name is a C identifier (letters, digits, _; not starting with a digit)")
         if any(i.name == iname for i in instances):
             raise reject("L-INSTANCE", f"instance {iname!r} appears twice", clause="instance.name",
                          facts=[Fact(f"kernel {name}", f"[[instance]] name = {iname!r}", str(origin))],

@@ -278,7 +278,7 @@ def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = ()
         objects[name] = read_bytes(op, "object", hint="compile the component first: nvcc -dc "
                                                      "-gencode=arch=compute_90a,code=lto_90a")
     if not objects:
-        raise reject("E-USAGE", "pack needs at least one --object")
+        raise reject("E-USAGE", "pack needs at least one --object", hint="pass the component's LTO-IR object(s)")
     srcs = {rel: read_bytes(s, "source") for s, rel in _source_names(sources).items()}
     tk = find_toolkit(cuda_home)
     measured = measure(contract, objects, tk)
@@ -335,6 +335,9 @@ def write_package(pkg: Package, out: str, *, inputs: list[str] = ()) -> None:
         "objects": sorted(pkg.objects),
         "sources": sorted(pkg.sources),
         "copts": list(pkg.copts),
+        # read_package checks them: a damaged or swapped object must not reach nvJitLink
+        "digests": {f"{kind}/{k}": hashlib.sha256(v).hexdigest()
+                    for kind, d in (("objects", pkg.objects), ("sources", pkg.sources)) for k, v in sorted(d.items())},
     }
     entries = {"pipelink-package.json": json.dumps(manifest, indent=2, sort_keys=True).encode(),
                "contract.toml": pkg.contract_text.encode()}

@@ -10,6 +10,7 @@ unknown handle kind) cannot reach the linker.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zipfile
@@ -79,6 +80,18 @@ def _measured(ms, name: str):
     return handles, own, static, regs, Measured
 
 
+def _check_digests(digests, objects: dict[str, bytes], sources: dict[str, bytes]) -> None:
+    """Packages written before digests were recorded have none; a recorded one must match."""
+    if digests is None:
+        return
+    _need(isinstance(digests, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()),
+          "digests is not a table of sha256 strings")
+    for kind, entries in (("objects", objects), ("sources", sources)):
+        for k, data in entries.items():
+            want = digests.get(f"{kind}/{k}")
+            _need(want == hashlib.sha256(data).hexdigest(), f"{kind}/{k} does not match its recorded sha256")
+
+
 def read_package(path: str):
     from pipelink.package import FORMAT, Package, _retarget, verify
 
@@ -91,7 +104,7 @@ def read_package(path: str):
         from pipelink.files import read_bytes
 
         read_bytes(path, "package")  # the same E-FILE wording as every other input
-        raise reject("E-FILE", f"{shown}: cannot read ({e.__class__.__name__})") from None
+        raise reject("E-FILE", f"{shown}: cannot read ({e.__class__.__name__})", hint="check the --package path") from None
     except Exception:  # noqa: BLE001 - any parse failure of a foreign file means "not a package"
         raise reject("P-PACKAGE", f"{shown}: not a pipelink package (not a zip file)",
                      hint="re-create it with pipelink pack") from None
@@ -128,13 +141,14 @@ def read_package(path: str):
             handles, own, static, regs, Measured = _measured(manifest.get("measured"), name)
             objects = {k: _read(z, f"objects/{k}") for k in obj_names}
             sources = {k: _read(z, f"sources/{k}") for k in src_names}
+            _check_digests(manifest.get("digests"), objects, sources)
     except _Damaged as e:
         raise reject("P-PACKAGE", f"{shown}: damaged package ({e})", hint="re-create it with pipelink pack") from None
     measured = Measured(tuple(handles), dict(own), static, dict(regs), toolkit)
     try:
         contract = _retarget(parse_contract_text(text, contract_file), arch)
         if contract.name != name:
-            raise reject("P-PACKAGE", f"the manifest names {name!r}, the contract {contract.name!r}")
+            raise reject("P-PACKAGE", f"the manifest names {name!r}, the contract {contract.name!r}", hint="re-pack it")
         # Re-verify: a package is only as good as its contract's match with the measured object.
         verify(contract, measured, sorted(objects))
     except Rejected as e:
