@@ -54,7 +54,7 @@ VALUES = ["0", "-1", "1", "32", "true", "false", '""', '"x"', "[]", "[true, 8]",
           '"n / block_q"', '"tile * tile * tile * tile * tile"', '"1 // 0"', '"tile /"', '"__import__(\'os\')"',
           '"min()"', '"ceil_div(1)"', '"role"', '"sm_90a"', '"sm_91"', '"u64"', '"f32"', '"ptr"', '"\\u0000"',
           "[1, 1, 1]", '["blocks", 1, 1]', '["blocks", 0, 1]', '["nope", 1, 1]', '"' + "a" * 300 + '"']
-JUNK = [b"\xff\xfe", b"\x00", b"\n[component]\n", b"\n[[instance]]\n", b"=", b"[", b'"', b"\n[x.y.z]\nq = 1\n", b"\t\r\n"]
+JUNK = [b"\xff\xfe", b"\x00", b"\nnest = " + b"[" * 50000, b"\nnest = " + b"{a = " * 3000, b"\n[component]\n", b"\n[[instance]]\n", b"=", b"[", b'"', b"\n[x.y.z]\nq = 1\n", b"\t\r\n"]
 
 
 # ---- mutations ---------------------------------------------------------------------------------------

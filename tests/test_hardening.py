@@ -383,6 +383,12 @@ def test_c_syntax_at_end_of_document_has_a_line():
     assert e.codes == ["C-SYNTAX"] and e.diagnostics[0].facts[0].origin == "c.toml:3"
 
 
+@pytest.mark.parametrize("text", ["a = " + "[" * 100000 + "]" * 100000, "a = " + "{b = " * 5000 + "1" + "}" * 5000])
+def test_deeply_nested_toml_is_c_syntax(text):
+    e = rejected(parse_contract_text, text, "c.toml")
+    assert e.codes == ["C-SYNTAX"] and "nested too deeply" in e.diagnostics[0].message
+
+
 def test_every_code_is_documented_and_explained(capsys):
     doc = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
     for code in CODES:

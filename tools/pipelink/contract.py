@@ -276,6 +276,10 @@ def load_toml(path: str | Path) -> tuple[dict, LineIndex, str]:
 def parse_toml_text(text: str, file: str) -> dict:
     try:
         return tomllib.loads(text)
+    except (RecursionError, MemoryError):  # tomllib recurses per nesting level: `a = [[[[...` is too deep
+        raise reject("C-SYNTAX", f"{file}: arrays or tables nested too deeply",
+                     facts=[Fact(f"file {Path(file).name}", "nesting deeper than the parser allows", str(Origin(file, 1)))],
+                     hint="contracts and kernel files need a few levels of nesting at most") from None
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"at line (\d+)", str(e))
         # "at end of document" (an unclosed array or string) has no line: the last line is where it ends.
