@@ -41,8 +41,15 @@ def _zones(ch: Checked, pl: Placement) -> list[tuple[int, str]]:
     out = []
     for c in ch.claims:
         start = pl.offsets[c.key] + pl.sizes[c.key] - RED_ZONE
-        out.append((start, f"{c.key} [{c.origin}]".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")))
+        out.append((start, _c_string(f"{c.key} [{c.origin}]")))
     return sorted(out)
+
+
+def _c_string(text: str) -> str:
+    """Body of a C string literal printed with %s: quotes, backslashes and any byte outside
+    printable ASCII (a path may hold a newline) as 3-digit octal escapes, which end where they must."""
+    return "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\?' else "".join(f"\\{b:03o}" for b in ch.encode())
+                   for ch in text)
 
 
 def _instance_counts(ch: Checked) -> dict[str, int]:
