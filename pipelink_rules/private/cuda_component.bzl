@@ -180,7 +180,9 @@ def _cuda_component_impl(ctx):
         ctx,
         tool = ctx.attr._pipelink[DefaultInfo].files_to_run,
         arguments = [args],
-        inputs = depset([packed_contract] + objects + cu_srcs, transitive = [packed_hdrs, toolchain.nvcc_files]),
+        # pack recompiles the carried sources with the recorded copts (P-REBUILD): it needs every
+        # header the compile saw, the toolchain's (CUTLASS) included.
+        inputs = depset([packed_contract] + objects + cu_srcs, transitive = [packed_hdrs, toolchain.nvcc_files] + toolchain_hdrs),
         outputs = [package],
         mnemonic = "PipelinkPack",
         progress_message = "Packing component %s (%%{label}) for %s" % (component, arch),
