@@ -54,6 +54,9 @@ VALUES = ["0", "-1", "1", "32", "true", "false", '""', '"x"', "[]", "[true, 8]",
           '"n / block_q"', '"tile * tile * tile * tile * tile"', '"1 // 0"', '"tile /"', '"__import__(\'os\')"',
           '"min()"', '"ceil_div(1)"', '"role"', '"sm_90a"', '"sm_91"', '"u64"', '"f32"', '"ptr"', '"\\u0000"',
           "[1, 1, 1]", '["blocks", 1, 1]', '["blocks", 0, 1]', '["nope", 1, 1]', '"' + "a" * 300 + '"']
+# Codes of a native step (nvcc, nvJitLink) refusing what every check accepted: not failures,
+# but each one is a check that could have named the mistake earlier (reported as "notable").
+NATIVE_CODES = {"L-LINK", "L-COMPILE", "P-COMPILE"}
 JUNK = [b"\xff\xfe", b"\x00", b"\nnest = " + b"[" * 50000, b"\nnest = " + b"{a = " * 3000, b"\n[component]\n", b"\n[[instance]]\n", b"=", b"[", b'"', b"\n[x.y.z]\nq = 1\n", b"\t\r\n"]
 
 
@@ -167,6 +170,7 @@ class Fuzzer:
         self.counts: Counter = Counter()
         self.codes: Counter = Counter()
         self.failures: list[str] = []
+        self.notable: list[str] = []  # inputs the checks passed but a native step refused: gaps in the checks
         self.linked = 0
         self._memoize_measure()
 
@@ -208,6 +212,7 @@ class Fuzzer:
                 except OSError:
                     pass
         subprocess_link = argv[0] == "link" and (n % self.link_every == 0)
+        self._argv = argv
         rc, text = self._run(argv, subprocess_link)
         self.counts["cases"] += 1
         self.counts[f"kind.{kind}"] += 1
@@ -263,6 +268,8 @@ class Fuzzer:
                 diags = []
             if not diags or any(x.get("code") not in CODES for x in diags):
                 problems.append("uncoded")
+            if any(x.get("code") in NATIVE_CODES for x in diags):
+                self.notable.append(f"{[x.get('code') for x in diags]}: {' '.join(map(repr, self._argv))}")
             for x in diags:
                 self.codes[x.get("code")] += 1
                 if not x.get("hint"):
@@ -364,7 +371,8 @@ class Fuzzer:
         keys = ["cases", "internal", "crash", "hang", "partial", "uncoded", "accepted", "no_hint"]
         return {"counts": {k: self.counts.get(k, 0) for k in keys},
                 "kinds": {k[5:]: v for k, v in sorted(self.counts.items()) if k.startswith("kind.")},
-                "subprocess_links": self.linked, "codes": dict(self.codes.most_common())}
+                "subprocess_links": self.linked, "codes": dict(self.codes.most_common()),
+                "notable": self.notable[:50]}
 
     @property
     def ok(self) -> bool:

@@ -353,6 +353,21 @@ def test_expression_may_not_read_an_undeclared_fact():
     assert e.codes == ["C-EXPR"] and "tile" in e.diagnostics[0].message and "[fact.tile]" in e.diagnostics[0].hint
 
 
+@pytest.mark.parametrize("kernel_name,instance_name,why", [
+    ("main", "p", "global name"), ("int", "p", "C++ keyword"), ("pl_k", "p", "'pl_'"), ("k", "class", "C++ keyword"),
+    ("k", "__x", "reserved identifier")])
+def test_names_the_generated_code_cannot_take_are_c_schema(toy, kernel_name, instance_name, why):
+    """They used to pass the identifier check and fail in nvcc (L-COMPILE) or nvJitLink."""
+    text = f'[kernel]\nname = "{kernel_name}"\n[[instance]]\nname = "{instance_name}"\npackage = "producer"\n'
+    e = rejected(parse_kernel_text, text, "k.toml", toy.packages)
+    assert e.codes == ["C-SCHEMA"] and why in e.diagnostics[0].message
+
+
+def test_keyword_parameter_is_c_schema():
+    e = rejected(parse_contract_text, '[component]\nname = "x"\nkind = "library"\n[params]\nfloat = "u32"\n', "c.toml")
+    assert e.codes == ["C-SCHEMA"] and "keyword" in e.diagnostics[0].message
+
+
 def test_sass_diff_absent_kernel_is_e_usage(tmp_path, capsys, toy_linked):
     a = tmp_path / "a.cubin"
     a.write_bytes(toy_linked.cubin)

@@ -8,6 +8,7 @@ from pathlib import Path
 from pipelink.contract import ARCHES, IDENT, LineIndex, Origin, _Reader, load_toml, parse_toml_text
 from pipelink.diagnostics import Fact, reject
 from pipelink.expr import ExprError, names_in
+from pipelink.names import reserved_reason
 from pipelink.package import Package
 
 
@@ -70,6 +71,8 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
     name = k.get("name", str)
     if not IDENT.match(name):
         k.fail("name", f"{name!r} is not a C identifier")
+    if why := reserved_reason(name, generated_prefixes=("pl_", "Pl"), is_global=True):  # the dispatcher's name
+        k.fail("name", why, hint="rename the kernel")
     karch = k.get("arch", str, "sm_90a")
     if arch is not None:  # --arch "" is a mistake, not "no --arch"
         karch = arch  # the build configuration decides (one component source, several archs)
@@ -121,10 +124,12 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
         pname = r.get("package", str)
         r.finish()
         origin = Origin(file, _nth_header_line(lines, "instance", n))
-        if not IDENT.match(iname):
-            raise reject("C-SCHEMA", f"instance name {iname!r} is not a C identifier", clause="instance.name",
+        why = reserved_reason(iname) if IDENT.match(iname) else f"instance name {iname!r} is not a C identifier"
+        if why:  # an instance name is a member of the generated parameter block
+            raise reject("C-SCHEMA", why, clause="instance.name",
                          facts=[Fact(f"kernel {name}", f"name = {iname!r}", str(origin))],
-                         hint="an instance name is a C identifier (letters, digits, _; not starting with a digit)")
+                         hint="an instance name is a C identifier (letters, digits, _; not starting with a digit) "
+                              "and no C++ keyword")
         if any(i.name == iname for i in instances):
             raise reject("L-INSTANCE", f"instance {iname!r} appears twice", clause="instance.name",
                          facts=[Fact(f"kernel {name}", f"[[instance]] name = {iname!r}", str(origin))],

@@ -367,6 +367,10 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     params, param_origins = [], []
     for k, v in params_r.data.items():
         _ident(params_r, k, k)
+        from pipelink.names import reserved_reason
+
+        if why := reserved_reason(k):  # a member of the generated parameter struct
+            params_r.fail(k, why, hint="rename the parameter (and the member of the component's params struct)")
         t = params_r.get(k, str)
         if t not in PARAM_TYPES:
             params_r.fail(k, f"unknown parameter type {t!r}", hint=f"one of {sorted(PARAM_TYPES)}")
