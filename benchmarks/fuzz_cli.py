@@ -212,7 +212,7 @@ class Fuzzer:
                 except OSError:
                     pass
         subprocess_link = argv[0] == "link" and (n % self.link_every == 0)
-        self._argv = argv
+        self._last_argv = argv
         rc, text = self._run(argv, subprocess_link)
         self.counts["cases"] += 1
         self.counts[f"kind.{kind}"] += 1
@@ -269,7 +269,7 @@ class Fuzzer:
             if not diags or any(x.get("code") not in CODES for x in diags):
                 problems.append("uncoded")
             if any(x.get("code") in NATIVE_CODES for x in diags):
-                self.notable.append(f"{[x.get('code') for x in diags]}: {' '.join(map(repr, self._argv))}")
+                self.notable.append(f"{[x.get('code') for x in diags]}: {' '.join(map(repr, self._last_argv))}")
             for x in diags:
                 self.codes[x.get("code")] += 1
                 if not x.get("hint"):
