@@ -102,6 +102,7 @@ DAMAGE = {
     "regs-is-a-string": lambda d: rezip(d, manifest=lambda m: m["measured"].update(regs="many")),
     "objects-escape": lambda d: rezip(d, manifest=lambda m: m.update(objects=["../x.o"])),
     "contract-pack-rejects": lambda d: rezip(d, contract=lambda t: t.replace("own = 256", "own = 128")),
+    "contract-entry-renamed": lambda d: rezip(d, contract=lambda t: t.replace('entry = "main"', 'entry = "other"')),
     "contract-clause-removed": lambda d: rezip(d, contract=lambda t: t.replace("[barrier.combine]\nthreads = \"role\"\n", "")),
     "object-damaged": lambda d: rezip(d, obj=lambda b: b[:100] + bytes([b[100] ^ 1]) + b[101:]),
     "truncated": lambda d: d[: len(d) // 2],

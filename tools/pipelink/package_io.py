@@ -151,6 +151,13 @@ def read_package(path: str):
             raise reject("P-PACKAGE", f"the manifest names {name!r}, the contract {contract.name!r}", hint="re-pack it")
         # Re-verify: a package is only as good as its contract's match with the measured object.
         verify(contract, measured, sorted(objects))
+        # verify sees missing definitions only as externs of the trial link; on read, the
+        # measurement's registers name every symbol the trial measured as defined.
+        unmeasured = sorted(set(contract.defined_symbols()) - set(measured.regs))
+        if unmeasured:
+            raise reject("P-ENTRY", f"the contract names {', '.join(unmeasured)}, which the object was not measured to define",
+                         facts=[Fact("measured", "defines " + (", ".join(sorted(measured.regs)) or "nothing"))],
+                         hint="the entry, imports and callable exports must be the ones the object was packed with")
     except Rejected as e:
         raise reject("P-PACKAGE", f"{shown}: damaged package: its contract does not match its measurement "
                      f"({', '.join(dict.fromkeys(e.codes))})",
