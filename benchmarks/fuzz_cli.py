@@ -98,17 +98,29 @@ def mutate_toml(text: str, rng: random.Random) -> tuple[bytes, bool]:
     return data, surely_bad
 
 
-def rezip(data: bytes, *, manifest=None, contract: bytes | None = None) -> bytes:
+def rezip(data: bytes, *, manifest=None, contract: bytes | None = None, forge: bool = False) -> bytes:
+    """The package with an edited manifest or contract.toml. forge=True records the edited
+    parts' digests (as if packed that way), so the checks behind the digests are reached."""
+    from pipelink.package_io import package_digests
+
     src = zipfile.ZipFile(io.BytesIO(data))
+    entries = {info.filename: src.read(info) for info in src.infolist()}
+    if contract is not None:
+        entries["contract.toml"] = contract
+    body = manifest(json.loads(entries["pipelink-package.json"])) if manifest else entries["pipelink-package.json"]
+    if forge:
+        try:
+            m = json.loads(body)
+            part = lambda kind: {k[len(kind) + 1:]: v for k, v in entries.items() if k.startswith(kind + "/")}  # noqa: E731
+            m["digests"] = package_digests(m, entries["contract.toml"], part("objects"), part("sources"))
+            body = json.dumps(m).encode()
+        except (ValueError, TypeError, AttributeError):
+            pass  # a manifest too broken to forge: its own checks must catch it
+    entries["pipelink-package.json"] = body
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        for info in src.infolist():
-            body = src.read(info)
-            if info.filename == "pipelink-package.json" and manifest:
-                body = manifest(json.loads(body))
-            if info.filename == "contract.toml" and contract is not None:
-                body = contract
-            z.writestr(zipfile.ZipInfo(info.filename, info.date_time), body, compress_type=zipfile.ZIP_DEFLATED)
+        for name, b in entries.items():
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), b, compress_type=zipfile.ZIP_DEFLATED)
     return buf.getvalue()
 
 
@@ -148,16 +160,16 @@ def damage_package(data: bytes, rng: random.Random) -> bytes:
                 else:
                     t[path[-1]] = rng.choice(JSON_VALUES)
             return json.dumps(m).encode()
-        return rezip(data, manifest=edit)
+        return rezip(data, manifest=edit, forge=rng.random() < 0.5)
     if op == "handles":
         def edit(m):
             hs = m["measured"]["handles"]
             hs.append(rng.choice([None, 3, "", "pl_consumer__tmem__x", "pl_consumer__smem__nope", "vprintf",
                                   "pl_other__smem__scratch", "pl_consumer__role__", "pl_consumer__bar__combine"]))
             return json.dumps(m).encode()
-        return rezip(data, manifest=edit)
+        return rezip(data, manifest=edit, forge=rng.random() < 0.5)
     contract = zipfile.ZipFile(io.BytesIO(data)).read("contract.toml").decode()
-    return rezip(data, contract=mutate_toml(contract, rng)[0])
+    return rezip(data, contract=mutate_toml(contract, rng)[0], forge=rng.random() < 0.5)
 
 
 # ---- running one case -----------------------------------------------------------------------------------
@@ -307,7 +319,7 @@ class Fuzzer:
         name = rng.choice(NAMES)
         data, bad = mutate_toml((TOY / f"{name}.contract.toml").read_text(), rng)
         p = d / f"{name}.plpkg"
-        p.write_bytes(rezip(self.packages[name].read_bytes(), contract=data))
+        p.write_bytes(rezip(self.packages[name].read_bytes(), contract=data, forge=True))
         return self._plan_or_link(d, rng, [*self._pkgs(name), "--package", str(p)], str(TOY / "toy.kernel.toml"), bad)
 
     def _kernel(self, d: Path, rng):

@@ -48,21 +48,28 @@ def good_pkg(tmp_path_factory, packer, toy) -> bytes:
     return packer.save(toy.consumer).read_bytes()
 
 
-def rezip(data: bytes, *, manifest=None, contract=None, obj=None, method=zipfile.ZIP_DEFLATED) -> bytes:
+def rezip(data: bytes, *, manifest=None, contract=None, obj=None, forge=False, method=zipfile.ZIP_DEFLATED) -> bytes:
+    """The package with edits; forge=True records the edited parts' digests, as a package
+    built that way would have them, so the checks behind the digests are reached."""
+    from pipelink.package_io import package_digests
+
     src = zipfile.ZipFile(io.BytesIO(data))
+    entries = {info.filename: src.read(info) for info in src.infolist()}
+    m = json.loads(entries["pipelink-package.json"])
+    if manifest:
+        manifest(m)
+    if contract:
+        entries["contract.toml"] = contract(entries["contract.toml"].decode()).encode()
+    if obj:
+        entries = {k: obj(v) if k.startswith("objects/") else v for k, v in entries.items()}
+    if forge:
+        part = lambda kind: {k[len(kind) + 1:]: v for k, v in entries.items() if k.startswith(kind + "/")}  # noqa: E731
+        m["digests"] = package_digests(m, entries["contract.toml"], part("objects"), part("sources"))
+    entries["pipelink-package.json"] = json.dumps(m).encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        for info in src.infolist():
-            body = src.read(info)
-            if info.filename == "pipelink-package.json" and manifest:
-                m = json.loads(body)
-                manifest(m)
-                body = json.dumps(m).encode()
-            if info.filename == "contract.toml" and contract:
-                body = contract(body.decode()).encode()
-            if info.filename.startswith("objects/") and obj:
-                body = obj(body)
-            z.writestr(zipfile.ZipInfo(info.filename, info.date_time), body, compress_type=method)
+        for name, body in entries.items():
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), body, compress_type=method)
     return buf.getvalue()
 
 
@@ -98,12 +105,17 @@ DAMAGE = {
     "handle-null": lambda d: rezip(d, manifest=lambda m: m["measured"]["handles"].append(None)),
     "handle-int": lambda d: rezip(d, manifest=lambda m: m["measured"]["handles"].append(7)),
     "handle-unknown-kind": lambda d: rezip(d, manifest=lambda m: m["measured"]["handles"].append("pl_consumer__tmem__x")),
-    "handle-without-clause": lambda d: rezip(d, manifest=lambda m: m["measured"]["handles"].append("pl_consumer__smem__nope")),
+    "handle-without-clause": lambda d: rezip(d, manifest=lambda m: m["measured"]["handles"].append("pl_consumer__smem__nope"),
+                                             forge=True),
+    "contract-edited": lambda d: rezip(d, contract=lambda t: t.replace('tiles = "u32"', 'tiles = "u64"')),
+    "manifest-edited": lambda d: rezip(d, manifest=lambda m: m.update(copts=["-DX=1"])),
     "regs-is-a-string": lambda d: rezip(d, manifest=lambda m: m["measured"].update(regs="many")),
     "objects-escape": lambda d: rezip(d, manifest=lambda m: m.update(objects=["../x.o"])),
-    "contract-pack-rejects": lambda d: rezip(d, contract=lambda t: t.replace("own = 256", "own = 128")),
-    "contract-entry-renamed": lambda d: rezip(d, contract=lambda t: t.replace('entry = "main"', 'entry = "other"')),
-    "contract-clause-removed": lambda d: rezip(d, contract=lambda t: t.replace("[barrier.combine]\nthreads = \"role\"\n", "")),
+    "contract-pack-rejects": lambda d: rezip(d, contract=lambda t: t.replace("own = 256", "own = 128"), forge=True),
+    "contract-entry-renamed": lambda d: rezip(d, contract=lambda t: t.replace('entry = "main"', 'entry = "other"'),
+                                              forge=True),
+    "contract-clause-removed": lambda d: rezip(d, contract=lambda t: t.replace("[barrier.combine]\nthreads = \"role\"\n", ""),
+                                              forge=True),
     "object-damaged": lambda d: rezip(d, obj=lambda b: b[:100] + bytes([b[100] ^ 1]) + b[101:]),
     "truncated": lambda d: d[: len(d) // 2],
     "empty": lambda d: b"",
@@ -126,6 +138,8 @@ def test_damaged_package_is_p_package(tmp_path, capsys, good_pkg, damage):
 def test_good_package_still_reads(tmp_path, good_pkg):
     p = tmp_path / "consumer.plpkg"
     p.write_bytes(rezip(good_pkg))  # same content, rewritten: still a package
+    assert read_package(str(p)).name == "consumer"
+    p.write_bytes(rezip(good_pkg, contract=lambda t: t + "# a comment\n", forge=True))  # consistent digests
     assert read_package(str(p)).name == "consumer"
 
 

@@ -335,10 +335,11 @@ def write_package(pkg: Package, out: str, *, inputs: list[str] = ()) -> None:
         "objects": sorted(pkg.objects),
         "sources": sorted(pkg.sources),
         "copts": list(pkg.copts),
-        # read_package checks them: a damaged or swapped object must not reach nvJitLink
-        "digests": {f"{kind}/{k}": hashlib.sha256(v).hexdigest()
-                    for kind, d in (("objects", pkg.objects), ("sources", pkg.sources)) for k, v in sorted(d.items())},
     }
+    from pipelink.package_io import package_digests
+
+    # read_package checks them: an edited contract or manifest, or a damaged object, is P-PACKAGE
+    manifest["digests"] = package_digests(manifest, pkg.contract_text.encode(), pkg.objects, pkg.sources)
     entries = {"pipelink-package.json": json.dumps(manifest, indent=2, sort_keys=True).encode(),
                "contract.toml": pkg.contract_text.encode()}
     entries.update({f"objects/{k}": v for k, v in pkg.objects.items()})

@@ -80,16 +80,28 @@ def _measured(ms, name: str):
     return handles, own, static, regs, Measured
 
 
-def _check_digests(digests, objects: dict[str, bytes], sources: dict[str, bytes]) -> None:
-    """Packages written before digests were recorded have none; a recorded one must match."""
+def package_digests(manifest: dict, contract: bytes, objects: dict[str, bytes], sources: dict[str, bytes]) -> dict:
+    """sha256 of every part of a package: the manifest (less its digests), contract.toml, each
+    object and source. Written by pack, checked on read: any edit after packing is damage."""
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    rest = {k: v for k, v in manifest.items() if k != "digests"}
+    out = {"manifest": sha(json.dumps(rest, sort_keys=True).encode()), "contract.toml": sha(contract)}
+    out.update({f"objects/{k}": sha(v) for k, v in sorted(objects.items())})
+    out.update({f"sources/{k}": sha(v) for k, v in sorted(sources.items())})
+    return out
+
+
+def _check_digests(manifest: dict, contract: bytes, objects: dict[str, bytes], sources: dict[str, bytes]) -> None:
+    """Packages written before digests were recorded have none; recorded ones must all match."""
+    digests = manifest.get("digests")
     if digests is None:
         return
     _need(isinstance(digests, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()),
           "digests is not a table of sha256 strings")
-    for kind, entries in (("objects", objects), ("sources", sources)):
-        for k, data in entries.items():
-            want = digests.get(f"{kind}/{k}")
-            _need(want == hashlib.sha256(data).hexdigest(), f"{kind}/{k} does not match its recorded sha256")
+    want = package_digests(manifest, contract, objects, sources)
+    for part, sha in want.items():
+        _need(digests.get(part) == sha, f"{part} does not match its recorded sha256 (edited or damaged after packing)")
+    _need(set(digests) == set(want), "digests name parts the package does not have")
 
 
 def read_package(path: str):
@@ -141,7 +153,7 @@ def read_package(path: str):
             handles, own, static, regs, Measured = _measured(manifest.get("measured"), name)
             objects = {k: _read(z, f"objects/{k}") for k in obj_names}
             sources = {k: _read(z, f"sources/{k}") for k in src_names}
-            _check_digests(manifest.get("digests"), objects, sources)
+            _check_digests(manifest, text.encode(), objects, sources)
     except _Damaged as e:
         raise reject("P-PACKAGE", f"{shown}: damaged package ({e})", hint="re-create it with pipelink pack") from None
     measured = Measured(tuple(handles), dict(own), static, dict(regs), toolkit)
