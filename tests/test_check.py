@@ -138,14 +138,15 @@ def test_l_fact_type(packer, parts):
 def test_l_fact_accept(packer, parts):
     prod = swap(packer, parts["producer"], "accept = { min = 32, max = 4096, multiple_of = 32 }", "accept = [64, 128]")
     d = plan_rejects(packer, TOY_KERNEL, toy_with(parts, producer=prod), "L-FACT-ACCEPT")
-    assert_mentions(d, "cons (consumer)", "own = 256", at(parts["consumer"], "[fact.tile]"),
-                    "prod (producer)", "accept = [64, 128]", at(prod, "[fact.tile]"))
+    # Each side cites the line of its value (`own =`, `accept =`), not the [fact.tile] header.
+    assert_mentions(d, "cons (consumer)", "own = 256", at(parts["consumer"], "own = 256"),
+                    "prod (producer)", "accept = [64, 128]", at(prod, "accept = [64, 128]"))
 
 
 def test_l_fact_accept_range(packer, parts):
     prod = swap(packer, parts["producer"], "multiple_of = 32", "multiple_of = 96")
     d = plan_rejects(packer, TOY_KERNEL, toy_with(parts, producer=prod), "L-FACT-ACCEPT")
-    assert_mentions(d, "multiple_of = 96", at(prod, "[fact.tile]"), at(parts["consumer"], "[fact.tile]"))
+    assert_mentions(d, "multiple_of = 96", at(prod, "multiple_of = 96"), at(parts["consumer"], "own = 256"))
 
 
 def test_l_ring_side_missing_producer(packer, parts):
@@ -205,10 +206,13 @@ def test_l_tensor_unbound_export_bound_twice(packer, parts):
     assert_mentions(d, "o1 (sink)", "o2 (sink)", at(parts["sink"], "[import.acc]"))
 
 
-def test_l_tensor_unbound_bad_bind(packer, parts):
+def test_l_bind_to_a_missing_export(packer, parts):
+    """A bind naming an export that does not exist is L-BIND at the [[bind]] line (it was
+    L-TENSOR-UNBOUND citing only the import, with a hint to add a bind)."""
     text = TOY_KERNEL + '\n[[bind]]\nimport = "out.acc"\nexport = "prod.acc"\n'
-    d = plan_rejects(packer, text, toy_with(parts), "L-TENSOR-UNBOUND")
-    assert_mentions(d, "out (sink)", at(parts["sink"], "[import.acc]"))
+    kfile = packer.kernel_file(text, "k")
+    d = plan_rejects(packer, text, toy_with(parts), "L-BIND")
+    assert_mentions(d, "no export 'acc'", line_of(kfile, "[[bind]]"))
 
 
 @pytest.mark.parametrize("code,old,new,says", [
@@ -297,10 +301,17 @@ def test_l_regs(packer, parts):
     assert_mentions(d, "w0", "w1", "regs = [256, 256]", at(w, "[role]"))
 
 
+def test_c_expr_at_parse_for_an_undeclared_name(packer, parts):
+    """A name the contract does not declare is caught at parse time, on its line."""
+    e = rejected(swap, packer, parts["producer"], 'stage_bytes = "tile * 4"', 'stage_bytes = "tiel * 4"')
+    assert e.codes == ["C-EXPR"]
+    assert_mentions(e.diagnostics[0], "tiel", "stage_bytes", "[fact.tiel]")
+
+
 def test_c_expr_at_check(packer, parts):
-    prod = swap(packer, parts["producer"], 'stage_bytes = "tile * 4"', 'stage_bytes = "tiel * 4"')
+    prod = swap(packer, parts["producer"], 'stage_bytes = "tile * 4"', 'stage_bytes = "tile * 4 // (tile - 256)"')
     d = plan_rejects(packer, TOY_KERNEL, toy_with(parts, producer=prod), "C-EXPR")
-    assert_mentions(d, "prod (producer)", "unknown name 'tiel'", at(prod, "[ring.work]"))
+    assert_mentions(d, "prod (producer)", "division by zero", at(prod, "[ring.work]"))
 
 
 def test_c_expr_size_not_positive(packer, parts):

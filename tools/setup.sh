@@ -106,6 +106,15 @@ CU13="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 [[ -x "$CU13/bin/nvcc" ]] || fail "no nvcc at $CU13/bin/nvcc" "$FIX"
 # nvcc.profile looks for libraries in lib64; the wheels use lib ("cannot find -lcudadevrt").
 [[ -e "$CU13/lib64" ]] || ln -s lib "$CU13/lib64"
+# nvcc & co. on PATH for an activated venv (`. .venv/bin/activate`), as README's no-Bazel
+# commands expect. Wrappers, not symlinks: nvcc finds nvcc.profile (and so its headers) from
+# the path it was started by, which a symlink would change.
+for tool in nvcc ptxas cuobjdump nvdisasm nvlink fatbinary; do
+  [[ -x "$CU13/bin/$tool" ]] || continue
+  printf '#!/bin/sh\n# made by tools/setup.sh: the CUDA wheel'"'"'s %s\nexec "%s" "$@"\n' "$tool" "$CU13/bin/$tool" > "$VENV/bin/$tool"
+  chmod +x "$VENV/bin/$tool"
+done
+echo "   nvcc, ptxas, cuobjdump, nvdisasm on PATH with the venv activated ($VENV/bin)"
 "$CU13/bin/nvcc" --version | tail -2 | head -1 | sed 's/^/   /'
 "$VENV/bin/python" -c 'import z3, cuda.bindings.nvjitlink as n; print("   z3", z3.get_version_string(), "| nvJitLink", "%d.%d" % n.version())' \
   || fail "z3 or cuda.bindings.nvjitlink does not import" "$FIX"

@@ -190,8 +190,10 @@ def _cuda_component_impl(ctx):
     run_pipelink(
         ctx,
         arguments = [args],
+        # pack recompiles the carried sources with the recorded copts (P-REBUILD): it needs every
+        # header the compile saw, the toolchain's (CUTLASS) included.
         inputs = depset([packed_contract] + objects + cu_srcs + ([host_provider] if host_provider else []),
-                        transitive = [packed_hdrs, toolchain.nvcc_files]),
+                        transitive = [packed_hdrs, toolchain.nvcc_files] + toolchain_hdrs),
         outputs = [package],
         mnemonic = "PipelinkPack",
         progress_message = "Packing component %s (%%{label}) for %s" % (component, arch),

@@ -14,6 +14,7 @@ from pipelink.compose import Composition, Instance
 from pipelink.contract import PARAM_TYPES, CallableDecl, TensorDecl
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate
+from pipelink.kernel_rules import BindPlan, check_binds, check_grid
 
 SMEM_CAPACITY = {"sm_90a": 232448, "sm_90": 232448, "sm_100a": 232448, "sm_120a": 101376, "sm_80": 166912}
 DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
@@ -117,6 +118,7 @@ def _side(inst: Instance) -> str:
 class _Diags:
     def __init__(self):
         self.items: list[Diagnostic] = []
+        self.unbound_importers: set[str] = set()  # instances with an import that found no export
 
     def add(self, code, message, *, clause="", facts=(), hint=""):
         self.items.append(Diagnostic(code, message, clause, tuple(facts), hint))
@@ -128,6 +130,8 @@ def check(comp: Composition) -> Checked:
     _check_arch(comp, d)
     params = _check_params(comp, d)
     facts, owner = _check_facts(comp, d)
+    check_grid(comp, params, facts, d.items)
+    binds = check_binds(comp, d.items)
     env = dict(facts)
 
     def ev(expr, inst: Instance, clause: str, origin) -> int | None:
@@ -138,8 +142,8 @@ def check(comp: Composition) -> Checked:
                   facts=[Fact(_side(inst), f"{expr!r}", str(origin))],
                   hint="an expression may use only integers and facts the contract declares (own or read)")
             return None
-        if v <= 0:  # every expression is a size or an extent
-            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; a size must be positive", clause=clause,
+        if not 0 < v < 2**32:  # every expression is a size or an extent, held in a u32
+            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; a size must be positive and below 2^32", clause=clause,
                   facts=[Fact(_side(inst), f"{expr!r} = {v}", str(origin))],
                   hint="check the facts the expression reads")
             return None
@@ -183,7 +187,7 @@ def check(comp: Composition) -> Checked:
         claims.append(Claim(f"ring.{r.name}.full", 0, 8, "kernel", r.name, 8, r.origin))
         claims.append(Claim(f"ring.{r.name}.empty", 0, 8, "kernel", r.name, 8, r.origin))
 
-    transfers = _check_tensors(comp, d, ev)
+    transfers = _check_tensors(comp, d, ev, binds)
     for t in transfers:
         if t.kind == "staged":
             # A warp-scoped tile is staged per warp (each warp of the role may export its own);
@@ -194,7 +198,7 @@ def check(comp: Composition) -> Checked:
                                 origin=where))
             if t.export.scope != "warp":
                 barriers.append(Barrier(f"transfer.{t.key}", t.threads, where))
-    calls = _check_callables(comp, d)
+    calls = _check_callables(comp, d, binds)
     _check_library_warps(comp, transfers, d)
 
     if len(barriers) > 15:
@@ -303,12 +307,13 @@ def _check_facts(comp: Composition, d: _Diags):
                 d.add("L-FACT-TYPE", f"fact {name!r} is {of.type} at its owner but {f.type} at {_side(i)}",
                       clause=f"fact.{name}.type",
                       facts=[Fact(_side(oi), f"type = {of.type!r}", str(of.origin)),
-                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))])
+                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
+                      hint="owner and readers must state the same type")
             elif not f.accepts(of.own):
                 d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {of.own} from {_side(oi)}",
                       clause=f"fact.{name}",
-                      facts=[Fact(_side(oi), f"own = {of.own}", str(of.origin)),
-                             Fact(_side(i), f.accept_text(), str(f.origin))],
+                      facts=[Fact(_side(oi), f"own = {of.own}", str(of.value_origin or of.origin)),
+                             Fact(_side(i), f.accept_text(), str(f.value_origin or f.origin))],
                       hint=f"change the owner's {name}, or widen what {i.package.name} accepts (and support it)")
     return facts, owner
 
@@ -375,20 +380,24 @@ def _scope_threads(inst: Instance, t: TensorDecl) -> int:
     return 32 * role.warps if role else 0
 
 
-def _check_tensors(comp: Composition, d: _Diags, ev) -> list[Transfer]:
+def _check_tensors(comp: Composition, d: _Diags, ev, binds: BindPlan) -> list[Transfer]:
     exports = [(i, t) for i in comp.instances for t in i.contract.tensors if t.direction == "export"]
     imports = [(i, t) for i in comp.instances for t in i.contract.tensors if t.direction == "import"]
-    explicit = {b.importer: b for b in comp.binds}
+    explicit = binds.explicit
     out = []
     used_exports: dict[str, tuple] = {}
     for ii, it in imports:
         key = f"{ii.name}.{it.name}"
+        if key in binds.bad_imports:  # its [[bind]] is wrong (L-BIND): no second diagnostic
+            d.unbound_importers.add(ii.name)
+            continue
         if key in explicit:
             ek = explicit[key].exporter
             cands = [(ei, et) for ei, et in exports if f"{ei.name}.{et.name}" == ek]
         else:
             cands = [(ei, et) for ei, et in exports if et.name == it.name]
         if len(cands) != 1:
+            d.unbound_importers.add(ii.name)
             d.add("L-TENSOR-UNBOUND",
                   f"{_side(ii)} imports tensor {it.name!r}: " +
                   ("no component exports it" if not cands else f"{len(cands)} exports match"),
@@ -401,6 +410,7 @@ def _check_tensors(comp: Composition, d: _Diags, ev) -> list[Transfer]:
         ekey = f"{ei.name}.{et.name}"
         if ekey in used_exports:
             pi, pt = used_exports[ekey]
+            d.unbound_importers.add(ii.name)
             d.add("L-TENSOR-UNBOUND", f"export {ekey} is bound to two imports",
                   clause=f"export.{et.name}",
                   facts=[Fact(_side(pi), f"[import.{pt.name}]", str(pt.origin)),
@@ -456,11 +466,13 @@ def _check_tensors(comp: Composition, d: _Diags, ev) -> list[Transfer]:
             continue
         if kind == "staged" and (threads == 0 or n % threads):
             d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: {n} elements do not divide among {threads} threads",
-                  clause=f"export.{et.name}.shape", facts=both("shape", es, is_))
+                  clause=f"export.{et.name}.shape", facts=both("shape", es, is_),
+                  hint="a staged transfer gives every thread of the scope the same number of elements: "
+                       "make the tile a multiple of the thread count, or use the same layout on both sides")
             continue
         out.append(Transfer(ei, et, ii, it, kind, tuple(es), threads))
     for ei, et in exports:
-        if f"{ei.name}.{et.name}" not in used_exports:
+        if f"{ei.name}.{et.name}" not in used_exports and f"{ei.name}.{et.name}" not in binds.bad_exports:
             d.add("L-TENSOR-UNBOUND", f"{_side(ei)} exports tensor {et.name!r} but nothing imports it",
                   clause=f"export.{et.name}", facts=[Fact(_side(ei), f"[export.{et.name}]", str(et.origin))],
                   hint="add the importing component; the exporter calls PL_EXPORT, so it needs a receiver")
@@ -475,19 +487,21 @@ def _check_library_warps(comp: Composition, transfers: list[Transfer], d: _Diags
         if not any(h.endswith(("__role__warp_begin", "__role__warps")) for h in i.package.measured.handles):
             continue
         callers = {t.exporter.name for t in transfers if t.importer.name == i.name}
-        if len(callers) != 1:
+        if len(callers) != 1 and not (len(callers) == 0 and i.name in d.unbound_importers):  # no cascade
             d.add("L-ROLE", f"library {_side(i)} reads its warp range but is called by {len(callers)} roles",
                   clause="role", facts=[Fact(_side(i), "uses PL_WARP_BEGIN()/PL_WARPS()", i.contract.file)] +
                   [Fact("caller", c) for c in sorted(callers)],
                   hint="a library's warp range is its caller's: bind its imports to exactly one role")
 
 
-def _check_callables(comp: Composition, d: _Diags) -> list[CallBinding]:
+def _check_callables(comp: Composition, d: _Diags, binds: BindPlan) -> list[CallBinding]:
     exports = [(i, c) for i in comp.instances for c in i.contract.callables if c.direction == "export"]
     out = []
-    explicit = {b.importer: b for b in comp.binds}
+    explicit = binds.explicit
     for ii, ic in ((i, c) for i in comp.instances for c in i.contract.callables if c.direction == "import"):
         key = f"{ii.name}.{ic.name}"
+        if key in binds.bad_imports:
+            continue
         if key in explicit:
             cands = [(ei, ec) for ei, ec in exports if f"{ei.name}.{ec.name}" == explicit[key].exporter]
         else:

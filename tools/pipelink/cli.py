@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     ln.add_argument("--control-cubin", help="also build the single-unit control")
     ln.add_argument("--arch")
     ln.add_argument("--cuda-home")
+    ln.add_argument("--guard", action="store_true",
+                    help="instrument the kernel: shared-memory red zones and handle checks that trap naming the "
+                         "component (for tests, e.g. under compute-sanitizer)")
+    ln.add_argument("--spills", choices=["error", "warning"], default="error",
+                    help="local memory (spills, stack) in the linked kernel: an error (default) or a warning")
 
     pl = sub.add_parser("plan", help="check + solve only: print the placement map")
     pl.add_argument("--kernel", required=True)
@@ -140,9 +145,13 @@ def _run(args) -> int:
     if args.cmd == "pack":
         from pipelink.package import pack, write_package
 
+        from pipelink.outputs import check_targets
+
+        inputs = [args.contract, *args.object, *args.source]
+        check_targets([("--out", args.out)], inputs)  # before the work: a bad --out costs nothing
         pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
                    arch=args.arch, host_provider=args.host_provider)
-        write_package(pkg, args.out)
+        write_package(pkg, args.out, inputs=inputs)
         m = pkg.measured
         _emit(args, {"ok": True, "package": args.out, "name": pkg.name, "handles": list(m.handles),
                      "own_facts": m.own_facts, "static_smem": m.static_smem, "registers": m.regs},
@@ -164,32 +173,44 @@ def _run(args) -> int:
         from pipelink.link import link, write_outputs
 
         out = {}
-        if args.out_dir:
+        for flag in ("out_dir", "cubin", "manifest", "report", "map", "control_cubin", "source_out"):
+            if getattr(args, flag) == "":  # an empty path is a mistake, not "no such output"
+                raise Rejected(Diagnostic("E-OUTPUT", f"--{flag.replace('_', '-')} is an empty path",
+                                          hint="give a path, or leave the option out"))
+        if args.out_dir is not None:
             d = Path(args.out_dir)
             out = {"cubin": d / f"{comp.name}.cubin", "manifest": d / f"{comp.name}.manifest.json",
                    "report": d / f"{comp.name}.report.json", "map": d / f"{comp.name}.map.txt"}
         for k in ("cubin", "manifest", "report", "map"):
-            if getattr(args, k):
+            if getattr(args, k) is not None:
                 out[k] = Path(getattr(args, k))
         if "cubin" not in out or "manifest" not in out:
-            raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest"))
-        res = link(comp, control=bool(args.control_cubin), cuda_home=args.cuda_home)
+            raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest",
+                                      hint="add --out-dir DIR (writes <kernel>.cubin, .manifest.json, ...)"))
+        from pipelink.outputs import check_targets
+
+        inputs = [args.kernel, *args.package]
+        targets = [(f"--{k}", str(v)) for k, v in out.items()]
+        targets += [(f, v) for f, v in (("--control-cubin", args.control_cubin), ("--source-out", args.source_out)) if v]
+        check_targets(targets, inputs)  # before the link: a bad output path costs nothing
+        res = link(comp, control=bool(args.control_cubin), cuda_home=args.cuda_home, guard=args.guard,
+                   spills=args.spills)
         write_outputs(res, cubin=str(out["cubin"]), manifest=str(out["manifest"]),
                       report=str(out["report"]) if "report" in out else None,
                       map_path=str(out["map"]) if "map" in out else None,
-                      control=args.control_cubin, source=args.source_out)
-        _emit(args, {"ok": True, "outputs": {k: str(v) for k, v in out.items()}, "report": res.report}, res.map_text)
+                      control=args.control_cubin, source=args.source_out, inputs=inputs)
+        _warn(args, res.warnings)
+        if res.control_error is not None:  # the linked outputs are written and valid; only the control failed
+            raise Rejected([*res.control_error.diagnostics])
+        _emit(args, {"ok": True, "outputs": {k: str(v) for k, v in out.items()}, "report": res.report,
+                     "warnings": [w.to_json() for w in res.warnings]}, res.map_text)
         return 0
     if args.cmd == "sass-diff":
         from pipelink.sass import compare, side_by_side
 
-        def read(p):
-            try:
-                return Path(p).read_bytes()
-            except OSError:
-                raise Rejected(Diagnostic("E-FILE", f"{p}: no such cubin")) from None
+        from pipelink.files import read_bytes
 
-        a, b = read(args.linked), read(args.control)
+        a, b = read_bytes(args.linked, "linked cubin"), read_bytes(args.control, "control cubin")
         res = compare(a, b, args.kernel, args.cuda_home)
         lines = []
         for name, f in res["functions"].items():
@@ -202,6 +223,12 @@ def _run(args) -> int:
         _emit(args, res, "\n".join(lines))
         return 0 if res["identical"] else 1
     raise AssertionError(args.cmd)
+
+
+def _warn(args, warnings) -> None:
+    """Warnings go to stderr in human format (JSON output carries them in the result)."""
+    if warnings and args.format != "json":
+        print(render_all(warnings), file=sys.stderr)
 
 
 def _emit(args, data, text: str) -> None:

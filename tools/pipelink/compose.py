@@ -8,7 +8,11 @@ from pathlib import Path
 from pipelink.contract import ARCHES, IDENT, LineIndex, Origin, _Reader, load_toml, parse_toml_text
 from pipelink.diagnostics import Fact, reject
 from pipelink.expr import ExprError, names_in
+from pipelink.names import reserved_reason
 from pipelink.package import Package
+
+
+GRID_MAX = (2**31 - 1, 65535, 65535)
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class Composition:
     instances: tuple[Instance, ...]
     binds: tuple[Bind, ...]
     file: str
+    launch_args: tuple[str, ...] = ()  # grid-only names the caller passes at launch (e.g. the toy's blocks)
+    grid_origin: Origin | None = None  # where `grid =` was written
 
     def packages(self) -> list[Package]:
         """Each distinct package once, in instance order (instances of one package share it)."""
@@ -65,15 +71,20 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
     name = k.get("name", str)
     if not IDENT.match(name):
         k.fail("name", f"{name!r} is not a C identifier")
+    if why := reserved_reason(name, generated_prefixes=("pl_", "Pl"), is_global=True):  # the dispatcher's name
+        k.fail("name", why, hint="rename the kernel")
     karch = k.get("arch", str, "sm_90a")
-    if arch:
+    if arch is not None:  # --arch "" is a mistake, not "no --arch"
         karch = arch  # the build configuration decides (one component source, several archs)
     if karch not in ARCHES:
         k.fail("arch", f"unknown architecture {karch!r}", hint=f"one of {sorted(ARCHES)}")
     grid = k.get("grid", list, [1, 1, 1])
-    if not 1 <= len(grid) <= 3 or not all(isinstance(g, (int, str)) for g in grid):
-        k.fail("grid", "must be a list of 1 to 3 integers or expressions")
-    for g in grid:
+    if not 1 <= len(grid) <= 3 or not all(isinstance(g, (int, str)) and not isinstance(g, bool) for g in grid):
+        k.fail("grid", f"must be a list of 1 to 3 integers or expressions, not {grid!r}")
+    for n, g in enumerate(grid):
+        # gridDim.x may reach 2^31 - 1, y and z 65535 (the runtime checks computed values at launch).
+        if isinstance(g, int) and not 1 <= g <= GRID_MAX[n]:
+            k.fail("grid", f"entry {n} is {g}; a grid extent is 1..{GRID_MAX[n]}")
         if isinstance(g, str):
             try:
                 names_in(g)
@@ -83,8 +94,13 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
                              hint="use integers, u32 params, facts, + - * // % ( ) and min/max/ceil_div") from None
     grid = list(grid) + [1] * (3 - len(grid))
     cluster = k.get("cluster", list, [1, 1, 1])
-    if len(cluster) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in cluster):
-        k.fail("cluster", f"must be three positive integers, not {cluster}")
+    if len(cluster) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 16 for c in cluster):
+        k.fail("cluster", f"must be three integers in 1..16, not {cluster}")
+    if cluster[0] * cluster[1] * cluster[2] > 16:
+        k.fail("cluster", f"{cluster} has {cluster[0] * cluster[1] * cluster[2]} blocks; a cluster has at most 16")
+    launch_args = k.get("launch_args", list, [])
+    if not all(isinstance(a, str) and IDENT.match(a) for a in launch_args) or len(set(launch_args)) != len(launch_args):
+        k.fail("launch_args", f"must be a list of distinct identifiers, not {launch_args!r}")
     k.finish()
 
     by_name: dict[str, Package] = {}
@@ -108,9 +124,12 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
         pname = r.get("package", str)
         r.finish()
         origin = Origin(file, _nth_header_line(lines, "instance", n))
-        if not IDENT.match(iname):
-            raise reject("C-SCHEMA", f"instance name {iname!r} is not a C identifier", clause="instance.name",
-                         facts=[Fact(f"kernel {name}", f"name = {iname!r}", str(origin))])
+        why = reserved_reason(iname) if IDENT.match(iname) else f"instance name {iname!r} is not a C identifier"
+        if why:  # an instance name is a member of the generated parameter block
+            raise reject("C-SCHEMA", why, clause="instance.name",
+                         facts=[Fact(f"kernel {name}", f"name = {iname!r}", str(origin))],
+                         hint="an instance name is a C identifier (letters, digits, _; not starting with a digit) "
+                              "and no C++ keyword")
         if any(i.name == iname for i in instances):
             raise reject("L-INSTANCE", f"instance {iname!r} appears twice", clause="instance.name",
                          facts=[Fact(f"kernel {name}", f"[[instance]] name = {iname!r}", str(origin))],
@@ -134,7 +153,8 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
         r.finish()
         binds.append(Bind(imp, exp, Origin(file, _nth_header_line(lines, "bind", n))))
     top.finish()
-    return Composition(name, karch, tuple(grid), tuple(cluster), tuple(instances), tuple(binds), file)
+    return Composition(name, karch, tuple(grid), tuple(cluster), tuple(instances), tuple(binds), file,
+                       tuple(launch_args), k.origin("grid"))
 
 
 def _nth_header_line(lines: LineIndex, table: str, n: int) -> int:

@@ -26,6 +26,9 @@ DTYPES = {"f32", "f16", "bf16", "u32", "i32", "u8", "e4m3", "e5m2"}
 SPACES = {"reg", "smem", "global"}
 SCOPES = {"role", "warpgroup", "warp", "cta"}
 ARCHES = {"sm_90a", "sm_90", "sm_100a", "sm_120a", "sm_80"}
+U32_MAX = 2**32 - 1
+# mbarrier.init takes a count in 1 .. 2^20 - 1 (PTX ISA); larger counts crash nvJitLink or hang.
+MBARRIER_COUNT_MAX = 2**20 - 1
 
 
 class LineIndex:
@@ -74,6 +77,7 @@ class FactDecl:
     accept: tuple[int, ...] | None  # explicit accepted values (reader)
     accept_range: tuple[int, int, int] | None  # (min, max, multiple_of)
     origin: Origin
+    value_origin: Origin | None = None  # the `own =` or `accept =` line, which diagnostics cite
 
     def accepts(self, value: int) -> bool:
         if self.accept is not None and value not in self.accept:
@@ -297,25 +301,27 @@ def _type_name(types) -> str:
 
 
 def load_toml(path: str | Path) -> tuple[dict, LineIndex, str]:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise reject("E-FILE", f"{path}: no such file", hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise reject("E-FILE", f"{path}: cannot read ({e.__class__.__name__})") from None
+    from pipelink.files import read_text
+
+    text = read_text(path, "input file")
     return parse_toml_text(text, str(path)), LineIndex(text), text
 
 
 def parse_toml_text(text: str, file: str) -> dict:
     try:
         return tomllib.loads(text)
+    except (RecursionError, MemoryError):  # tomllib recurses per nesting level: `a = [[[[...` is too deep
+        raise reject("C-SYNTAX", f"{file}: arrays or tables nested too deeply",
+                     facts=[Fact(f"file {Path(file).name}", "nesting deeper than the parser allows", str(Origin(file, 1)))],
+                     hint="contracts and kernel files need a few levels of nesting at most") from None
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"at line (\d+)", str(e))
+        # "at end of document" (an unclosed array or string) has no line: the last line is where it ends.
+        line = int(m.group(1)) if m else max(1, len(text.splitlines()))
         raise reject(
             "C-SYNTAX",
-            f"{file}: {e}",
-            facts=[Fact(f"file {Path(file).name}", str(e), str(Origin(file, int(m.group(1)) if m else 0)))],
+            f"{file}:{line}: {e}",
+            facts=[Fact(f"file {Path(file).name}", str(e), str(Origin(file, line)))],
             hint="fix the TOML syntax (strings need quotes, tables [name] on their own line)",
         ) from None
 
@@ -333,17 +339,33 @@ def _align(r: _Reader, default: int) -> int:
     return align
 
 
-def _expr(r: _Reader, key: str, default=...) -> str | int:
+def _u32(r: _Reader, key: str, v: int, lo: int = 0, hi: int = U32_MAX) -> int:
+    """Every number a contract states ends up in a u32 (or a narrower hardware field)."""
+    if not lo <= v <= hi:
+        r.fail(key, f"must be in {lo}..{hi}, not {v}")
+    return v
+
+
+def _expr(r: _Reader, key: str, default=..., *, facts: set[str] | None = None) -> str | int:
     v = r.get(key, (str, int), default, what="an integer or an arithmetic expression")
     if isinstance(v, str):
         try:
-            names_in(v)
+            names = names_in(v)
         except ExprError as e:
             raise reject("C-EXPR", f"{r.path}.{key}: {e}", clause=f"{r.path}.{key}",
                          facts=[Fact(f"contract {Path(r.file).name}", f"{key} = {v!r}", str(r.origin(key)))],
                          hint="use integers, fact names, + - * // % ( ) and min/max/ceil_div") from None
-    elif v <= 0:
-        r.fail(key, f"must be positive, not {v}")
+        unknown = sorted(names - facts) if facts is not None else []
+        if unknown:
+            # A name the contract does not declare would be read from whichever component owns
+            # it, skipping this component's accept check: a typo or a missing [fact.X].
+            raise reject("C-EXPR", f"{r.path}.{key}: {v!r} uses {', '.join(unknown)}, which this contract does not declare",
+                         clause=f"{r.path}.{key}",
+                         facts=[Fact(f"contract {Path(r.file).name}", f"{key} = {v!r}", str(r.origin(key)))],
+                         hint=f"declare [fact.{unknown[0]}] (with accept = ... for the values this component supports), "
+                              f"or fix the name; declared facts: {', '.join(sorted(facts)) or 'none'}")
+    else:
+        _u32(r, key, v, 1)
     return v
 
 
@@ -379,6 +401,10 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     params, param_origins = [], []
     for k, v in params_r.data.items():
         _ident(params_r, k, k)
+        from pipelink.names import reserved_reason
+
+        if why := reserved_reason(k):  # a member of the generated parameter struct
+            params_r.fail(k, why, hint="rename the parameter (and the member of the component's params struct)")
         t = params_r.get(k, str)
         if t not in PARAM_TYPES:
             params_r.fail(k, f"unknown parameter type {t!r}", hint=f"one of {sorted(PARAM_TYPES)}")
@@ -415,6 +441,8 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         if ftype not in FACT_TYPES:
             fr.fail("type", f"unknown fact type {ftype!r}", hint=f"one of {sorted(FACT_TYPES)}")
         own = fr.get("own", int, None)
+        if own is not None:
+            _u32(fr, "own", own)
         accept = accept_range = None
         acc = fr.get("accept", (list, dict), None)
         if own is not None and acc is not None:
@@ -422,13 +450,22 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         if isinstance(acc, list):
             if not acc or not all(isinstance(x, int) and not isinstance(x, bool) for x in acc):
                 fr.fail("accept", "must be a non-empty list of integers")
+            for x in acc:
+                _u32(fr, "accept", x)
             accept = tuple(acc)
         elif isinstance(acc, dict):
             ar = fr.table("accept")
-            accept_range = (ar.get("min", int, 0), ar.get("max", int, 2**32 - 1), ar.get("multiple_of", int, 1))
+            lo, hi = _u32(ar, "min", ar.get("min", int, 0)), _u32(ar, "max", ar.get("max", int, U32_MAX))
+            mult = _u32(ar, "multiple_of", ar.get("multiple_of", int, 1), 1)
+            if lo > hi:
+                ar.fail("max", f"max = {hi} is below min = {lo}: no value would be accepted")
             ar.finish()
+            accept_range = (lo, hi, mult)
         fr.finish()
-        facts.append(FactDecl(fname, ftype, own, accept, accept_range, fr.origin()))
+        value_key = "own" if own is not None else "accept" if acc is not None else ""
+        facts.append(FactDecl(fname, ftype, own, accept, accept_range, fr.origin(),
+                              fr.origin(value_key) if value_key else None))
+    declared_facts = {f.name for f in facts}
     facts_r.finish()
 
     smem = []
@@ -436,7 +473,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     for sname in smem_r.data:
         _ident(smem_r, sname, sname)
         sr = smem_r.table(sname)
-        b = _expr(sr, "bytes")
+        b = _expr(sr, "bytes", facts=declared_facts)
         align = _align(sr, 16)
         phase = sr.get("phase", str, "kernel")
         sr.finish()
@@ -465,14 +502,18 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         side = rr.get("side", str)
         if side not in ("producer", "consumer"):
             rr.fail("side", f"must be \"producer\" or \"consumer\", not {side!r}")
-        stage = _expr(rr, "stage_bytes")
+        stage = _expr(rr, "stage_bytes", facts=declared_facts)
         depth = rr.get("depth", (list, int))
         if isinstance(depth, int):
             depth = [depth, depth]
-        if len(depth) != 2 or not all(isinstance(x, int) for x in depth) or not 1 <= depth[0] <= depth[1] <= 64:
+        if (len(depth) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in depth)
+                or not 1 <= depth[0] <= depth[1] <= 64):
             rr.fail("depth", f"must be [min, max] with 1 <= min <= max <= 64, not {depth}")
-        arrivals = _expr(rr, "arrivals")
-        peer = _expr(rr, "peer_arrivals", None)
+        arrivals = _expr(rr, "arrivals", facts=declared_facts)
+        peer = _expr(rr, "peer_arrivals", None, facts=declared_facts)
+        for key, v in (("arrivals", arrivals), ("peer_arrivals", peer)):
+            if isinstance(v, int):
+                _u32(rr, key, v, 1, MBARRIER_COUNT_MAX)
         ralign = _align(rr, 128)
         rr.finish()
         rings.append(RingSide(rname, side, stage, (depth[0], depth[1]), arrivals, peer, ralign, rr.origin()))
@@ -485,8 +526,10 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
             _ident(tr_all, tname, tname)
             tr = tr_all.table(tname)
             shape = tr.get("shape", list)
-            if not shape or not all(isinstance(x, (int, str)) for x in shape):
+            if not shape or not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in shape):
                 tr.fail("shape", "must be a list of integers or expressions")
+            for x in shape:
+                _shape_entry(tr, x, declared_facts)
             dtype = tr.get("dtype", str)
             if dtype not in DTYPES:
                 tr.fail("dtype", f"unknown dtype {dtype!r}", hint=f"one of {sorted(DTYPES)}")
@@ -585,6 +628,12 @@ def _host(top: _Reader, params: dict[str, str], facts: list[FactDecl]) -> HostDe
             r.fail("facts", f"fact {n!r} is not declared by this component", hint=f"add [fact.{n}]")
     r.finish()
     return HostDecl(provider, lists["fills"], lists["reads"], lists["facts"], r.origin())
+
+
+def _shape_entry(r: _Reader, x, facts: set[str]) -> None:
+    """One tensor extent: checked like any other expression (a list entry has no key of its own)."""
+    sub = _Reader({"shape": x}, r.path, r.lines, r.file)
+    _expr(sub, "shape", facts=facts)
 
 
 def normalize_signature(sig: str) -> str:

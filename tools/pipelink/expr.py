@@ -25,6 +25,17 @@ class ExprError(ValueError):
     pass
 
 
+# Contract values are u32 and sizes; allowing any magnitude made "9"*5000 or a product of big
+# literals fail in Python's int -> str limit (4,300 digits). No meaningful value is this large.
+LIMIT = 2**64
+
+
+def _bounded(v: int, text) -> int:
+    if not -LIMIT <= v <= LIMIT:
+        raise ExprError(f"a value in {_show(text)} is out of range (|value| > 2^64)")
+    return v
+
+
 _NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd, ast.BinOp, ast.Add,
           ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Call)
 
@@ -38,6 +49,8 @@ def names_in(text: str | int) -> set[str]:
         bad = not isinstance(n, _NODES)
         if isinstance(n, ast.Constant):
             bad = not isinstance(n.value, int) or isinstance(n.value, bool)
+            if not bad:
+                _bounded(n.value, text)
         elif isinstance(n, ast.Call):
             bad = not isinstance(n.func, ast.Name) or n.func.id not in _ALLOWED_CALLS or bool(n.keywords)
             if not bad and (why := _arity_error(n)):
@@ -52,11 +65,13 @@ def names_in(text: str | int) -> set[str]:
 
 
 def _show(text) -> str:
-    t = str(text)
+    t = text if isinstance(text, str) else repr(text) if not isinstance(text, int) or abs(text) < 10**100 else "<huge integer>"
     return repr(t if len(t) <= 80 else t[:77] + "...")
 
 
 def _parse(text: str) -> ast.Expression:
+    if len(str(text)) > 10_000:
+        raise ExprError(f"expression too long ({len(str(text))} characters)")
     # ValueError: a NUL byte; RecursionError/MemoryError: absurdly nested input.
     try:
         return ast.parse(str(text), mode="eval")
@@ -68,14 +83,20 @@ def evaluate(text: str | int, env: dict[str, int]) -> int:
     if isinstance(text, bool):
         raise ExprError("a boolean is not a size")
     if isinstance(text, int):
-        return text
+        return _bounded(text, "<integer>")
+    if len(text) > 10_000:
+        raise ExprError(f"expression too long ({len(text)} characters): {_show(text)}")
     try:
-        return _eval(_parse(text).body, env, str(text))
+        return _eval(_parse(text).body, env, text)
     except RecursionError:
         raise ExprError(f"expression nested too deeply: {_show(text)}") from None
 
 
 def _eval(node: ast.AST, env: dict[str, int], text: str) -> int:
+    return _bounded(_eval_node(node, env, text), text)
+
+
+def _eval_node(node: ast.AST, env: dict[str, int], text: str) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pipelink.check import Checked, check
 from pipelink.compose import Composition
+from pipelink.control import build_control  # noqa: F401  (its own module; importable from here as before)
 from pipelink.diagnostics import Fact, Rejected, reject
 from pipelink.generate import generate, param_layout, ws_param
 from pipelink.solve import Placement, first_fit, solve
@@ -37,23 +38,37 @@ class LinkResult:
     map_text: str
     control_cubin: bytes | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    control_error: Rejected | None = None  # the control failed; the linked outputs are still good
+    warnings: list = field(default_factory=list)  # Diagnostics with severity "warning"
 
 
 def _gencode(arch: str, kind: str) -> str:
     return f"-gencode=arch=compute_{arch[3:]},code={kind}_{arch[3:]}"
 
 
-def plan(comp: Composition) -> tuple[Checked, Placement, str, dict[str, float]]:
+def _generate(ch: Checked, pl: Placement, guard: bool) -> str:
+    if not guard:
+        return generate(ch, pl)
+    from pipelink.guard import generate_guarded
+
+    return generate_guarded(ch, pl)
+
+
+def plan(comp: Composition, *, guard: bool = False) -> tuple[Checked, Placement, str, dict[str, float]]:
     """The CPU-only part of a link: check + solve + generate (what link speed measures)."""
     t = {}
     t0 = time.perf_counter()
     ch = check(comp)
+    if guard:
+        from pipelink.guard import with_red_zones
+
+        ch = with_red_zones(ch)
     t["check"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     pl = solve(ch)
     t["solve"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    src = generate(ch, pl)
+    src = _generate(ch, pl, guard)
     t["generate"] = time.perf_counter() - t0
     return ch, pl, src, t
 
@@ -61,30 +76,36 @@ def plan(comp: Composition) -> tuple[Checked, Placement, str, dict[str, float]]:
 RESERVED_SMEM = 1024  # sm_90+: the system's per-block reservation, counted in cuobjdump's SHARED
 
 
-def link(comp: Composition, *, control: bool = False, cuda_home: str | None = None) -> LinkResult:
+def link(comp: Composition, *, control: bool = False, cuda_home: str | None = None, guard: bool = False,
+         spills: str = "error") -> LinkResult:
+    """guard: instrument the kernel (see guard.py); spills: "error" or "warning" for local memory."""
     tk = find_toolkit(cuda_home)
-    ch, pl, src, timings = plan(comp)
-    res = _link_once(comp, ch, pl, src, timings, control, tk)
+    if guard:
+        spills = "warning"  # the guard's printf needs a stack frame: expected, not a spill
+    ch, pl, src, timings = plan(comp, guard=guard)
+    res = _link_once(comp, ch, pl, src, timings, control, tk, spills)
     # Read back what the linked code really uses. Static shared memory the trial compile
     # could not see (e.g. from inlined library code) shrinks the dynamic window: re-solve once.
     static = max(0, res.report["resource_usage"].get("SHARED", 0) - RESERVED_SMEM)
     if static > ch.static_smem and pl.dynamic_smem + -(-static // 1024) * 1024 > ch.capacity:
         ch = replace(ch, static_smem=static)
         pl = solve(ch)
-        src = generate(ch, pl)
-        res = _link_once(comp, ch, pl, src, timings, control, tk)
+        src = _generate(ch, pl, guard)
+        res = _link_once(comp, ch, pl, src, timings, control, tk, spills)
         if pl.dynamic_smem + -(-static // 1024) * 1024 > ch.capacity:
             raise reject("L-SMEM", f"after linking, {static} B static + {pl.dynamic_smem} B dynamic shared memory exceed {ch.capacity} B",
                          hint="reduce static __shared__ in the components")
     return res
 
 
-def _link_once(comp, ch, pl, src, timings, control, tk) -> LinkResult:
+def _link_once(comp, ch, pl, src, timings, control, tk, spills="error") -> LinkResult:
     arch = comp.arch
+    control_error = None
     with tempfile.TemporaryDirectory(prefix="pipelink-link-") as tmp:
-        gen = Path(tmp) / f"{comp.name}.pipelink.cu"
+        # Fixed names: a kernel name may be long enough to make "<name>.pipelink.cu" exceed NAME_MAX.
+        gen = Path(tmp) / "generated.cu"
         gen.write_text(src)
-        obj = Path(tmp) / f"{comp.name}.pipelink.o"
+        obj = Path(tmp) / "generated.o"
         t0 = time.perf_counter()
         run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", _gencode(arch, "lto"), f"-I{INCLUDE_DIR}",
                                    str(gen), "-o", str(obj)], "L-COMPILE", "compiling the generated dispatcher")
@@ -99,15 +120,15 @@ def _link_once(comp, ch, pl, src, timings, control, tk) -> LinkResult:
         control_cubin = None
         if control:
             t0 = time.perf_counter()
-            control_cubin = build_control(comp, src, tk, Path(tmp))
+            try:
+                control_cubin = build_control(comp, src, tk, Path(tmp))
+            except Rejected as e:  # the control is a check of the link, not part of it: keep the cubin
+                control_error = e
             timings["control"] = time.perf_counter() - t0
+    from pipelink.linked_checks import check_linked
+
     usage = resource_usage(cubin, comp.name, tk)
-    if usage.get("LOCAL", 0) > 0 or usage.get("STACK", 0) > 0:
-        raise reject("L-REGS", f"kernel {comp.name} spills: {usage.get('LOCAL', 0)} B local memory, {usage.get('STACK', 0)} B stack",
-                     facts=[Fact("linked cubin", " ".join(f"{k}:{v}" for k, v in usage.items()))] +
-                           [Fact(r.inst.name, f"budget {pl.budgets[r.inst.name]} registers (regs = {list(r.regs)})",
-                                 str(r.inst.contract.role.origin)) for r in ch.roles],
-                     hint="raise the spilling role's register range, or give it fewer warps")
+    warnings = check_linked(ch, pl, cubin, usage, tk, spills=spills)
     granted = usage.get("REG", 0) * pl.threads
     asked = 128 * sum(pl.group_budgets)
     if pl.uses_setmaxnreg and granted and asked > granted:
@@ -119,39 +140,8 @@ def _link_once(comp, ch, pl, src, timings, control, tk) -> LinkResult:
                      hint="lower a role's maximum registers (regs = [min, max])")
     manifest = make_manifest(ch, pl, usage)
     report = make_report(ch, pl, usage, timings)
-    return LinkResult(ch, pl, src, cubin, manifest, report, make_map(ch, pl, usage), control_cubin, timings)
-
-
-def build_control(comp: Composition, generated: str, tk: Toolkit, tmp: Path) -> bytes:
-    """The same component sources and the same generated code as one translation unit."""
-    root = tmp / "control"
-    includes, copts = [], []
-    parts = ["// pipelink control: every component and the generated code in one translation unit"]
-    for pkg in comp.packages():
-        if not pkg.sources:
-            raise reject("E-USAGE", f"package {pkg.name} carries no sources, so no control can be built",
-                         hint="pack it with --source for each .cu and header (the Bazel rule does this)")
-        for rel, data in pkg.sources.items():
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise reject("P-PACKAGE", f"package {pkg.name} carries a source with an unsafe path: {rel}",
-                             hint="re-pack it with this version of pipelink")
-            dest = root / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-        for rel in sorted(pkg.sources):
-            if rel.endswith(".cu"):
-                parts += ["#undef PL_COMPONENT", f'#include "{rel}"']
-                includes.append(str((root / rel).parent))
-        copts += [c for c in pkg.copts if c not in copts]
-    parts += ["#undef PL_COMPONENT", generated]
-    unit = root / f"{comp.name}.control.cu"
-    unit.write_text("\n".join(parts))
-    out = root / f"{comp.name}.control.cubin"
-    inc = [f"-I{d}" for d in dict.fromkeys(includes)]
-    run_tool(tk.nvcc_base() + ["-cubin", "-std=c++17", "-O3", _gencode(comp.arch, "sm"), f"-I{INCLUDE_DIR}",
-                               f"-I{root}", *inc, *copts, str(unit), "-o", str(out)],
-             "L-COMPILE", "compiling the control translation unit")
-    return out.read_bytes()
+    return LinkResult(ch, pl, src, cubin, manifest, report, make_map(ch, pl, usage), control_cubin, timings,
+                      control_error, warnings)
 
 
 _RES = re.compile(r"Function (\w+):\s*(.*)")
@@ -248,29 +238,22 @@ def make_map(ch: Checked, pl: Placement, usage: dict) -> str:
 
 
 def write_outputs(res: LinkResult, *, cubin: str, manifest: str, report: str | None = None,
-                  map_path: str | None = None, control: str | None = None, source: str | None = None) -> None:
-    """All outputs or none: write to temporaries first, then rename."""
-    items = [(cubin, res.cubin), (manifest, (json.dumps(res.manifest, indent=2, sort_keys=True) + "\n").encode())]
+                  map_path: str | None = None, control: str | None = None, source: str | None = None,
+                  inputs: list[str] = ()) -> None:
+    """All outputs or none (outputs.write_all). A failed control is left out: the linked
+    outputs are good without it, and an earlier control file is not touched."""
+    from pipelink.outputs import write_all
+
+    items = [("--cubin", cubin, res.cubin),
+             ("--manifest", manifest, (json.dumps(res.manifest, indent=2, sort_keys=True) + "\n").encode())]
     if report:
         stable = dict(res.report)
         stable.pop("timings_s", None)  # timings vary; keep the report bit-identical across builds
-        items.append((report, (json.dumps(stable, indent=2, sort_keys=True) + "\n").encode()))
+        items.append(("--report", report, (json.dumps(stable, indent=2, sort_keys=True) + "\n").encode()))
     if map_path:
-        items.append((map_path, res.map_text.encode()))
-    if control:
-        items.append((control, res.control_cubin))
+        items.append(("--map", map_path, res.map_text.encode()))
+    if control and res.control_cubin is not None:
+        items.append(("--control-cubin", control, res.control_cubin))
     if source:
-        items.append((source, res.source.encode()))
-    tmps = []
-    try:
-        for path, data in items:
-            p = Path(path)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            t = p.with_name(p.name + ".tmp")
-            t.write_bytes(data)
-            tmps.append((t, p))
-        for t, p in tmps:
-            t.replace(p)
-    finally:
-        for t, _ in tmps:
-            t.unlink(missing_ok=True)
+        items.append(("--source-out", source, res.source.encode()))
+    write_all([(p, d) for _, p, d in items], flags=[f for f, _, _ in items], inputs=list(inputs))

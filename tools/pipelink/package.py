@@ -104,16 +104,28 @@ def trial_source(c: Contract) -> str:
     return "\n".join(lines) + "\n"
 
 
+_TRIAL_OBJECTS: dict[tuple, bytes] = {}  # (source, arch, nvcc) -> object: pack and its rebuild check share it
+
+
+def trial_object(c: Contract, tk: Toolkit) -> bytes:
+    key = (trial_source(c), c.arch, tuple(tk.nvcc_base()))
+    if key not in _TRIAL_OBJECTS:
+        arch = c.arch
+        with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
+            src, obj = Path(tmp) / "trial.cu", Path(tmp) / "trial.o"
+            src.write_text(key[0])
+            run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", f"-gencode=arch=compute_{arch[3:]},code=lto_{arch[3:]}",
+                                       str(src), "-o", str(obj)], "P-COMPILE", "compiling the trial kernel")
+            _TRIAL_OBJECTS[key] = obj.read_bytes()
+    return _TRIAL_OBJECTS[key]
+
+
 def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
     arch = c.arch
+    trial = trial_object(c, tk)
     with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
-        src = Path(tmp) / "trial.cu"
-        src.write_text(trial_source(c))
-        obj = Path(tmp) / "trial.o"
-        run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", f"-gencode=arch=compute_{arch[3:]},code=lto_{arch[3:]}",
-                                   str(src), "-o", str(obj)], "P-COMPILE", "compiling the trial kernel")
         try:
-            ptx = nvjitlink_link([*objects.items(), ("trial.o", obj.read_bytes())],
+            ptx = nvjitlink_link([*objects.items(), ("trial.o", trial)],
                                  [f"-arch={arch}", "-lto", "-ptx"], ptx=True, code="P-COMPILE").decode()
         except Rejected as e:
             text = " ".join(f.text for d in e.diagnostics for f in d.facts)
@@ -130,7 +142,8 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
         (Path(tmp) / "trial.ptx").write_text(ptx)
         ptxas_log = run_tool([tk.tool("ptxas"), f"-arch={arch}", "-c", "-v", str(Path(tmp) / "trial.ptx"),
                               "-o", str(Path(tmp) / "trial.cubin")], "P-COMPILE", "assembling the trial kernel")
-    handles = sorted(set(m.group(1) for m in _EXTERN_FUNC.finditer(ptx)))
+    # Only pl_* symbols are handles; others (vprintf, __assertfail) are the toolkit's own.
+    handles = sorted(set(m.group(1) for m in _EXTERN_FUNC.finditer(ptx) if m.group(1).startswith("pl_")))
     own = {m.group(1): int(m.group(2)) for m in _OWN_FACT.finditer(ptx)}
     static_smem = sum(int(m.group(3)) for m in _SHARED.finditer(ptx))
     regs: dict[str, int] = {}
@@ -158,11 +171,29 @@ def object_archs(data: bytes, tk: Toolkit) -> set[str]:
     return set(_FATBIN_ARCH.findall(listing))
 
 
-def verify(c: Contract, m: Measured, object_names: list[str]) -> None:
+_COMPONENT_SYMBOL = re.compile(rb"pl_([A-Za-z0-9_]+?)__(?:entry|import|callable|own|smem|bar|fact|ring_depth|ring_buffer|"
+                               rb"ring_full|ring_empty|export|call|role)__[A-Za-z_]")
+
+
+def compiled_names(objects: dict[str, bytes]) -> set[str]:
+    """Component names (PL_COMPONENT) whose handle symbols appear in the objects' bytes."""
+    return {m.group(1).decode() for data in objects.values() for m in _COMPONENT_SYMBOL.finditer(data)}
+
+
+def verify(c: Contract, m: Measured, object_names: list[str], objects: dict[str, bytes] | None = None) -> None:
     """Reject a contract that does not describe the object exactly."""
     diags = []
     side_c = f"contract {Path(c.file).name}"
     side_o = "object " + ", ".join(object_names)
+    others = sorted(compiled_names(objects) - {c.name}) if objects else []
+    if others and c.name not in compiled_names(objects):
+        # Every handle would otherwise be reported missing or undeclared, with no word of the cause.
+        diags.append(reject("P-ENTRY", f"the object was compiled as component {others[0]!r}, the contract names {c.name!r}",
+                            clause="component.name",
+                            facts=[Fact(side_c, f"name = {c.name!r}", str(c.origin)),
+                                   Fact(side_o, f"its handles are pl_{others[0]}__* (#define PL_COMPONENT {others[0]})")],
+                            hint=f"make them agree: set component.name = \"{others[0]}\" in the contract, or "
+                                 f"#define PL_COMPONENT {c.name} in the source and recompile").diagnostics[0])
     declared = c.handle_symbols()
     defined = c.defined_symbols()
     used = set(m.handles)
@@ -236,31 +267,31 @@ def _clause_origin(c: Contract, clause: str):
 
 
 def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = (), copts: list[str] = (),
-         cuda_home: str | None = None, arch: str | None = None, host_provider: str | None = None) -> Package:
-    try:
-        text = Path(contract_path).read_text()
-    except OSError:
-        raise reject("E-FILE", f"{contract_path}: no such contract file", hint="check the --contract path") from None
+         cuda_home: str | None = None, arch: str | None = None, check_rebuild: bool = True,
+         host_provider: str | None = None) -> Package:
+    from pipelink.files import read_bytes, read_text
+
+    text = read_text(contract_path, "contract", hint="check the --contract path")
     contract = _retarget(parse_contract_text(text, contract_path), arch)
     objects = {}
     for op in object_paths:
-        try:
-            objects[Path(op).name] = Path(op).read_bytes()
-        except OSError:
-            raise reject("E-FILE", f"{op}: no such object file",
-                         hint="compile the component first: nvcc -dc -gencode=arch=compute_90a,code=lto_90a") from None
+        name = Path(op).name
+        if name in objects:
+            raise reject("E-USAGE", f"two --object files are named {name!r}", facts=[Fact("object", str(op))],
+                         hint="a package stores objects by file name: rename one")
+        objects[name] = read_bytes(op, "object", hint="compile the component first: nvcc -dc "
+                                                     "-gencode=arch=compute_90a,code=lto_90a")
     if not objects:
-        raise reject("E-USAGE", "pack needs at least one --object")
-    srcs = {}
-    for s, rel in _source_names(sources).items():
-        try:
-            srcs[rel] = Path(s).read_bytes()
-        except OSError:
-            raise reject("E-FILE", f"{s}: no such source file") from None
+        raise reject("E-USAGE", "pack needs at least one --object", hint="pass the component's LTO-IR object(s)")
+    srcs = {rel: read_bytes(s, "source") for s, rel in _source_names(sources).items()}
     host = read_host_provider(contract, Path(contract_path).parent, host_provider)
     tk = find_toolkit(cuda_home)
     measured = measure(contract, objects, tk)
-    verify(contract, measured, sorted(objects))
+    verify(contract, measured, sorted(objects), objects)
+    if srcs and check_rebuild and any(rel.endswith(".cu") for rel in srcs):
+        from pipelink.rebuild import check_sources_rebuild
+
+        check_sources_rebuild(contract, objects, srcs, tuple(copts), tk)
     return Package(contract, text, measured, objects, srcs, tuple(copts), contract_path, host)
 
 
@@ -317,6 +348,11 @@ def _source_names(sources) -> dict[str, str]:
     package holds no machine paths and unpacking it cannot escape its folder."""
     if not sources:
         return {}
+    from pipelink.files import read_bytes
+
+    for s in sources:
+        if "\0" in str(s):
+            read_bytes(s, "source")  # E-FILE: the path contains a NUL byte
     rels = {s: os.path.relpath(s) for s in sources}
     if any(r.startswith("..") or os.path.isabs(r) for r in rels.values()):
         base = os.path.commonpath([os.path.dirname(os.path.abspath(s)) for s in sources])
@@ -324,7 +360,7 @@ def _source_names(sources) -> dict[str, str]:
     return rels
 
 
-def write_package(pkg: Package, out: str) -> None:
+def write_package(pkg: Package, out: str, *, inputs: list[str] = ()) -> None:
     manifest = {
         "format": FORMAT,
         "name": pkg.name,
@@ -342,6 +378,10 @@ def write_package(pkg: Package, out: str) -> None:
         "copts": list(pkg.copts),
         "host": sorted(pkg.host),
     }
+    from pipelink.package_io import package_digests
+
+    # read_package checks them: an edited contract or manifest, or a damaged object, is P-PACKAGE
+    manifest["digests"] = package_digests(manifest, pkg.contract_text.encode(), pkg.objects, pkg.sources, pkg.host)
     entries = {"pipelink-package.json": json.dumps(manifest, indent=2, sort_keys=True).encode(),
                "contract.toml": pkg.contract_text.encode()}
     entries.update({f"objects/{k}": v for k, v in pkg.objects.items()})
@@ -354,57 +394,13 @@ def write_package(pkg: Package, out: str) -> None:
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             z.writestr(info, entries[name])
-    _atomic_write(out, buf.getvalue())
+    from pipelink.outputs import write_all
 
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write-then-rename, so a failure never leaves a partial output behind."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(p)
+    write_all([(out, buf.getvalue())], flags=["--out"], inputs=list(inputs))
 
 
 def read_package(path: str) -> Package:
-    try:
-        z = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise reject("E-FILE", f"{path}: no such package", hint="pack the component first: pipelink pack") from None
-    except (zipfile.BadZipFile, OSError):
-        raise reject("P-PACKAGE", f"{path}: not a pipelink package", hint="re-create it with pipelink pack") from None
-    damaged = lambda why: reject("P-PACKAGE", f"{path}: damaged package ({why})",  # noqa: E731
-                                 hint="re-create it with pipelink pack")
-    with z:
-        try:
-            manifest = json.loads(z.read("pipelink-package.json"))
-            text = z.read("contract.toml").decode()
-        except KeyError as e:
-            raise damaged(f"no {e.args[0]}") from None
-        except (ValueError, zipfile.BadZipFile, OSError) as e:  # bad JSON, bad UTF-8, bad CRC
-            raise damaged(f"{e.__class__.__name__}: {e}") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            fmt = manifest.get("format") if isinstance(manifest, dict) else None
-            raise reject("P-PACKAGE", f"{path}: package format {fmt} is not {FORMAT}",
-                         hint="re-pack with this version of pipelink")
-        try:
-            objects = {k: z.read(f"objects/{k}") for k in manifest["objects"]}
-            sources = {k: z.read(f"sources/{k}") for k in manifest["sources"]}
-            host = {str(k): z.read(f"host/{k}") for k in manifest.get("host", [])}
-            ms = manifest["measured"]
-            measured = Measured(tuple(ms["handles"]), dict(ms["own_facts"]), int(ms["static_smem"]), dict(ms["regs"]),
-                                str(manifest["toolkit"]))
-            contract_file, copts = str(manifest["contract_file"]), tuple(manifest["copts"])
-        except KeyError as e:
-            raise damaged(f"no {e.args[0]}") from None
-        except (TypeError, ValueError, zipfile.BadZipFile, OSError) as e:
-            raise damaged(f"{e.__class__.__name__}: {e}") from None
-    try:
-        contract = _retarget(parse_contract_text(text, contract_file), manifest.get("arch"))
-    except Rejected as e:  # the contract was verified when packing: this package was altered
-        raise reject("P-PACKAGE", f"{path}: damaged package (its contract does not parse: {e})",
-                     facts=[f for d in e.diagnostics for f in d.facts], hint="re-create it with pipelink pack") from None
-    want = {contract.host.provider} if contract.host else set()
-    if set(host) != want or not all(check_provider_source(v) for v in host.values()):
-        raise damaged(f"host provider files {sorted(host)} do not match the contract's [host] {sorted(want)}")
-    return Package(contract, text, measured, objects, sources, copts, path, host)
+    """Read and re-verify a package (see package_io: every damage is P-PACKAGE)."""
+    from pipelink.package_io import read_package as read
+
+    return read(path)

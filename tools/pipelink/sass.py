@@ -12,6 +12,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from pipelink.diagnostics import Fact, Rejected, reject
 from pipelink.toolkit import find_toolkit, run_tool
 
 _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
@@ -23,7 +24,11 @@ def disassemble(cubin: bytes, cuda_home: str | None = None) -> dict[str, list[st
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = run_tool([tk.tool("cuobjdump"), "-sass", f.name], "E-TOOLKIT", "cuobjdump -sass")
+        try:
+            text = run_tool([tk.tool("cuobjdump"), "-sass", f.name], "E-FILE", "cuobjdump -sass")
+        except Rejected as e:  # cuobjdump is there (tk.tool checked it): the input is what it cannot read
+            raise reject("E-FILE", "not a cubin: cuobjdump cannot read it", facts=[x for d in e.diagnostics for x in d.facts],
+                         hint="pass the .cubin files written by pipelink link (--cubin and --control-cubin)") from None
     funcs: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
@@ -45,6 +50,11 @@ def _normalize(insn: str) -> str:
 
 def compare(linked: bytes, control: bytes, kernel: str | None = None, cuda_home: str | None = None) -> dict:
     a, b = disassemble(linked, cuda_home), disassemble(control, cuda_home)
+    if kernel is not None and kernel not in a and kernel not in b:
+        raise reject("E-USAGE", f"--kernel {kernel}: neither cubin has a function of that name",
+                     facts=[Fact("linked cubin", ", ".join(sorted(a)) or "no functions"),
+                            Fact("control cubin", ", ".join(sorted(b)) or "no functions")],
+                     hint="name the kernel (the kernel file's [kernel] name), or leave --kernel out to compare all")
     names = [kernel] if kernel else sorted(set(a) | set(b))
     result = {"identical": True, "functions": {}}
     for n in names:

@@ -375,7 +375,8 @@ def _infeasible(ch: Checked, core: set[str], cap: int) -> Rejected:
                           hint="lower a role's minimum registers (regs = [min, max]) or its warp count")
         return reject("L-WARPS", "the roles' warps do not fit one block with the alignment asked",
                       clause="role.warps", facts=facts, hint="use fewer warps or drop warpgroup_aligned where not needed")
-    return reject("L-SOLVE", "no placement satisfies the ring depth ranges", facts=[Fact("core", ", ".join(sorted(core)))])
+    return reject("L-SOLVE", "no placement satisfies the ring depth ranges", facts=[Fact("core", ", ".join(sorted(core)))],
+                  hint="widen the rings' depth ranges or shrink the claims named above")
 
 
 def first_fit(ch: Checked, depths: dict[str, int]) -> int | None:

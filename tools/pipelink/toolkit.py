@@ -8,8 +8,10 @@ LTO-IR does not link across majors.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from pipelink.diagnostics import Fact, reject
+from pipelink.diagnostics import Fact, Rejected, reject
 
 REQUIRED_MAJOR = 13
 
@@ -94,10 +96,10 @@ def nvcc_version(nvcc: str) -> str:
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        raise reject("E-TOOLKIT", f"{nvcc} --version failed: {e}") from None
+        raise reject("E-TOOLKIT", f"{nvcc} --version failed: {e}", hint="reinstall the toolkit (bash tools/setup.sh)") from None
     m = re.search(r"release (\d+\.\d+)", out)
     if not m:
-        raise reject("E-TOOLKIT", f"cannot read the version of {nvcc}")
+        raise reject("E-TOOLKIT", f"cannot read the version of {nvcc}", hint="point --cuda-home at a CUDA 13 toolkit")
     return m.group(1)
 
 
@@ -106,7 +108,7 @@ def run_tool(cmd: list[str], code: str, what: str, cwd: str | None = None) -> st
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     except OSError as e:
-        raise reject("E-TOOLKIT", f"cannot run {cmd[0]}: {e}") from None
+        raise reject("E-TOOLKIT", f"cannot run {cmd[0]}: {e}", hint="check the toolkit installation (bash tools/setup.sh)") from None
     if proc.returncode != 0:
         log = (proc.stderr or proc.stdout).strip()
         raise reject(code, f"{what} failed", facts=[Fact(Path(cmd[0]).name, _clip(log))],
@@ -131,7 +133,56 @@ def _nvjitlink():
 
 def nvjitlink_link(inputs: list[tuple[str, bytes]], options: list[str], *, ptx: bool = False,
                    code: str = "L-LINK") -> bytes:
-    """Link (name, data) inputs (LTO-IR objects/fatbins) -> cubin, or PTX when ptx=True."""
+    """Link (name, data) inputs (LTO-IR objects/fatbins) -> cubin, or PTX when ptx=True.
+
+    nvJitLink runs in a forked child: some inputs crash it (SIGSEGV), and a crash must be a
+    coded diagnostic, not the end of pipelink (or of the process that imported it)."""
+    _nvjitlink()  # E-TOOLKIT here, in the parent, when the bindings are missing
+    return run_isolated(_nvjitlink_link, inputs, options, ptx, code, code=code, what="nvJitLink")
+
+
+def run_isolated(fn, *args, code: str, what: str):
+    """fn(*args) in a forked child; its result, its Rejected, or `code` if the child dies."""
+    if not hasattr(os, "fork"):
+        return fn(*args)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(r)
+        try:
+            import faulthandler
+
+            faulthandler.disable()  # the parent reports a crash; no dump on the shared stderr
+            try:
+                result = ("ok", fn(*args))
+            except Rejected as e:
+                result = ("rejected", e.diagnostics)
+            except BaseException as e:  # noqa: BLE001 - handed to the parent, which decides
+                result = ("error", f"{e.__class__.__name__}: {e}")
+            with os.fdopen(w, "wb") as f:
+                f.write(pickle.dumps(result))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) or not data:
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        name = signal.Signals(sig).name if sig else f"exit {os.WEXITSTATUS(status)}"
+        raise reject(code, f"{what} crashed ({name}) on these inputs",
+                     facts=[Fact(what, f"killed by {name}")],
+                     hint=f"a {what} bug triggered by the inputs: check the contracts' values and the objects, "
+                          "and report it with the packages")
+    kind, value = pickle.loads(data)
+    if kind == "ok":
+        return value
+    if kind == "rejected":
+        raise Rejected(value)
+    raise RuntimeError(f"{what} failed in its child process: {value}")
+
+
+def _nvjitlink_link(inputs, options, ptx, code) -> bytes:
     nj = _nvjitlink()
     try:
         handle = nj.create(len(options), options)

@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Fuzz the pipelink CLI with malformed inputs (issue 11) and count what must never happen.
+
+    PYTHONPATH=tools python benchmarks/fuzz_cli.py --cases 10000 --seed 1
+
+Each case damages one input of a command that works: a contract (packed, or injected into a
+package so that `plan`/`link` read it), a kernel file, a package's bytes (zip headers,
+compression, JSON types, contract.toml), an output or input path, or the argument list. The
+command runs in-process (`pipelink.cli.main`, fast); every `--link-every`-th case that reaches
+a link runs `python -m pipelink link` in a subprocess, so a crash in native code (nvJitLink,
+nvcc) is seen as a signal instead of killing the fuzzer. Counted per case:
+
+- internal: exit 3 or an E-INTERNAL diagnostic;     - crash: killed by a signal;
+- hang: over --timeout seconds;                      - uncoded: a failure without a known code;
+- partial: a `*.tmp` or staging folder left, a failed run that changed an earlier output,
+  or a successful run without all its outputs;
+- accepted: a case built to be invalid that exited 0;
+- no_hint: a diagnostic without a hint (reported, not a failure).
+
+The first failures are printed with their inputs (saved under --work). Exit 1 if any count
+but no_hint is nonzero. tests/test_fuzz.py runs a short seeded slice of this in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "tools"
+TOY = ROOT / "examples" / "toy"
+if str(TOOLS) not in sys.path:
+    sys.path.insert(0, str(TOOLS))
+
+from pipelink import cli  # noqa: E402
+from pipelink.diagnostics import CODES  # noqa: E402
+
+NAMES = ("producer", "consumer", "sink")
+VALUES = ["0", "-1", "1", "32", "true", "false", '""', '"x"', "[]", "[true, 8]", "[8, 2]", "[1, 2, 3]", "1.5", "nan",
+          "{}", "{multiple_of = 0}", "{min = 5, max = 1}", "4294967296", "4294967295", "1048576", "1048575",
+          "2147483648", "18446744073709551616", "-18446744073709551616", "65536", '"' + "9" * 5000 + '"',
+          '"n / block_q"', '"tile * tile * tile * tile * tile"', '"1 // 0"', '"tile /"', '"__import__(\'os\')"',
+          '"min()"', '"ceil_div(1)"', '"role"', '"sm_90a"', '"sm_91"', '"u64"', '"f32"', '"ptr"', '"\\u0000"',
+          "[1, 1, 1]", '["blocks", 1, 1]', '["blocks", 0, 1]', '["nope", 1, 1]', '"' + "a" * 300 + '"']
+# Codes of a native step (nvcc, nvJitLink) refusing what every check accepted: not failures,
+# but each one is a check that could have named the mistake earlier (reported as "notable").
+NATIVE_CODES = {"L-LINK", "L-COMPILE", "P-COMPILE"}
+JUNK = [b"\xff\xfe", b"\x00", b"\nnest = " + b"[" * 50000, b"\nnest = " + b"{a = " * 3000, b"\n[component]\n", b"\n[[instance]]\n", b"=", b"[", b'"', b"\n[x.y.z]\nq = 1\n", b"\t\r\n"]
+
+
+# ---- mutations ---------------------------------------------------------------------------------------
+
+def mutate_toml(text: str, rng: random.Random) -> tuple[bytes, bool]:
+    """(damaged bytes, surely_invalid). Line-level edits of a TOML file."""
+    lines = text.splitlines()
+    op = rng.choice(["value", "value", "value", "delete", "dup", "key", "junk", "truncate", "table"])
+    surely_bad = False
+    idx = [i for i, ln in enumerate(lines) if "=" in ln and not ln.lstrip().startswith("#")]
+    if op == "value" and idx:
+        i = rng.choice(idx)
+        k = lines[i].split("=", 1)[0]
+        v = rng.choice(VALUES)
+        lines[i] = f"{k}= {v}"
+        key = k.strip()
+        surely_bad = (key == "arrivals" and v in ("0", "-1", "4294967296", "1048576", "2147483648", "true", '""')
+                      or key in ("warps", "align") and v in ("0", "-1", "true", '""', "4294967296"))
+    elif op == "delete" and lines:
+        del lines[rng.randrange(len(lines))]
+    elif op == "dup" and lines:
+        i = rng.randrange(len(lines))
+        lines.insert(i, lines[i])
+    elif op == "key" and idx:
+        i = rng.choice(idx)
+        k, v = lines[i].split("=", 1)
+        lines[i] = k.rstrip() + rng.choice(["x", "_", "s", ""]) + " =" + v
+    elif op == "table":
+        lines.insert(rng.randrange(len(lines) + 1), rng.choice(["[smem.extra]", "[fact.tile]", "[role]", "[[bind]]",
+                                                                 '[[bind]]\nimport = "out.acc"\nexport = "out.acc"',
+                                                                 "[kernel]", "[ring.work]", "[import.acc]"]))
+    data = "\n".join(lines).encode() + b"\n"
+    if op == "junk":
+        at = rng.randrange(len(data) + 1)
+        data = data[:at] + rng.choice(JUNK) + data[at:]
+    elif op == "truncate":
+        data = data[: rng.randrange(len(data) + 1)]
+    return data, surely_bad
+
+
+def rezip(data: bytes, *, manifest=None, contract: bytes | None = None, forge: bool = False) -> bytes:
+    """The package with an edited manifest or contract.toml. forge=True records the edited
+    parts' digests (as if packed that way), so the checks behind the digests are reached."""
+    from pipelink.package_io import package_digests
+
+    src = zipfile.ZipFile(io.BytesIO(data))
+    entries = {info.filename: src.read(info) for info in src.infolist()}
+    if contract is not None:
+        entries["contract.toml"] = contract
+    body = manifest(json.loads(entries["pipelink-package.json"])) if manifest else entries["pipelink-package.json"]
+    if forge:
+        try:
+            m = json.loads(body)
+            part = lambda kind: {k[len(kind) + 1:]: v for k, v in entries.items() if k.startswith(kind + "/")}  # noqa: E731
+            m["digests"] = package_digests(m, entries["contract.toml"], part("objects"), part("sources"))
+            body = json.dumps(m).encode()
+        except (ValueError, TypeError, AttributeError):
+            pass  # a manifest too broken to forge: its own checks must catch it
+    entries["pipelink-package.json"] = body
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, b in entries.items():
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), b, compress_type=zipfile.ZIP_DEFLATED)
+    return buf.getvalue()
+
+
+JSON_VALUES = [None, 0, -1, 1.5, "", "x", [], {}, [None], [1], ["sm_90a"], {"a": None}, 2**70, True]
+
+
+def damage_package(data: bytes, rng: random.Random) -> bytes:
+    op = rng.choice(["flip", "truncate", "method", "flags", "json", "json", "handles", "contract"])
+    b = bytearray(data)
+    if op == "flip":
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        return bytes(b)
+    if op == "truncate":
+        return bytes(b[: rng.randrange(len(b))])
+    if op in ("method", "flags"):
+        sig = rng.choice([b"PK\x03\x04", b"PK\x01\x02"])
+        i, off = b.find(sig), 6 if sig == b"PK\x03\x04" else 8
+        while i >= 0:
+            if op == "method":
+                b[i + off + 2:i + off + 4] = rng.choice([1, 6, 9, 12, 14, 97, 99]).to_bytes(2, "little")
+            else:
+                b[i + off] |= rng.choice([1, 8, 64])
+            i = b.find(sig, i + 4)
+        return bytes(b)
+    if op == "json":
+        def edit(m):
+            path = rng.choice([("arch",), ("name",), ("format",), ("toolkit",), ("objects",), ("sources",), ("copts",),
+                               ("contract_file",), ("measured",), ("measured", "handles"), ("measured", "own_facts"),
+                               ("measured", "static_smem"), ("measured", "regs")])
+            t = m
+            for k in path[:-1]:
+                t = t.setdefault(k, {}) if isinstance(t, dict) else {}
+            if isinstance(t, dict):
+                if rng.random() < 0.2:
+                    t.pop(path[-1], None)
+                else:
+                    t[path[-1]] = rng.choice(JSON_VALUES)
+            return json.dumps(m).encode()
+        return rezip(data, manifest=edit, forge=rng.random() < 0.5)
+    if op == "handles":
+        def edit(m):
+            hs = m["measured"]["handles"]
+            hs.append(rng.choice([None, 3, "", "pl_consumer__tmem__x", "pl_consumer__smem__nope", "vprintf",
+                                  "pl_other__smem__scratch", "pl_consumer__role__", "pl_consumer__bar__combine"]))
+            return json.dumps(m).encode()
+        return rezip(data, manifest=edit, forge=rng.random() < 0.5)
+    contract = zipfile.ZipFile(io.BytesIO(data)).read("contract.toml").decode()
+    return rezip(data, contract=mutate_toml(contract, rng)[0], forge=rng.random() < 0.5)
+
+
+# ---- running one case -----------------------------------------------------------------------------------
+
+class Fuzzer:
+    def __init__(self, work: Path, objects: dict[str, Path], packages: dict[str, Path], *, link_every: int = 40,
+                 timeout: float = 300.0, verbose: bool = True):
+        self.work, self.objects, self.packages = work, objects, packages
+        self.link_every, self.timeout, self.verbose = link_every, timeout, verbose
+        self.counts: Counter = Counter()
+        self.codes: Counter = Counter()
+        self.failures: list[str] = []
+        self.notable: list[str] = []  # inputs the checks passed but a native step refused: gaps in the checks
+        self.linked = 0
+        self._memoize_measure()
+
+    @staticmethod
+    def _memoize_measure():
+        """Pack's trial measurement is a pure function of (trial source, arch, objects): cache it,
+        so a contract case costs a parse + verify, not an nvcc run."""
+        from pipelink import package
+        from pipelink.package import trial_source
+
+        if getattr(package.measure, "fuzz_cached", False):
+            return
+        real, cache = package.measure, {}
+
+        def measure(c, objects, tk):
+            key = (trial_source(c), c.arch, tuple(sorted((k, hash(v)) for k, v in objects.items())))
+            if key not in cache:
+                cache[key] = real(c, objects, tk)
+            return cache[key]
+
+        measure.fuzz_cached = True
+        package.measure = measure
+
+    # -- one case: returns after checking every oracle
+    def case(self, n: int, rng: random.Random) -> None:
+        d = self.work / f"case{n}"
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        kind = rng.choice(["contract", "contract", "injected", "injected", "kernel", "kernel", "package", "package",
+                           "outputs", "argv"])
+        argv, outputs, must_fail = getattr(self, f"_{kind}")(d, rng)
+        sentinel = {}
+        for p in outputs:
+            if rng.random() < 0.5 and not os.path.exists(p) and "\0" not in str(p) and os.path.isdir(os.path.dirname(str(p)) or "."):
+                try:
+                    Path(p).write_bytes(b"earlier good output")
+                    sentinel[str(p)] = True
+                except OSError:
+                    pass
+        subprocess_link = argv[0] == "link" and (n % self.link_every == 0)
+        self._last_argv = argv
+        rc, text = self._run(argv, subprocess_link)
+        self.counts["cases"] += 1
+        self.counts[f"kind.{kind}"] += 1
+        problems = self._judge(rc, text, d, outputs, sentinel, must_fail)
+        if problems:
+            for p in problems:
+                self.counts[p] += 1
+            msg = f"case {n} ({kind}): {', '.join(problems)}: rc={rc} argv={argv!r}\n{text[-1500:]}"
+            self.failures.append(msg)
+            if self.verbose and len(self.failures) <= 10:
+                print(msg, file=sys.stderr)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def _run(self, argv: list[str], in_subprocess: bool) -> tuple[int, str]:
+        argv = ["--format=json", *argv]
+        if in_subprocess:
+            self.linked += 1
+            env = dict(os.environ, PYTHONPATH=str(TOOLS))
+            try:
+                p = subprocess.run([sys.executable, "-m", "pipelink", *argv], capture_output=True, timeout=self.timeout, env=env)
+            except subprocess.TimeoutExpired:
+                return -999, "timeout"
+            except ValueError as e:  # a NUL in argv cannot even be passed to exec
+                return 2, json.dumps({"ok": False, "diagnostics": [{"code": "E-USAGE", "hint": str(e)}]})
+            return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli.main(argv)
+        except BaseException as e:  # noqa: BLE001 - cli.main must never raise
+            return 3, f"raised {e.__class__.__name__}: {e}"
+        return rc, out.getvalue() + err.getvalue()
+
+    def _judge(self, rc, text, d: Path, outputs, sentinel, must_fail) -> list[str]:
+        problems = []
+        if rc == -999:
+            return ["hang"]
+        if rc < 0:
+            problems.append("crash")
+        if rc == 3 or (rc != 0 and '"E-INTERNAL"' in text):  # `explain` prints the code's meaning: not a failure
+            problems.append("internal")
+        left = [p for p in d.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".pl-")]
+        left += [p for o in outputs if "\0" not in str(o) and os.path.isdir(os.path.dirname(str(o)) or ".")
+                 for p in Path(os.path.dirname(str(o)) or ".").glob(".pl-*")]
+        if left:
+            problems.append("partial")
+        if rc in (1, 2):
+            try:
+                doc = json.loads(text[text.index("{"):]) if "{" in text else {}
+                diags = doc.get("diagnostics") or []
+            except ValueError:
+                diags = []
+            if not diags or any(x.get("code") not in CODES for x in diags):
+                problems.append("uncoded")
+            if any(x.get("code") in NATIVE_CODES for x in diags):
+                self.notable.append(f"{[x.get('code') for x in diags]}: {' '.join(map(repr, self._last_argv))}")
+            for x in diags:
+                self.codes[x.get("code")] += 1
+                if not x.get("hint"):
+                    self.counts["no_hint"] += 1
+            control_only = diags and all(x.get("code") == "L-CONTROL" for x in diags)
+            if not control_only:
+                for p in outputs:
+                    sp = str(p)
+                    if sentinel.get(sp) and Path(sp).read_bytes() != b"earlier good output":
+                        problems.append("partial")
+                    if not sentinel.get(sp) and "\0" not in sp and os.path.isfile(sp) and d in Path(sp).parents:
+                        problems.append("partial")
+        elif rc == 0:
+            self.codes["ok"] += 1
+            if must_fail:
+                problems.append("accepted")
+            if any("\0" not in str(p) and not os.path.isfile(str(p)) for p in outputs):
+                problems.append("partial")
+        return sorted(set(problems))
+
+    # -- case builders: (argv, output paths, surely invalid)
+    def _pkgs(self, skip: str | None = None) -> list[str]:
+        return [a for n in NAMES if n != skip for a in ("--package", str(self.packages[n]))]
+
+    def _contract(self, d: Path, rng):
+        name = rng.choice(NAMES)
+        data, bad = mutate_toml((TOY / f"{name}.contract.toml").read_text(), rng)
+        c = d / f"{name}.contract.toml"
+        c.write_bytes(data)
+        out = d / "out" / f"{name}.plpkg"
+        return ["pack", "--contract", str(c), "--object", str(self.objects[name]), "--out", str(out)], [out], bad
+
+    def _injected(self, d: Path, rng):
+        """A damaged contract inside an otherwise good package: plan or link must judge it."""
+        name = rng.choice(NAMES)
+        data, bad = mutate_toml((TOY / f"{name}.contract.toml").read_text(), rng)
+        p = d / f"{name}.plpkg"
+        p.write_bytes(rezip(self.packages[name].read_bytes(), contract=data, forge=True))
+        return self._plan_or_link(d, rng, [*self._pkgs(name), "--package", str(p)], str(TOY / "toy.kernel.toml"), bad)
+
+    def _kernel(self, d: Path, rng):
+        data, bad = mutate_toml((TOY / "toy.kernel.toml").read_text(), rng)
+        k = d / "toy.kernel.toml"
+        k.write_bytes(data)
+        return self._plan_or_link(d, rng, self._pkgs(), str(k), bad)
+
+    def _package(self, d: Path, rng):
+        name = rng.choice(NAMES)
+        p = d / f"{name}.plpkg"
+        p.write_bytes(damage_package(self.packages[name].read_bytes(), rng))
+        return self._plan_or_link(d, rng, [*self._pkgs(name), "--package", str(p)], str(TOY / "toy.kernel.toml"), False)
+
+    def _plan_or_link(self, d: Path, rng, pkgs, kernel, bad):
+        if rng.random() < 0.5:
+            return ["plan", "--kernel", kernel, *pkgs], [], bad
+        # Explicit paths: a damaged kernel file may rename the kernel, and --out-dir names files after it.
+        outs = [d / "out" / f"k.{x}" for x in ("cubin", "manifest.json", "report.json", "map.txt")]
+        flags = [x for f, p in zip(("--cubin", "--manifest", "--report", "--map"), outs) for x in (f, str(p))]
+        return ["link", "--kernel", kernel, *pkgs, *flags], outs, bad
+
+    def _outputs(self, d: Path, rng):
+        (d / "afile").write_text("a file")
+        (d / "adir").mkdir()
+        obj = d / "producer.o"
+        obj.write_bytes(self.objects["producer"].read_bytes())
+        pkg = d / "sink.plpkg"  # an input of the link below: writing over it must be refused
+        pkg.write_bytes(self.packages["sink"].read_bytes())
+        bad_paths = [d / "adir", d / "afile" / "x", d / ("n" * 300), None, f"{d}/x\0y", "", d / "adir" / "",
+                     d / "a" / ("m" * 256) / "x"]
+        target = rng.choice(bad_paths)
+        if rng.random() < 0.5:
+            return ["pack", "--contract", str(TOY / "producer.contract.toml"), "--object", str(obj),
+                    "--out", str(obj if target is None else target)], [], True
+        target = pkg if target is None else target
+        flag = rng.choice(["--cubin", "--manifest", "--report", "--map", "--source-out", "--control-cubin"])
+        args = {"--cubin": str(d / "k.cubin"), "--manifest": str(d / "k.json")}
+        args[flag] = str(target)
+        if rng.random() < 0.3:
+            args["--manifest"] = args["--cubin"]
+        outs = [Path(v) for v in args.values() if v != str(target)]
+        return ["link", "--kernel", str(TOY / "toy.kernel.toml"), *self._pkgs("sink"), "--package", str(pkg),
+                *[x for kv in args.items() for x in kv]], outs, True
+
+    def _argv(self, d: Path, rng):
+        base = rng.choice([["plan", "--kernel", str(TOY / "toy.kernel.toml"), *self._pkgs()],
+                           ["explain", rng.choice(["L-BIND", "X-NOPE", "", "e-file"])],
+                           ["sass-diff", str(self.packages["sink"]), str(self.packages["sink"])],
+                           ["pack", "--contract", str(TOY / "sink.contract.toml"), "--object", str(self.objects["sink"])]])
+        extra = rng.choice([[], ["--arch", ""], ["--arch", "sm_91"], ["--arch", "sm_100a"], ["--bogus"], ["--kernel"],
+                            ["--package", str(d / "missing.plpkg")], ["--kernel", str(d)], ["--format"], ["--quiet"],
+                            ["--origin", "x"], ["--cuda-home", str(d)], ["--cuda-home", "x\0y"], ["--kernel", "nope"],
+                            ["--out", str(d)], ["--guard"], ["--spills", "warning"]])
+        argv = base + extra
+        if rng.random() < 0.3 and len(argv) > 2:
+            del argv[rng.randrange(1, len(argv))]
+        return argv, [], False
+
+    def summary(self) -> dict:
+        keys = ["cases", "internal", "crash", "hang", "partial", "uncoded", "accepted", "no_hint"]
+        return {"counts": {k: self.counts.get(k, 0) for k in keys},
+                "kinds": {k[5:]: v for k, v in sorted(self.counts.items()) if k.startswith("kind.")},
+                "subprocess_links": self.linked, "codes": dict(self.codes.most_common()),
+                "notable": self.notable[:50]}
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.counts.get(k) for k in ("internal", "crash", "hang", "partial", "uncoded", "accepted"))
+
+
+def build_toy(work: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """Compile and pack the toy's three components (the inputs every case damages)."""
+    from pipelink.package import pack, write_package
+    from pipelink.toolkit import find_toolkit
+
+    tk = find_toolkit()
+    objects, packages = {}, {}
+    for n in NAMES:
+        obj = work / f"{n}.o"
+        subprocess.run(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=lto_90a",
+                                         f"-I{TOOLS / 'pipelink' / 'include'}", str(TOY / f"{n}.cu"), "-o", str(obj)],
+                       check=True)
+        objects[n] = obj
+        packages[n] = work / f"{n}.plpkg"
+        write_package(pack(str(TOY / f"{n}.contract.toml"), [str(obj)]), str(packages[n]))
+    return objects, packages
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=10000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--link-every", type=int, default=40, help="run every N-th link case in a subprocess")
+    ap.add_argument("--work", help="keep the inputs of failing cases here (default: a temporary folder)")
+    ap.add_argument("--json", help="write the summary here")
+    args = ap.parse_args(argv)
+    work = Path(args.work or tempfile.mkdtemp(prefix="pipelink-fuzz-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    objects, packages = build_toy(work)
+    fz = Fuzzer(work / "cases", objects, packages, link_every=args.link_every)
+    rng = random.Random(args.seed)
+    for n in range(args.cases):
+        fz.case(n, rng)
+        if (n + 1) % 500 == 0:
+            print(f"{n + 1} cases, {time.time() - t0:.0f} s: {fz.summary()['counts']}", file=sys.stderr, flush=True)
+    s = fz.summary()
+    s.update(seed=args.seed, seconds=round(time.time() - t0, 1))
+    print(json.dumps(s, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(s, indent=2) + "\n")
+    if not args.work and fz.ok:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if fz.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""A seeded, bounded slice of benchmarks/fuzz_cli.py (issue 11): malformed contracts, kernel
+files, packages, paths and argument lists through the CLI; no E-INTERNAL, no crash, no partial
+output, every rejection coded, nothing built to be invalid accepted.
+
+Deterministic (fixed seed, fixed case count) and well under 2 minutes on a 2-core machine: the
+toy's objects and packages come from the session fixtures and pack's trial measurement is
+memoized. The long run (10,000+ cases) is `benchmarks/fuzz_cli.py --cases 10000` (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import time
+
+from conftest import ROOT
+
+CASES = 220  # about 40 s on an idle 2-core machine, 70 s on a loaded one
+SEED = 11
+
+
+def _fuzz_module():
+    spec = importlib.util.spec_from_file_location("fuzz_cli", ROOT / "benchmarks" / "fuzz_cli.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fuzz_cli_seeded(tmp_path, packer, toy):
+    fz_mod = _fuzz_module()
+    packages = {n: packer.save(getattr(toy, n)) for n in fz_mod.NAMES}
+    fz = fz_mod.Fuzzer(tmp_path / "cases", dict(toy.objects), packages, link_every=100, verbose=False)
+    rng = random.Random(SEED)
+    t0 = time.time()
+    for n in range(CASES):
+        fz.case(n, rng)
+    s = fz.summary()
+    assert fz.ok, "\n\n".join(fz.failures[:5]) + f"\n{s}"
+    assert s["counts"]["cases"] == CASES
+    print(f"{CASES} fuzz cases in {time.time() - t0:.0f} s: {s['counts']}")
+    assert len(s["kinds"]) == 6  # every family of damage was exercised
+    assert s["codes"].get("ok", 0) > 0 and len(s["codes"]) > 8  # both accepted and many kinds of rejection

@@ -1,0 +1,133 @@
+"""Kernel-file rules the contracts cannot see: [[bind]] clauses and grid names.
+
+A bind or grid name that refers to nothing used to be ignored (a typo linked and failed only
+at launch, or silently bound the default export). Each is a coded diagnostic citing the
+kernel file's line: L-BIND for binds, L-GRID for grid names.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from pipelink.compose import Bind, Composition, Instance
+from pipelink.diagnostics import Diagnostic, Fact
+from pipelink.expr import ExprError, names_in
+
+GRID_PARAM_TYPES = ("u32", "i32", "u64")  # host scalars a grid extent may be computed from
+
+
+@dataclass
+class BindPlan:
+    """The explicit binds that are valid, and what the invalid ones named (to avoid cascades)."""
+
+    explicit: dict[str, Bind] = field(default_factory=dict)  # "inst.import" -> bind
+    bad_imports: set[str] = field(default_factory=set)
+    bad_exports: set[str] = field(default_factory=set)
+
+
+def _ends(inst: Instance, direction: str) -> dict[str, str]:
+    """name -> kind ("tensor" | "callable") of the instance's imports or exports."""
+    c = inst.contract
+    out = {t.name: "tensor" for t in c.tensors if t.direction == direction}
+    for cd in c.callables:
+        if cd.direction == direction:
+            out.setdefault(cd.name, "callable")
+    return out
+
+
+def _resolve(comp: Composition, ref: str, direction: str):
+    """(instance, kind, problem) for "inst.name"; problem is None when it names a real end."""
+    inst_name, dot, name = ref.partition(".")
+    if not dot or not inst_name or not name:
+        return None, None, f"{ref!r} is not \"instance.name\""
+    inst = comp.instance(inst_name)
+    if inst is None:
+        names = [i.name for i in comp.instances]
+        near = difflib.get_close_matches(inst_name, names, 1)
+        return None, None, f"no instance {inst_name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+    ends = _ends(inst, direction)
+    if name not in ends:
+        have = ", ".join(sorted(ends)) or "none"
+        return inst, None, f"instance {inst_name} ({inst.package.name}) has no {direction} {name!r} (its {direction}s: {have})"
+    return inst, ends[name], None
+
+
+def _default_exports(comp: Composition, importer: str) -> set[str]:
+    """Exports the import would bind to without its (broken) bind: not also reported unbound."""
+    name = importer.partition(".")[2]
+    return {f"{i.name}.{name}" for i in comp.instances if name in _ends(i, "export")}
+
+
+def check_binds(comp: Composition, diags: list[Diagnostic]) -> BindPlan:
+    plan = BindPlan()
+    first: dict[str, Bind] = {}
+    kernel = f"kernel {comp.name}"
+    for b in comp.binds:
+        text = f"import = {b.importer!r}, export = {b.exporter!r}"
+        ii, ikind, iproblem = _resolve(comp, b.importer, "import")
+        ei, ekind, eproblem = _resolve(comp, b.exporter, "export")
+        problem = None
+        if iproblem or eproblem:
+            problem = "; ".join(p for p in (iproblem, eproblem) if p)
+        elif ii.name == ei.name:
+            problem = f"binds instance {ii.name} to itself"
+        elif ikind != ekind:
+            problem = f"binds a {ikind} import to a {ekind} export"
+        if b.importer in first:
+            prev = first[b.importer]
+            diags.append(Diagnostic(
+                "L-BIND", f"import {b.importer} is bound twice", "bind",
+                (Fact(kernel, f"import = {prev.importer!r}, export = {prev.exporter!r}", str(prev.origin)),
+                 Fact(kernel, text, str(b.origin))),
+                "keep one [[bind]] per import"))
+            plan.bad_imports.add(b.importer)
+            plan.bad_exports.update({prev.exporter, b.exporter})
+            plan.explicit.pop(b.importer, None)
+            continue
+        first[b.importer] = b
+        if problem:
+            diags.append(Diagnostic(
+                "L-BIND", f"[[bind]] {b.importer} <- {b.exporter}: {problem}", "bind",
+                (Fact(kernel, text, str(b.origin)),),
+                "a bind names an existing import and an export of another instance, as \"instance.name\" "
+                "(fix the names, or remove the bind to use the default: the one export of the same name)"))
+            plan.bad_imports.add(b.importer)
+            plan.bad_exports.add(b.exporter)
+            plan.bad_exports.update(_default_exports(comp, b.importer))
+            continue
+        plan.explicit[b.importer] = b
+    return plan
+
+
+def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int], diags: list[Diagnostic]) -> None:
+    kernel = f"kernel {comp.name}"
+    where = str(comp.grid_origin or comp.file)
+    for a in comp.launch_args:
+        if a in params or a in facts:
+            diags.append(Diagnostic(
+                "L-GRID", f"launch argument {a!r} is also a {'parameter' if a in params else 'fact'}", "kernel.launch_args",
+                (Fact(kernel, f"launch_args = {list(comp.launch_args)}", where),),
+                f"remove {a!r} from launch_args: the grid reads the {'parameter' if a in params else 'fact'} itself"))
+    known = sorted(set(params) | set(facts) | set(comp.launch_args))
+    for g in comp.grid:
+        if not isinstance(g, str):
+            continue
+        try:
+            names = names_in(g)
+        except ExprError:
+            continue  # compose rejected it already
+        for n in sorted(names):
+            if n in params and params[n] not in GRID_PARAM_TYPES:
+                diags.append(Diagnostic(
+                    "L-GRID", f"grid expression {g!r} reads {n}, a {params[n]} parameter", "kernel.grid",
+                    (Fact(kernel, f"grid = {[str(x) for x in comp.grid]}", where),),
+                    f"a grid extent is computed from integer parameters ({', '.join(GRID_PARAM_TYPES)}), facts "
+                    "and launch_args"))
+            elif n not in params and n not in facts and n not in comp.launch_args:
+                near = difflib.get_close_matches(n, known, 1)
+                diags.append(Diagnostic(
+                    "L-GRID", f"grid expression {g!r} names {n!r}, which is no parameter, fact or launch argument",
+                    "kernel.grid", (Fact(kernel, f"grid = {[str(x) for x in comp.grid]}", where),),
+                    (f"did you mean {near[0]!r}? " if near else "") +
+                    f"a name only the caller knows at launch must be listed: [kernel] launch_args = [\"{n}\"]"))
