@@ -100,16 +100,25 @@ def check_binds(comp: Composition, diags: list[Diagnostic]) -> BindPlan:
     return plan
 
 
+# Names the runtime supplies from the device (pipelink.runtime.BUILTIN_GRID_NAMES).
+GRID_BUILTINS = ("num_sms", "resident_ctas")
+
+
 def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int], diags: list[Diagnostic]) -> None:
     kernel = f"kernel {comp.name}"
     where = str(comp.grid_origin or comp.file)
     for a in comp.launch_args:
-        if a in params or a in facts:
+        if a in GRID_BUILTINS:
+            diags.append(Diagnostic(
+                "L-GRID", f"launch argument {a!r} is a device value the runtime supplies", "kernel.launch_args",
+                (Fact(kernel, f"launch_args = {list(comp.launch_args)}", where),),
+                f"remove {a!r} from launch_args"))
+        elif a in params or a in facts:
             diags.append(Diagnostic(
                 "L-GRID", f"launch argument {a!r} is also a {'parameter' if a in params else 'fact'}", "kernel.launch_args",
                 (Fact(kernel, f"launch_args = {list(comp.launch_args)}", where),),
                 f"remove {a!r} from launch_args: the grid reads the {'parameter' if a in params else 'fact'} itself"))
-    known = sorted(set(params) | set(facts) | set(comp.launch_args))
+    known = sorted(set(params) | set(facts) | set(comp.launch_args) | set(GRID_BUILTINS))
     for g in comp.grid:
         if not isinstance(g, str):
             continue
@@ -124,7 +133,7 @@ def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int],
                     (Fact(kernel, f"grid = {[str(x) for x in comp.grid]}", where),),
                     f"a grid extent is computed from integer parameters ({', '.join(GRID_PARAM_TYPES)}), facts "
                     "and launch_args"))
-            elif n not in params and n not in facts and n not in comp.launch_args:
+            elif n not in params and n not in facts and n not in comp.launch_args and n not in GRID_BUILTINS:
                 near = difflib.get_close_matches(n, known, 1)
                 diags.append(Diagnostic(
                     "L-GRID", f"grid expression {g!r} names {n!r}, which is no parameter, fact or launch argument",

@@ -20,7 +20,7 @@ from pipelink.diagnostics import Fact, Rejected, reject
 from pipelink.files import display
 
 MAX_ENTRY_BYTES = 512 << 20  # a package entry larger than this is damage (or a zip bomb), not an object
-HANDLE_KINDS = ("smem", "bar", "fact", "ring_depth", "ring_buffer", "ring_full", "ring_empty", "role", "export", "call")
+HANDLE_KINDS = ("smem", "bar", "fact", "ring_depth", "ring_buffer", "ring_full", "ring_empty", "role", "export", "call", "ws")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$")
 _TOOLKIT = re.compile(r"^\d+\.\d+$")
