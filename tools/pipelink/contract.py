@@ -348,6 +348,8 @@ def _u32(r: _Reader, key: str, v: int, lo: int = 0, hi: int = U32_MAX) -> int:
 
 def _expr(r: _Reader, key: str, default=..., *, facts: set[str] | None = None) -> str | int:
     v = r.get(key, (str, int), default, what="an integer or an arithmetic expression")
+    if v is None:  # an optional key left out
+        return None
     if isinstance(v, str):
         try:
             names = names_in(v)

@@ -45,7 +45,8 @@ def ws_param(inst_name: str, ws: str) -> str:
 def instance_params(inst: Instance) -> list[tuple[str, str]]:
     """The instance's declared params, then one hidden pointer per workspace (after the
     declared prefix, so the component's own struct keeps its layout)."""
-    return list(inst.contract.params) + [(ws_param(inst.name, w.name), "ptr") for w in inst.contract.workspaces]
+    workspaces = getattr(inst.contract, "workspaces", ())
+    return list(inst.contract.params) + [(ws_param(inst.name, w.name), "ptr") for w in workspaces]
 
 
 def param_layout(ch: Checked) -> ParamLayout:
