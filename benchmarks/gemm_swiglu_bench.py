@@ -32,8 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
+from gpu_bench import paired_ratio  # noqa: E402  (ABBA rounds of graph replays)
 from pipelink.runtime import LaunchError  # noqa: E402
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
@@ -172,26 +174,6 @@ def interleaved(fns: dict, inner: int, rounds: int) -> dict[str, float]:
     return {n: statistics.median(t) for n, t in times.items()}
 
 
-def abba(fa, fb, inner: int, rounds: int) -> tuple[float, float, float]:
-    """Median of (A + A') / (B + B') over ABBA rounds; cancels the clock's drift."""
-    import torch
-    ga, gb = graph_of(fa, inner), graph_of(fb, inner)
-    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(5)] for _ in range(rounds)]
-    for e in ev:
-        e[0].record()
-        for i, g in enumerate((ga, gb, gb, ga)):
-            g.replay()
-            e[i + 1].record()
-    torch.cuda.synchronize()
-    ratios, ta, tb = [], [], []
-    for e in ev:
-        t = [e[i].elapsed_time(e[i + 1]) for i in range(4)]
-        ratios.append((t[0] + t[3]) / (t[1] + t[2]))
-        ta.append((t[0] + t[3]) / 2e-3 / inner)
-        tb.append((t[1] + t[2]) / 2e-3 / inner)
-    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
-
-
 def inner_for(M: int) -> int:
     return 20 if M <= 512 else 6 if M <= 2048 else 3
 
@@ -207,7 +189,7 @@ def cmd_pair(a) -> int:
                 continue
             ol = torch.empty((M, INTER), device="cuda", dtype=torch.bfloat16)
             oc = torch.empty_like(ol)
-            r, ta, tb = abba(lambda: gl(x, w, ol), lambda: gc(x, w, oc), inner_for(M), a.rounds)
+            r, _, ta, tb = paired_ratio(lambda: gl(x, w, ol), lambda: gc(x, w, oc), inner_for(M), a.rounds)
             rows.append((name, M, ta, tb, r))
             print(f"  {name:<26} M={M:<5} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f}",
                   flush=True)

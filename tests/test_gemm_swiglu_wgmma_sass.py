@@ -21,7 +21,7 @@ from pipelink.toolkit import find_toolkit
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels" / "gemm_swiglu"
 INCLUDE = ROOT / "tools" / "pipelink" / "include"
-HEADERS = ["params.h", "acc_layout.h", "stage_layout.h"]
+HEADERS = ["params.h", "acc_layout.h", "stage_layout.h", "../gemm/wgmma.h"]  # (mainloop_wgmma includes ../gemm/wgmma.h)
 TILES = [(128, 64, 64), (128, 128, 64)]
 # (source, contract, defines) per package of the wgmma composition
 PACKAGES = {

@@ -43,9 +43,8 @@ class GemmSwiglu:
             raise LaunchError("R-MANIFEST", f"{cubin} is not a gemm_swiglu kernel (facts {sorted(f)}, params "
                               f"{sorted(self.kernel.manifest.lent)})")
         self.block_m, self.block_n, self.block_k = f["block_m"], f["block_n"], f["block_k"]
-        # The TMA family (tma_loader + swiglu_tma_store) reads with zero fill and stores with
-        # clipping: any M, and N, K multiples of 8 (16-byte rows). The others need whole tiles.
-        self.ragged = {"tmap_x", "tmap_w", "tmap_out"} <= self.kernel.manifest.provided
+        # Whole tiles only, unless the kernel is of the TMA family (_takes_ragged).
+        self.ragged = _takes_ragged(self.kernel)
 
     def __repr__(self) -> str:
         return f"GemmSwiglu(tile {self.block_m}x{self.block_n}x{self.block_k}, {self.kernel!r})"
@@ -94,12 +93,17 @@ def _shape_error(M: int, N: int, K: int, g: "GemmSwiglu") -> None:
                               hint=f"pad {name} to a multiple of {b}, or use a kernel linked with a smaller tile")
 
 
+def _takes_ragged(kernel: Kernel) -> bool:
+    """The TMA family (tma_loader + swiglu_tma_store: all three tensors through tensor maps)
+    zero-fills loads and clips stores, so it takes any M and N, K multiples of 8."""
+    return {"tmap_x", "tmap_w", "tmap_out"} <= kernel.manifest.provided
+
+
 def _validate(kernel: Kernel | None, p: Mapping[str, Any]) -> None:
     """Runs before every launch, also for raw `kernel(x=..., ...)` calls: sizes match the tensors."""
     f = kernel.manifest.facts if kernel is not None else {}
     m, n, k = p["m"], p["n"], p["k"]
-    ragged = kernel is not None and {"tmap_x", "tmap_w", "tmap_out"} <= kernel.manifest.provided
-    if ragged:
+    if kernel is not None and _takes_ragged(kernel):
         for name, v in (("n", n), ("k", k)):
             if v % 8:
                 raise LaunchError("R-SHAPE", f"parameter {name!r} = {v} is not a multiple of 8 (TMA rows)",

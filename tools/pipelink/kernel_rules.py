@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pipelink.compose import Bind, Composition, Instance
 from pipelink.diagnostics import Diagnostic, Fact
 from pipelink.expr import ExprError, names_in
+from pipelink.runtime import BUILTIN_GRID_NAMES
 
 GRID_PARAM_TYPES = ("u32", "i32", "u64")  # host scalars a grid extent may be computed from
 
@@ -100,8 +101,8 @@ def check_binds(comp: Composition, diags: list[Diagnostic]) -> BindPlan:
     return plan
 
 
-# Names the runtime supplies from the device (pipelink.runtime.BUILTIN_GRID_NAMES).
-GRID_BUILTINS = ("num_sms", "resident_ctas")
+# Names the runtime supplies from the device.
+GRID_BUILTINS = BUILTIN_GRID_NAMES
 
 
 def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int], diags: list[Diagnostic]) -> None:
