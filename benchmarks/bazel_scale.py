@@ -33,6 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from pipelink.execlog import read_spawns  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 COUNTED = ("CudaCompile", "PipelinkPack", "PipelinkLink")
 
@@ -188,15 +191,7 @@ def generate(ws: Path, components: int, kernels: int, owners: int, per_kernel: i
 
 
 def _spawns(path: Path) -> list[dict]:
-    text = path.read_text() if path.exists() else ""
-    dec, i, out = json.JSONDecoder(), 0, []
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            return out
-        obj, i = dec.raw_decode(text, i)
-        out.append(obj)
+    return read_spawns(path, missing_ok=True)
 
 
 class Bench:

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from pipelink.execlog import read_spawns
+
 REPO = Path(__file__).resolve().parents[1]
 SRC_WS = REPO / "tests" / "e2e" / "relink"
 E2E = REPO / ".pipelink" / "e2e"
@@ -124,15 +126,7 @@ class Workspace:
         return res
 
     def spawns(self, log: str) -> list[dict]:
-        text = (self.logs / (log + ".json")).read_text()
-        dec, i, out = json.JSONDecoder(), 0, []
-        while True:
-            while i < len(text) and text[i].isspace():
-                i += 1
-            if i >= len(text):
-                return out
-            obj, i = dec.raw_decode(text, i)
-            out.append(obj)
+        return read_spawns(self.logs / (log + ".json"))
 
     def ran(self, log: str) -> dict[str, collections.Counter]:
         """mnemonic -> Counter(target label) of the spawns that really ran (not cache hits)."""

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from pipelink.execlog import read_spawns
+
 from test_bazel_relink import COUNTED, LINKS, SRC_WS, TARGETS, _bazel_cmd, _rmtree, _skip_reason, _venv_paths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,15 +172,7 @@ def _consumer(ws: Path, pipelink: Path, env: dict[str, str]) -> None:
 
 
 def _spawns(path: Path) -> list[dict]:
-    text = path.read_text()
-    dec, i, out = json.JSONDecoder(), 0, []
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            return out
-        obj, i = dec.raw_decode(text, i)
-        out.append(obj)
+    return read_spawns(path)
 
 
 def _tally(spawns: list[dict]) -> dict[str, dict[str, int]]:
