@@ -120,6 +120,8 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=dev, align=16)
     if scale is None:
         scale = 1.0 / math.sqrt(D)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < math.inf:
+        raise LaunchError("R-PARAM", f"scale = {scale!r} must be a finite number > 0", hint="default: 1/sqrt(d)")
     params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
               "scale": float(scale)}
     if variant == "decode":
@@ -150,8 +152,13 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap):
                               hint="bm = create_block_mask(pred, B, H, Q_LEN, KV_LEN)")
         block_mask.check(B, H, S, S, q.device)
         return block_mask.aux
-    if variant == "document":
-        return document_aux(doc_ids, B, H, S, q.device)
+    if variant == "document":  # cached per ids tensor (and its version): no host sync in a graph capture
+        key = ("doc", getattr(doc_ids, "data_ptr", lambda: 0)(), getattr(doc_ids, "_version", 0),
+               tuple(getattr(doc_ids, "shape", ())), B, H, S)
+        t = _aux_cache.get(key)
+        if t is None:
+            t = _aux_cache[key] = document_aux(doc_ids, B, H, S, q.device)
+        return t
     return _aux(q, [0])
 
 

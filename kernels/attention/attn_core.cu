@@ -66,6 +66,12 @@ __device__ __forceinline__ void issue_pv(float* o, const uint32_t* p, uint32_t v
     attn_wgmma::rs(o, p + 4 * kk, attn_wgmma::desc_mn_sw128(v_addr + kk * 2048u, attn::CHUNK_BYTES));
   attn_wgmma::commit();
 }
+// exp2 on the SFU (ex2.approx.ftz: 2 ulp, flushes denormals; what FA3 uses).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -104,31 +110,31 @@ PL_ENTRY(run) {
   // new row max, S := exp2(S - max) in place, rescale factor for O and the running sums.
   auto softmax = [&](unsigned kb_kind, float* alpha) {
     const unsigned kb = kb_kind & attn::BLOCK_MASK;
+    float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
     if (kb_kind & attn::PARTIAL) {
 #pragma unroll
       for (unsigned i = 0; i < 64; ++i) {
         const unsigned r = row0 + 8 * ((i / 2) % 2), c = kb * attn::BLOCK + 8 * (i / 4) + 2 * qd + (i % 2);
         s[i] = PL_CALL(score, s[i] * p.scale, r, c, bh, p.aux) * LOG2E;
       }
-    } else {
-#pragma unroll
-      for (unsigned i = 0; i < 64; ++i) s[i] *= scale_log2;
+      mul = 1.f;
     }
 #pragma unroll
     for (unsigned j = 0; j < 2; ++j) {
-      float mx = f.m[j];
+      float mx = -INFINITY;
 #pragma unroll
       for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(f.m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
       const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
-      alpha[j] = exp2f(f.m[j] - use);
+      alpha[j] = ex2(f.m[j] - use);
       f.m[j] = mx;
       float sum = 0.f;
 #pragma unroll
       for (unsigned nt = 0; nt < 16; ++nt) {
-        s[nt * 4 + 2 * j] = exp2f(s[nt * 4 + 2 * j] - use);
-        s[nt * 4 + 2 * j + 1] = exp2f(s[nt * 4 + 2 * j + 1] - use);
+        s[nt * 4 + 2 * j] = ex2(fmaf(s[nt * 4 + 2 * j], mul, -use));
+        s[nt * 4 + 2 * j + 1] = ex2(fmaf(s[nt * 4 + 2 * j + 1], mul, -use));
         sum += s[nt * 4 + 2 * j] + s[nt * 4 + 2 * j + 1];
       }
       f.l[j] = f.l[j] * alpha[j] + sum;  // this thread's columns; the quad adds up at the end
