@@ -366,8 +366,9 @@ def cmd_sanitize(a) -> int:
             bad += not ok
             print(f"{'PASS' if ok else 'FAIL'}  {variant:<13} {tool:<10} rc={p.returncode} {' '.join(summary)} "
                   f"({dt:.1f} s)", flush=True)
-            if not ok:
-                print("    " + "\n    ".join(text.splitlines()[-25:]))
+            if not ok:  # the findings first, without host backtraces
+                keep = [ln for ln in text.splitlines() if ln.strip(" =") and "Host Frame" not in ln]
+                print("    " + "\n    ".join(keep[:30]))
     print(f"sanitize: {n - bad}/{n} clean")
     return 1 if bad else 0
 

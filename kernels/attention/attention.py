@@ -152,13 +152,13 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap):
                               hint="bm = create_block_mask(pred, B, H, Q_LEN, KV_LEN)")
         block_mask.check(B, H, S, S, q.device)
         return block_mask.aux
-    if variant == "document":  # cached per ids tensor (and its version): no host sync in a graph capture
-        key = ("doc", getattr(doc_ids, "data_ptr", lambda: 0)(), getattr(doc_ids, "_version", 0),
-               tuple(getattr(doc_ids, "shape", ())), B, H, S)
-        t = _aux_cache.get(key)
-        if t is None:
-            t = _aux_cache[key] = document_aux(doc_ids, B, H, S, q.device)
-        return t
+    if variant == "document":  # cached per ids tensor object and version: no host sync in a graph capture
+        key = ("doc", id(doc_ids), B, H, S)
+        hit = _aux_cache.get(key)  # holds the tensor itself, so its id and memory cannot be reused
+        if hit is None or hit[0] is not doc_ids or hit[1] != getattr(doc_ids, "_version", None):
+            hit = _aux_cache[key] = (doc_ids, getattr(doc_ids, "_version", None),
+                                     document_aux(doc_ids, B, H, S, q.device))
+        return hit[2]
     return _aux(q, [0])
 
 
