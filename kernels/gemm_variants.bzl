@@ -5,27 +5,36 @@
 builds the wgmma consumer (owner B) for the variant (its define and its contract's
 `own` value from one number) and links it with the shared scheduler, TMA loader and
 SwiGLU epilogue packages, plus the SASS test against the single-unit control.
+`consumer = "cute"` builds the CuTe consumer (owner D, kernels/gemm/cute_consumer.cu, with
+the toolchain's CUTLASS headers) in its place; its kernel file names package cute_consumer.
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
+_CONSUMERS = {
+    "wgmma": struct(component = "wgmma_consumer", hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = False),
+    "cute": struct(component = "cute_consumer", hdrs = ["gemm/tma_gemm.h"], cutlass = True),
+}
+
 def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = ":tile_scheduler",
-                    kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml"):
-    consumer = name + "_consumer"
+                    kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml", consumer = "wgmma"):
+    c = _CONSUMERS[consumer]
+    consumer_target = name + "_consumer"
     cuda_component(
-        name = consumer,
-        component = "wgmma_consumer",
-        srcs = ["gemm/wgmma_consumer.cu"],
-        hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"],
-        contract = "gemm/wgmma_consumer.contract.toml",
+        name = consumer_target,
+        component = c.component,
+        srcs = ["gemm/%s.cu" % c.component],
+        hdrs = c.hdrs,
+        contract = "gemm/%s.contract.toml" % c.component,
         contract_substitutions = {"128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n},
         copts = ["-O3"],
+        cutlass = c.cutlass,
         defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=2"],
     )
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = [scheduler, ":tma_loader", ":" + consumer, epilogue],
+        components = [scheduler, ":tma_loader", ":" + consumer_target, epilogue],
         kernel = kernel,
         visibility = ["//visibility:public"],
     )
