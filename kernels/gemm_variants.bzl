@@ -5,45 +5,52 @@
 builds the wgmma consumer (owner B) for the variant (its define and its contract's
 `own` value from one number) and links it with the shared scheduler, TMA loader and
 SwiGLU epilogue packages, plus the SASS test against the single-unit control.
+`consumer = "cute"` builds the CuTe consumer (owner D, kernels/gemm/cute_consumer.cu, with
+the toolchain's CUTLASS headers) in its place; its kernel file names package cute_consumer.
+`consumer = "pingpong"` builds the ping-pong consumer (owner B, kernels/gemm/wgmma_pingpong.cu).
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
+# Consumers of ring `ab` (owner B's two, owner D's CuTe one): source, headers, and how a
+# variant's tile sizes reach the build (defines) and the contract (`# variant:` lines).
+_CONSUMERS = {
+    "wgmma": struct(component = "wgmma_consumer", hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = False),
+    "cute": struct(component = "cute_consumer", hdrs = ["gemm/tma_gemm.h"], cutlass = True),
+    "pingpong": struct(component = "wgmma_pingpong", hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = False),
+}
+
 def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = ":tile_scheduler",
-                    kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml", pingpong = False, block_m = 128):
-    """One GEMM + SwiGLU variant: cooperative consumers (block_m = 128) by default, or the
-    ping-pong consumers (block_m x block_n per warpgroup; whole tiles: a scheduler built
-    without stream-K, the per-warpgroup epilogue and the ping-pong kernel file)."""
-    consumer = name + "_consumer"
-    if pingpong:
-        cuda_component(
-            name = consumer,
-            component = "wgmma_pingpong",
-            srcs = ["gemm/wgmma_pingpong.cu"],
-            hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"],
-            contract = "gemm/wgmma_pingpong.contract.toml",
-            contract_substitutions = {
-                "128  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
-                "64  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
-            },
-            copts = ["-O3"],
-            defines = ["PINGPONG_BLOCK_M=%d" % block_m, "PINGPONG_BLOCK_N=%d" % block_n],
-        )
+                    kernel = "gemm_swiglu/gemm_swiglu_tma.kernel.toml", consumer = "wgmma", block_m = 128):
+    """One GEMM + SwiGLU variant. consumer: "wgmma" (two cooperative warpgroups on a
+    128-row tile), "cute" (the same, written with CuTe) or "pingpong" (each warpgroup a
+    whole block_m x block_n tile; needs the per-warpgroup epilogue and kernel file)."""
+    c = _CONSUMERS[consumer]
+    consumer_target = name + "_consumer"
+    if consumer == "pingpong":
+        subs = {
+            "128  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
+            "64  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
+        }
+        defines = ["PINGPONG_BLOCK_M=%d" % block_m, "PINGPONG_BLOCK_N=%d" % block_n]
     else:
-        cuda_component(
-            name = consumer,
-            component = "wgmma_consumer",
-            srcs = ["gemm/wgmma_consumer.cu"],
-            hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"],
-            contract = "gemm/wgmma_consumer.contract.toml",
-            contract_substitutions = {"128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n},
-            copts = ["-O3"],
-            defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=2"],
-        )
+        subs = {"128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n}
+        defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=2"]
+    cuda_component(
+        name = consumer_target,
+        component = c.component,
+        srcs = ["gemm/%s.cu" % c.component],
+        hdrs = c.hdrs,
+        contract = "gemm/%s.contract.toml" % c.component,
+        contract_substitutions = subs,
+        copts = ["-O3"],
+        cutlass = c.cutlass,
+        defines = defines,
+    )
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = [scheduler, ":tma_loader", ":" + consumer, epilogue],
+        components = [scheduler, ":tma_loader", ":" + consumer_target, epilogue],
         kernel = kernel,
         visibility = ["//visibility:public"],
     )

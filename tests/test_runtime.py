@@ -5,8 +5,10 @@ The first part needs no GPU, no driver and no torch: parameter packing is checke
 checked on plain manifests with fake tensors. The second part is marked `requires_gpu`
 (conftest.py skips it, with the reason, when cuInit fails or no device is visible); it
 launches the toy, linked and control, on fresh random inputs with NaN-poisoned outputs.
-GPU tests take the toy from $PIPELINK_ARTIFACTS (a benchmarks/build_artifacts.sh folder:
-the GPU machine has no z3) or else link it here.
+GPU tests read the kernels Bazel built (the GPU machine has no z3, so nothing is linked there):
+`tools/bazel build //examples/toy:toy //kernels:gemm_swiglu //kernels:gemm_swiglu_wgmma
+--output_groups=+control`, linked and control cubins from bazel-bin ($PIPELINK_BAZEL_BIN
+overrides it). Without a Bazel-built toy they link it here (needs z3).
 """
 
 from __future__ import annotations
@@ -371,7 +373,7 @@ def test_load_without_a_gpu_is_a_clean_error(tmp_path):
 # ---- the real toy manifest (links on the CPU: needs nvcc and z3) ------------------------------
 
 def _link_toy(toy, out_dir: Path, control: bool = True) -> dict[str, Path]:
-    pytest.importorskip("z3", reason="linking needs z3 (set PIPELINK_ARTIFACTS on machines without it)")
+    pytest.importorskip("z3", reason="linking needs z3 (build //examples/toy:toy with Bazel on machines without it)")
     from pipelink.compose import parse_kernel
     from pipelink.link import link, write_outputs
     res = link(parse_kernel(str(toy.kernel), toy.packages), control=control)
@@ -409,35 +411,27 @@ def test_real_toy_manifest_packs_like_the_c_struct(toy_linked):
 
 # ---- GPU ----------------------------------------------------------------------------------------
 
-def _artifact_configs(kernel: str) -> list[dict]:
-    d = os.environ.get("PIPELINK_ARTIFACTS")
-    if not d:
-        return []
-    index = Path(d) / "index.json"
-    if not index.exists():
-        pytest.fail(f"PIPELINK_ARTIFACTS={d} has no index.json (build it with benchmarks/build_artifacts.sh)")
-    out = []
-    for c in json.loads(index.read_text())["configs"]:
-        if c["kernel"] == kernel:
-            base = Path(d) / c["dir"]
-            out.append({"name": c["name"], "linked": base / c["linked"], "control": base / c["control"],
-                        "manifest": base / c["manifest"]})
-    return out
+BUILD_HINT = "tools/bazel build //examples/toy:toy //kernels:gemm_swiglu //kernels:gemm_swiglu_wgmma --output_groups=+control"
+
+
+def bazel_kernel(target: str) -> dict | None:
+    """The bazel-bin outputs of fused_kernel `target` ("examples/toy:toy"), linked and control;
+    None when Bazel has not built them (with --output_groups=+control)."""
+    pkg, name = target.split(":")
+    base = Path(os.environ.get("PIPELINK_BAZEL_BIN") or ROOT / "bazel-bin") / pkg
+    out = {"name": name, "linked": base / f"{name}.cubin", "control": base / f"{name}.control.cubin",
+           "manifest": base / f"{name}.manifest.json"}
+    return out if all(out[k].exists() for k in ("linked", "control", "manifest")) else None
 
 
 @pytest.fixture(scope="module")
 def toy_builds(request, tmp_path_factory):
-    """[(label, cubin, manifest)]: the linked and control toy, from artifacts or linked here."""
-    cfgs = _artifact_configs("toy")
-    if not cfgs:
-        pytest.importorskip("z3", reason="linking needs z3: set PIPELINK_ARTIFACTS to a build_artifacts.sh folder")
-        paths = _link_toy(request.getfixturevalue("toy"), tmp_path_factory.mktemp("toy-gpu"))
-        cfgs = [{"name": "toy", **paths}]
-    out = []
-    for c in cfgs:
-        out += [(f"{c['name']}:linked", c["linked"], c["manifest"]),
-                (f"{c['name']}:control", c["control"], c["manifest"])]
-    return out
+    """[(label, cubin, manifest)]: the linked and control toy, from bazel-bin or linked here."""
+    c = bazel_kernel("examples/toy:toy")
+    if c is None:
+        pytest.importorskip("z3", reason=f"no Bazel-built toy and no z3 to link it here: {BUILD_HINT}")
+        c = {"name": "toy", **_link_toy(request.getfixturevalue("toy"), tmp_path_factory.mktemp("toy-gpu"))}
+    return [(f"{c['name']}:linked", c["linked"], c["manifest"]), (f"{c['name']}:control", c["control"], c["manifest"])]
 
 
 def toy_reference(x, blocks: int, tiles: int, tile: int):
@@ -577,15 +571,15 @@ def test_gpu_refusals(toy_builds):
 
 @pytest.mark.requires_gpu
 def test_gemm_swiglu_wrapper():
-    cfgs = _artifact_configs("gemm_swiglu")
+    cfgs = [c for c in map(bazel_kernel, ("kernels:gemm_swiglu", "kernels:gemm_swiglu_wgmma")) if c]
     if not cfgs:
-        pytest.skip("no gemm_swiglu artifacts (set PIPELINK_ARTIFACTS to a build_artifacts.sh folder)")
+        pytest.skip(f"no Bazel-built gemm_swiglu kernels: {BUILD_HINT}")
     torch = pytest.importorskip("torch")
     import importlib.util
     spec = importlib.util.spec_from_file_location("gemm_swiglu", ROOT / "kernels/gemm_swiglu/gemm_swiglu.py")
     gs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gs)
-    for c in cfgs[:3]:
+    for c in cfgs:
         for cubin in (c["linked"], c["control"]):
             g = gs.GemmSwiglu(cubin, c["manifest"])
             M, N, K = 2 * g.block_m, 2 * g.block_n, 4 * g.block_k

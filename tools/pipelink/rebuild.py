@@ -20,6 +20,9 @@ from pipelink.toolkit import Toolkit, nvjitlink_link, run_tool
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 _COMMENT = re.compile(r"^\s*//")
+# Internal-linkage globals (libcu++/CuTe `inline constexpr` objects, statics) are named with a
+# per-compilation id that nvcc derives from -frandom-seed or a random number: a module id, not code.
+_MODULE_ID = re.compile(r"(__nv_static_\d+__|_INTERNAL_|_GLOBAL__N__)[0-9a-f]{8}_")
 
 
 def _normalized_ptx(c: Contract, objects: list[tuple[str, bytes]], tk: Toolkit) -> list[str]:
@@ -27,7 +30,7 @@ def _normalized_ptx(c: Contract, objects: list[tuple[str, bytes]], tk: Toolkit) 
 
     ptx = nvjitlink_link([*objects, ("trial.o", trial_object(c, tk))], [f"-arch={c.arch}", "-lto", "-ptx"],
                          ptx=True, code="P-REBUILD").decode(errors="replace")
-    return [ln.rstrip() for ln in ptx.splitlines() if ln.strip() and not _COMMENT.match(ln)]
+    return [_MODULE_ID.sub(r"\1<id>_", ln.rstrip()) for ln in ptx.splitlines() if ln.strip() and not _COMMENT.match(ln)]
 
 
 def check_sources_rebuild(c: Contract, objects: dict[str, bytes], sources: dict[str, bytes],

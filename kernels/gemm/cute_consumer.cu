@@ -1,0 +1,182 @@
+// cute_consumer.cu — owner D. The consumer role of ring `ab` for the Hopper GEMM family,
+// written with CUTLASS's CuTe (headers of the nvidia-cutlass wheel) instead of hand-written
+// wgmma asm: same interface as wgmma_consumer (contract cute_consumer.contract.toml), so it
+// links with the same tile_scheduler, tma_loader and swiglu_tma_store packages.
+//
+// CuTe expresses the MMA:
+//  * the stage's A [128 x 64] and B [b_parts * block_n x 64] tiles are smem tensors with
+//    GMMA::Layout_K_SW128_Atom<bf16> (K-major, SWIZZLE_128B: what TMA wrote, tma_gemm.h);
+//  * a TiledMMA of two SM90 GMMA atoms 64 x N x 16 (SS: both operands from smem) stacked
+//    along M, one per warpgroup (warpgroup g owns rows [64g, 64g + 64)); N = b_parts * block_n;
+//  * make_fragment_A/B turn the stage into GMMA descriptors, partition_fragment_C gives the
+//    accumulators; cute::gemm issues the wgmmas, warpgroup_arrive/commit_batch/wait fence them.
+// The descriptors are built once for stage 0; stage s is the same descriptors advanced by
+// s * stage_bytes (DescriptorIterator offsets count 16-byte units).
+//
+// The accumulator fragment of an SM90 64xNx16 f32 atom is, per thread, exactly the wgmma
+// register order, so `acc` is exported unchanged in layout "wgmma_acc(b_parts)" (see
+// wgmma_consumer.cu for the formula) and swiglu_tma_store imports it as it is.
+//
+// Pipeline and stream-K fixup are the protocol wgmma_consumer follows (the loader and the
+// scheduler do not know which consumer they serve): per k-step wait `full`, 4 k16 GMMAs,
+// commit, wait until one group is in flight, release the previous stage (lane 0 of each warp
+// on `empty`, every CTA of the cluster); contributors store partial sums in workspace
+// `partials` and count on `flags`, finishers wait for their contributors and add them.
+#define PL_COMPONENT cute_consumer
+#include <pipelink.h>
+
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
+
+#include "tma_gemm.h"
+
+#ifndef CONSUMER_BLOCK_N
+#define CONSUMER_BLOCK_N 128
+#endif
+#ifndef CONSUMER_B_PARTS
+#define CONSUMER_B_PARTS 2
+#endif
+
+namespace cute_consumer {
+using namespace cute;
+
+constexpr unsigned BM = 128, BN = CONSUMER_BLOCK_N, PARTS = CONSUMER_B_PARTS, BK = tma_gemm::BLOCK_K;
+constexpr unsigned N = PARTS * BN;  // one GMMA covers every B part: they are contiguous in a stage
+constexpr unsigned STAGE = tma_gemm::stage_bytes(BM, BN, PARTS);
+constexpr unsigned THREADS = 256;
+static_assert(N == 128 || N == 256, "b_parts * block_n in {128, 256}");
+static_assert(STAGE % 1024 == 0 && tma_gemm::b_offset(BM, BN, 0) % 1024 == 0, "operands start on 1024-byte swizzle atoms");
+
+template <unsigned n> struct Atom;  // bf16 x bf16 -> f32, A and B K-major in smem
+template <> struct Atom<128> { using type = SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<256> { using type = SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+
+using Bf16 = bfloat16_t;
+using SmemA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<BM>, Int<BK>>{}));
+using SmemB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<N>, Int<BK>>{}));
+using TiledMma = decltype(make_tiled_mma(typename Atom<N>::type{}, Layout<Shape<_2, _1, _1>>{}));
+
+struct Params {  // the contract's [params]: m, n, k = "u32"
+  uint32_t m, n, k;
+};
+
+// Stream-K partial sums: thread t's accumulators as float4s, float4 i at [i][t] (coalesced).
+template <class Frag>
+__device__ __forceinline__ void store_partial(float4* slot, const Frag& acc, unsigned t) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc) / 4; ++i)
+    __stcg(slot + i * THREADS + t, make_float4(acc(4 * i), acc(4 * i + 1), acc(4 * i + 2), acc(4 * i + 3)));
+}
+template <class Frag>
+__device__ __forceinline__ void add_partial(const float4* slot, Frag& acc, unsigned t) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc) / 4; ++i) {
+    const float4 v = __ldcg(slot + i * THREADS + t);
+    acc(4 * i) += v.x, acc(4 * i + 1) += v.y, acc(4 * i + 2) += v.z, acc(4 * i + 3) += v.w;
+  }
+}
+// A stage is free once the consumers of every CTA that multicast into it are done with it.
+__device__ __forceinline__ void release(uint64_t* empty, unsigned cx) {
+  if (cx == 1) pl::mbar_arrive(empty);
+  else
+    for (unsigned q = 0; q < cx; ++q) pl::mbar_arrive_cluster(empty, q);
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+}  // namespace cute_consumer
+
+PL_OWN_FACT(block_m, cute_consumer::BM);
+PL_OWN_FACT(block_n, cute_consumer::BN);
+PL_OWN_FACT(block_k, cute_consumer::BK);
+PL_OWN_FACT(b_parts, cute_consumer::PARTS);
+PL_DECLARE_RING(ab);
+PL_DECLARE_EXPORT(acc);
+PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_WORKSPACE(partials);
+PL_DECLARE_WORKSPACE(flags);
+PL_DECLARE_BARRIER(fixup);
+PL_DECLARE_FACT(cluster_x);
+
+PL_ENTRY(run) {
+  using namespace cute_consumer;
+  const Params& p = PL_PARAMS(Params);
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN());
+  const bool lane0 = (t % 32) == 0;
+  uint8_t* base = pl::smem_base();
+  uint8_t* stage0 = base + PL_RING_BUFFER(ab);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
+  const unsigned depth = PL_RING_DEPTH(ab);
+
+  TiledMma mma;
+  auto thr = mma.get_thread_slice(t);
+  Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<Bf16*>(stage0)), SmemA{});
+  Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<Bf16*>(stage0 + tma_gemm::b_offset(BM, BN, 0))), SmemB{});
+  const Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // (MMA, MMA_M, MMA_K = 4) descriptors
+  const Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+  Tensor acc = partition_fragment_C(mma, Shape<Int<BM>, Int<N>>{});  // (MMA, 1, 1) f32
+  static_assert(decltype(size(acc))::value == N / 2, "64 rows x N per warpgroup of 128 threads");
+
+  const unsigned m_tiles = tma_gemm::ceil_div(p.m, BM), n_tiles = tma_gemm::ceil_div(p.n, BN);
+  const unsigned k_tiles = tma_gemm::ceil_div(p.k, BK);
+  float4* partials = static_cast<float4*>(PL_WORKSPACE(partials));
+  unsigned* flags = static_cast<unsigned*>(PL_WORKSPACE(flags));
+  const unsigned bar = PL_BARRIER(fixup);
+  const unsigned cx = PL_FACT(cluster_x);
+  unsigned stage = 0, phase = 0;
+  for (unsigned iter = 0;; ++iter) {
+    unsigned info[4];  // k_begin, k_end, linear tile, first CTA of the tile (tile_scheduler)
+    const unsigned tile = PL_CALL(unit, iter, m_tiles, n_tiles, k_tiles, info);
+    if (tile == tma_gemm::NO_TILE) break;
+    const unsigned k_begin = info[0], k_end = info[1];
+    clear(acc);  // the previous unit's sums are dead: keeps them out of registers meanwhile
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    unsigned prev = 0;
+    for (unsigned kt = k_begin; kt < k_end; ++kt) {
+      pl::mbar_wait(full + stage, phase);
+      const unsigned advance = stage * (STAGE >> 4);  // descriptors count 16-byte units
+      Tensor a = make_tensor(tCrA.data() + advance, tCrA.layout());
+      Tensor b = make_tensor(tCrB.data() + advance, tCrB.layout());
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(a); ++kb) {
+        cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
+        mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();  // the previous k-step's GMMAs are done: its stage can be refilled
+      warpgroup_fence_operand(acc);
+      if (kt > k_begin && lane0) release(empty + prev, cx);
+      prev = stage;
+      if (++stage == depth) { stage = 0; phase ^= 1u; }
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
+    if (k_end > k_begin && lane0) release(empty + prev, cx);
+    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
+      store_partial(partials + blockIdx.x * (N / 8) * THREADS, acc, t);
+      __threadfence();
+      pl::named_barrier_sync(bar, THREADS);
+      if (t == 0) add_release(flags + info[2], 1);
+      continue;
+    }
+    if (k_begin > 0) {  // finisher: add the contributors' partial sums
+      const unsigned contributors = (blockIdx.x - info[3]) / cx;
+      if (t == 0) {
+        while (load_acquire(flags + info[2]) < contributors) {
+        }
+        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
+      }
+      pl::named_barrier_sync(bar, THREADS);
+      for (unsigned c = info[3]; c < blockIdx.x; c += cx) add_partial(partials + c * (N / 8) * THREADS, acc, t);
+    }
+    PL_EXPORT(acc, raw_pointer_cast(acc.data()), (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
+  }
+}
