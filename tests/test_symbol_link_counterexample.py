@@ -1,6 +1,6 @@
 """The symbol-linking counterexample (issue 9): plain-link generation (CPU), the watchdog
 (CPU, with a stand-in child), and the GPU run over bazel-bin (skipped without a GPU or
-without `tools/bazel build //kernels:gemm_swiglu_tma_mutations`)."""
+without `tools/bazel build //kernels:gemm_swiglu_tma_mutations` / `:moe_step_mutations`)."""
 
 from __future__ import annotations
 
@@ -145,10 +145,11 @@ def test_classify():
 
 
 @pytest.mark.requires_gpu
-def test_counterexample_on_the_gpu():
-    index = ROOT / "bazel-bin" / "kernels" / "gemm_swiglu_tma_mutations.json"
+@pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step"])
+def test_counterexample_on_the_gpu(kernel):
+    index = ROOT / "bazel-bin" / "kernels" / f"{kernel}_mutations.json"
     if not index.exists():
-        pytest.skip("build it first: tools/bazel build //kernels:gemm_swiglu_tma_mutations")
+        pytest.skip(f"build it first: tools/bazel build //kernels:{kernel}_mutations")
     r = _harness().run(index, watchdog=8.0, seed=None)
     assert r["original"][0] == "correct", r["original"]
     for row in r["rows"]:
