@@ -120,6 +120,15 @@ def test_fact_value_matches_when_both_change(packer, lto):
     assert pkg.measured.own_facts == {"pl_meas__own__width": 128}
 
 
+def test_owned_fact_zero(packer, lto):
+    """A zero-valued owned fact has no initializer in PTX; pack still finds it."""
+    obj = lto(COMPONENTS / "meas.cu", defines=["MEAS_WIDTH=0"])
+    pkg = packer.pack(MEAS_TEXT.replace("own = 64", "own = 0"), [obj])
+    assert pkg.measured.own_facts == {"pl_meas__own__width": 0}
+    d = diagnostic(rejected(_pack_text(packer, MEAS_TEXT, obj)[1]), "P-FACT-VALUE")  # contract: own = 64
+    assert "64" in d.message and " 0 " in d.message + " "
+
+
 def test_wrong_arch(packer, lto):
     """An object compiled for lto_100a packed with a contract for sm_90a.
 

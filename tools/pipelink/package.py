@@ -28,7 +28,8 @@ FORMAT = 1
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 _EXTERN_FUNC = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\))?\s*(\w+)")
-_OWN_FACT = re.compile(r"\.(?:global|const)\s+[^;]*?\b(pl_\w+?__own__\w+)\s*=\s*(\d+)\s*;")
+# A zero value has no initializer in PTX (`.global .align 4 .u32 pl_c__own__f;`).
+_OWN_FACT = re.compile(r"\.(?:global|const)\s+[^;=]*?\b(pl_\w+?__own__\w+)\s*(?:=\s*(\d+)\s*)?;")
 _SHARED = re.compile(r"\.shared\s+\.align\s+(\d+)\s+\.b8\s+(\w+)\[(\d+)\]")
 _REGS = re.compile(r"Function properties for (\w+)|Compiling entry function '(\w+)'|Used (\d+) registers")
 
@@ -144,7 +145,7 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
                               "-o", str(Path(tmp) / "trial.cubin")], "P-COMPILE", "assembling the trial kernel")
     # Only pl_* symbols are handles; others (vprintf, __assertfail) are the toolkit's own.
     handles = sorted(set(m.group(1) for m in _EXTERN_FUNC.finditer(ptx) if m.group(1).startswith("pl_")))
-    own = {m.group(1): int(m.group(2)) for m in _OWN_FACT.finditer(ptx)}
+    own = {m.group(1): int(m.group(2) or 0) for m in _OWN_FACT.finditer(ptx)}
     static_smem = sum(int(m.group(3)) for m in _SHARED.finditer(ptx))
     regs: dict[str, int] = {}
     current = None

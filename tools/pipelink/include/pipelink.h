@@ -109,12 +109,20 @@ __device__ __forceinline__ unsigned role_thread(unsigned warp_begin) {
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive at a named barrier without waiting (producer side of a `bar.sync` elsewhere).
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 // mbarrier helpers (sm_90).
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// `count` arrivals at once (one thread standing for several).
+__device__ __forceinline__ void mbar_arrive_count(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
 // A CUtensorMap as a kernel parameter (contract type "tmap": 128 bytes, 64-byte aligned),
 // filled on the host by the component's host provider (docs/CONTRACTS.md, [host]).

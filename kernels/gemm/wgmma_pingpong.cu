@@ -1,0 +1,198 @@
+// wgmma_pingpong.cu — owner B. Ping-pong consumer role of ring `ab` for the Hopper GEMM
+// family: the same ring, loader, scheduler and stage layout (tma_gemm.h) as wgmma_consumer,
+// but each of the two warpgroups computes whole work units on its own: warpgroup 0 takes
+// the units 0, 2, 4, ... of the CTA's stream, warpgroup 1 the units 1, 3, 5, ... While one
+// warpgroup runs its mainloop the other runs the epilogue of its previous tile, so the
+// tensor cores stay busy during epilogues (cooperative consumers leave them idle there).
+// The loader fills stages in unit order, so the warpgroups take turns at the mainloop:
+// named barriers `turn0` / `turn1` hand the ring from one to the other (bar.arrive after
+// the mainloop, bar.sync before the next), and each warpgroup skips the other's stages.
+// Stream-K units (a part of a tile's k-steps) are fixed up as in wgmma_consumer: a CTA has
+// at most one contributor unit, whose warpgroup leaves its partial sums in the CTA's slot
+// of workspace `partials` and counts on the tile's counter in `flags`; the finisher's
+// warpgroup waits for the count, adds the slots and resets the counter. Each warpgroup has
+// its own named barrier for that (`fix0`, `fix1`): the other may be in its own fixup.
+// Per k-step: wait `full`, BM / 64 x 4 wgmmas m64nNk16 (N = b_parts * block_n), commit, keep
+// one group in flight, release the previous stage: lane 0 of each of the warpgroup's four
+// warps arrives twice on `empty` (the ring's 8 arrivals per stage, as the loader expects).
+// Owns block_m, block_n, block_k, b_parts (-DPINGPONG_BLOCK_M, -DPINGPONG_BLOCK_N).
+// Export `acc`: [b_parts, block_m, block_n] f32 in layout "wgmma_wg_acc(b_parts)", held
+// by the 128 threads of ONE warpgroup (the importer is called by each warpgroup on its
+// own): warpgroup thread u = t % 128, w = u / 32, lane = u % 32, g = lane / 4, q = lane % 4,
+// NT = block_n / 8; frag[((mb * b_parts + p) * NT + nt) * 4 + i] is part p at
+//   row = 64 mb + 16 w + g + 8 (i / 2),  col = 8 nt + 2 q + (i % 2).
+#define PL_COMPONENT wgmma_pingpong
+#include <pipelink.h>
+
+#include "tma_gemm.h"
+#include "wgmma.h"
+
+#ifndef PINGPONG_BLOCK_M
+#define PINGPONG_BLOCK_M 128
+#endif
+#ifndef PINGPONG_BLOCK_N
+#define PINGPONG_BLOCK_N 64
+#endif
+
+namespace wgmma_pingpong {
+constexpr unsigned BM = PINGPONG_BLOCK_M, BN = PINGPONG_BLOCK_N, PARTS = 2, BK = tma_gemm::BLOCK_K;
+constexpr unsigned MB = BM / 64;     // m64 blocks per warpgroup tile
+constexpr unsigned N = PARTS * BN;   // one wgmma covers both B parts: they are contiguous in a stage
+constexpr unsigned FRAG_MB = N / 2;  // f32 accumulators per thread per m64 block
+constexpr unsigned FRAG = MB * FRAG_MB;
+constexpr unsigned STAGE = tma_gemm::stage_bytes(BM, BN, PARTS);
+static_assert(FRAG <= 128, "a warpgroup holds at most 128 accumulators per thread");
+static_assert(N == 128 || N == 256, "b_parts * block_n in {128, 256}");
+static_assert(STAGE % 1024 == 0, "stages start on 1024-byte swizzle atoms");
+static_assert(FRAG % 4 == 0, "partial sums move as float4");
+
+struct Params {  // the contract's [params]: m, n, k = "u32"
+  uint32_t m, n, k;
+};
+constexpr unsigned WG_THREADS = 128, ROLE_THREADS = 256;
+
+// Ring position (stage, phase) after `steps` more k-steps.
+__device__ __forceinline__ void advance(unsigned& stage, unsigned& phase, unsigned steps, unsigned depth) {
+  stage += steps;
+  const unsigned wraps = stage / depth;
+  stage -= wraps * depth;
+  phase ^= wraps & 1u;
+}
+// Partial sums of one unit: warpgroup thread u's accumulators as float4s, float4 i at [i][u].
+__device__ __forceinline__ void store_partial(float4* slot, const float* acc, unsigned u) {
+#pragma unroll
+  for (unsigned i = 0; i < FRAG / 4; ++i)
+    __stcg(slot + i * WG_THREADS + u, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+}
+__device__ __forceinline__ void add_partial(const float4* slot, float* acc, unsigned u) {
+#pragma unroll
+  for (unsigned i = 0; i < FRAG / 4; ++i) {
+    const float4 v = __ldcg(slot + i * WG_THREADS + u);
+    acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+  }
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+}  // namespace wgmma_pingpong
+
+PL_OWN_FACT(block_m, wgmma_pingpong::BM);
+PL_OWN_FACT(block_n, wgmma_pingpong::BN);
+PL_OWN_FACT(block_k, wgmma_pingpong::BK);
+PL_OWN_FACT(b_parts, wgmma_pingpong::PARTS);
+PL_DECLARE_WORKSPACE(partials);
+PL_DECLARE_WORKSPACE(flags);
+PL_DECLARE_BARRIER(fix0);
+PL_DECLARE_BARRIER(fix1);
+PL_DECLARE_RING(ab);
+PL_DECLARE_EXPORT(acc);
+PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_BARRIER(turn0);
+PL_DECLARE_BARRIER(turn1);
+
+PL_ENTRY(run) {
+  using namespace wgmma_pingpong;
+  const Params& p = PL_PARAMS(Params);
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN());
+  const unsigned wg = t / WG_THREADS;
+  const bool lane0 = (t % 32) == 0;
+  uint8_t* base = pl::smem_base();
+  const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
+  const unsigned depth = PL_RING_DEPTH(ab);
+  // My turn starts when the other warpgroup's mainloop is done (it arrives on its barrier).
+  // Each barrier id appears as a link-time immediate in its own instruction (L-SASS checks them).
+  auto wait_turn = [&] {
+    if (wg == 0) pl::named_barrier_sync(PL_BARRIER(turn1), ROLE_THREADS);
+    else pl::named_barrier_sync(PL_BARRIER(turn0), ROLE_THREADS);
+  };
+  auto pass_turn = [&] {
+    if (wg == 0) pl::named_barrier_arrive(PL_BARRIER(turn0), ROLE_THREADS);
+    else pl::named_barrier_arrive(PL_BARRIER(turn1), ROLE_THREADS);
+  };
+  auto fix_sync = [&] {
+    if (wg == 0) pl::named_barrier_sync(PL_BARRIER(fix0), WG_THREADS);
+    else pl::named_barrier_sync(PL_BARRIER(fix1), WG_THREADS);
+  };
+
+  const uint64_t desc_a0 = wgmma::desc_sw128(buf);
+  const uint64_t desc_b0 = wgmma::desc_sw128(buf + tma_gemm::b_offset(BM, BN, 0));
+  constexpr uint64_t kStageStep = STAGE >> 4, kKStep = 32 >> 4, kMBlock = (64 * 128) >> 4;
+
+  const unsigned m_tiles = tma_gemm::ceil_div(p.m, BM), n_tiles = tma_gemm::ceil_div(p.n, BN);
+  const unsigned k_tiles = tma_gemm::ceil_div(p.k, BK);
+  float4* partials = static_cast<float4*>(PL_WORKSPACE(partials));
+  unsigned* flags = static_cast<unsigned*>(PL_WORKSPACE(flags));
+  const unsigned u = t % WG_THREADS;
+  float acc[FRAG];
+  unsigned stage = 0, phase = 0, info[4];
+  if (wg == 1) {  // warpgroup 1 starts after unit 0's stages
+    if (PL_CALL(unit, 0, m_tiles, n_tiles, k_tiles, info) != tma_gemm::NO_TILE)
+      advance(stage, phase, info[1] - info[0], depth);
+  }
+  for (unsigned iter = wg;; iter += 2) {
+    const unsigned tile = PL_CALL(unit, iter, m_tiles, n_tiles, k_tiles, info);
+    if (tile == tma_gemm::NO_TILE) {
+      // The other warpgroup ran unit iter - 1 and arrived on its barrier: take that
+      // arrival so no barrier is left half-complete at exit.
+      unsigned prev_info[4];
+      if (iter > 0 && PL_CALL(unit, iter - 1, m_tiles, n_tiles, k_tiles, prev_info) != tma_gemm::NO_TILE)
+        wait_turn();
+      break;
+    }
+    const unsigned k_begin = info[0], k_end = info[1];
+    if (iter > 0) wait_turn();  // the ring is mine now
+#pragma unroll
+    for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
+    unsigned prev = 0;
+    for (unsigned kt = k_begin; kt < k_end; ++kt) {
+      pl::mbar_wait(full + stage, phase);
+      const uint64_t so = stage * kStageStep;
+      wgmma::fence_operands<FRAG>(acc);
+      wgmma::fence();
+#pragma unroll
+      for (unsigned ks = 0; ks < BK / 16; ++ks)
+#pragma unroll
+        for (unsigned mb = 0; mb < MB; ++mb)
+          wgmma::mma_m64k16<N>(acc + mb * FRAG_MB, desc_a0 + so + mb * kMBlock + ks * kKStep,
+                               desc_b0 + so + ks * kKStep, (kt != k_begin) | ks);
+      wgmma::commit();
+      wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
+      wgmma::fence_operands<FRAG>(acc);
+      if (kt > k_begin && lane0) pl::mbar_arrive_count(empty + prev, 2);
+      prev = stage;
+      if (++stage == depth) { stage = 0; phase ^= 1u; }
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands<FRAG>(acc);
+    if (k_end > k_begin && lane0) pl::mbar_arrive_count(empty + prev, 2);
+    pass_turn();  // the other warpgroup's turn
+    // Skip the other warpgroup's next unit in the ring (if it has one).
+    unsigned next[4];
+    if (PL_CALL(unit, iter + 1, m_tiles, n_tiles, k_tiles, next) != tma_gemm::NO_TILE)
+      advance(stage, phase, next[1] - next[0], depth);
+    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
+      store_partial(partials + blockIdx.x * (FRAG / 4) * WG_THREADS, acc, u);
+      __threadfence();
+      fix_sync();
+      if (u == 0) add_release(flags + info[2], 1);
+      continue;
+    }
+    if (k_begin > 0) {  // finisher: add the contributors' partial sums
+      if (u == 0) {
+        while (load_acquire(flags + info[2]) < blockIdx.x - info[3]) {
+        }
+        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
+      }
+      fix_sync();
+      for (unsigned c = info[3]; c < blockIdx.x; ++c) add_partial(partials + c * (FRAG / 4) * WG_THREADS, acc, u);
+    }
+    PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
+  }
+}
