@@ -241,7 +241,29 @@ def _check_params(comp: Composition, d: _Diags) -> dict[str, str]:
                       hint="one name is one host value: rename one of them or agree on the type")
             seen.setdefault(name, (t, i))
     _check_host(comp, d)
+    _check_shared_workspaces(comp, d)
     return {k: v[0] for k, v in seen.items()}
+
+
+def _check_shared_workspaces(comp: Composition, d: _Diags) -> None:
+    """Every declaration of a kernel-scope workspace agrees on its size expression, zero and
+    alignment (they are one buffer), and no instance-scope workspace takes its name."""
+    by_name: dict[str, list[tuple[Instance, object]]] = {}
+    for i in comp.instances:
+        for w in i.contract.workspaces:
+            by_name.setdefault(w.name, []).append((i, w))
+    for name, decls in sorted(by_name.items()):
+        shared = [(i, w) for i, w in decls if w.scope == "kernel"]
+        if not shared:
+            continue
+        forms = {(i.name, w.scope, " ".join(str(w.bytes).split()), w.zero, w.align) for i, w in decls}
+        if len({f[1:] for f in forms}) > 1:
+            d.add("L-WORKSPACE", f"kernel-scope workspace {name!r} is declared differently by "
+                  f"{len(decls)} instances", clause=f"workspace.{name}",
+                  facts=[Fact(_side(i), f"scope = {w.scope!r}, bytes = {str(w.bytes)!r}, zero = {w.zero}, "
+                              f"align = {w.align}", str(w.origin)) for i, w in decls],
+                  hint="a kernel-scope workspace is one buffer: every declaring contract states the same "
+                       "scope, bytes expression, zero and align")
 
 
 def _check_host(comp: Composition, d: _Diags) -> None:

@@ -162,10 +162,13 @@ class WorkspaceDecl:
     zero: bool  # zero at the first launch; the component promises to leave it zero again
     align: int
     origin: Origin
+    scope: str = "instance"  # "kernel": one buffer shared by name by every instance that declares it
 
 
 # Names a workspace size may use besides the component's facts and integer params.
 WORKSPACE_BUILTINS = ("grid_x",)
+# "instance": the instance's own buffer; "kernel": one buffer per name for the whole kernel.
+WORKSPACE_SCOPES = ("instance", "kernel")
 
 
 @dataclass(frozen=True)
@@ -588,8 +591,12 @@ def _workspaces(r: _Reader, params: dict[str, str], facts: list[FactDecl]) -> tu
                          hint="a workspace size may use the component's facts, its u32/i32/u64 params and grid_x")
         zero = wr.get("zero", bool, False)
         align = _align(wr, 256)
+        scope = wr.get("scope", str, "instance")
+        if scope not in WORKSPACE_SCOPES:
+            wr.fail("scope", f"must be one of {list(WORKSPACE_SCOPES)}, not {scope!r}",
+                    hint='"kernel" shares one buffer among the instances that declare it (docs/CONTRACTS.md)')
         wr.finish()
-        out.append(WorkspaceDecl(wname, size, zero, align, wr.origin()))
+        out.append(WorkspaceDecl(wname, size, zero, align, wr.origin(), scope))
     r.finish()
     return tuple(out)
 

@@ -92,6 +92,7 @@ CODES: dict[str, str] = {
     "L-INSTANCE": "the kernel names an unknown package or a duplicate instance",
     "L-PARAMS": "components disagree on the host parameter layout",
     "L-HOST": "host providers disagree: two fill one parameter region, or a tmap parameter has no provider",
+    "L-WORKSPACE": "the declarations of one kernel-scope workspace disagree (scope, bytes, zero or align)",
     "L-FACT-OWNERS": "a fact has no owner or more than one owner",
     "L-FACT-TYPE": "owner and reader disagree on a fact's type",
     "L-FACT-ACCEPT": "a reader cannot accept the owner's value of a fact",

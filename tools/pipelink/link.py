@@ -183,7 +183,8 @@ def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
         "instances": [{"name": i.name, "package": i.package.name, "package_digest": i.package.digest()}
                       for i in comp.instances],
         "workspaces": [{"param": ws_param(i.name, w.name), "instance": i.name, "name": w.name,
-                        "bytes": str(w.bytes), "zero": w.zero, "align": w.align}
+                        "bytes": str(w.bytes), "zero": w.zero, "align": w.align,
+                        **({"scope": w.scope} if w.scope != "instance" else {})}
                        for i in comp.instances for w in i.contract.workspaces],
         "host": [{"instance": i.name, "package": i.package.name, "provider": h.provider,
                   "source": i.package.host[h.provider].decode("utf-8"), "fills": list(h.fills),

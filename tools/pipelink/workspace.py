@@ -5,7 +5,9 @@ parameters, its facts and `grid_x`, the launch's grid width) and whether it must
 at the first launch (`zero = true`; the component promises to leave it zero, so graph
 replays need no memset). The linker gives each workspace a hidden pointer field after the
 instance's declared parameters (`@ws:<instance>.<name>`); the runtime sizes, allocates
-(grow-only, zeroed) and fills those fields when it plans a launch.
+(grow-only, zeroed) and fills those fields when it plans a launch. A workspace with
+`scope = "kernel"` is one buffer per name for the whole kernel: every instance declaring it
+gets the same pointer (components exchange data and readiness counters through it).
 """
 
 from __future__ import annotations
@@ -24,14 +26,22 @@ class Workspace:
     bytes: str
     zero: bool
     align: int
+    scope: str = "instance"  # "kernel": one buffer per name, shared by every declaring instance
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Workspace":
         w = cls(str(d["param"]), str(d["instance"]), str(d["name"]), str(d["bytes"]), bool(d["zero"]),
-                int(d["align"]))
+                int(d["align"]), str(d.get("scope", "instance")))
         if not w.param.startswith("@ws:") or w.align < 1 or w.align & (w.align - 1):
             raise ValueError(f"workspace {w.param!r}: bad name or alignment {w.align}")
+        if w.scope not in ("instance", "kernel"):
+            raise ValueError(f"workspace {w.param!r}: unknown scope {w.scope!r}")
         return w
+
+    @property
+    def key(self) -> str:
+        """The buffer this workspace uses: its own, or the kernel's one of that name."""
+        return f"@kernel:{self.name}" if self.scope == "kernel" else self.param
 
     def size(self, env: Mapping[str, int]) -> int:
         """Bytes for this launch; raises ExprError when a name is missing."""
@@ -51,14 +61,14 @@ class Arena:
         self._retired: list[int] = []
 
     def pointer(self, w: Workspace, nbytes: int) -> int:
-        have = self._live.get(w.param)
+        have = self._live.get(w.key)
         if have is None or have[1] < nbytes:
             if have is not None:
                 self._retired.append(have[0])
             ptr = self._alloc(nbytes)
             self._memset(ptr, nbytes)  # zero always: `zero` workspaces need it, others get determinism
-            self._live[w.param] = (ptr, nbytes)
-        return self._live[w.param][0]
+            self._live[w.key] = (ptr, nbytes)
+        return self._live[w.key][0]
 
     def close(self) -> None:
         for p in [p for p, _ in self._live.values()] + self._retired:

@@ -1,0 +1,49 @@
+"""The MoE megakernel (kernels/moe/): one persistent kernel of four owners' roles and a
+SwiGLU library.
+
+    moe_expert(name = "moe_expert_bm64", block_m = 64)      # the expert owner, one geometry
+    moe_step(name = "moe_step_bm64", expert = ":moe_expert_bm64")
+
+The expert owner's tile geometry is one number each: its defines (EXPERT_BLOCK_*) and its
+contract's `own` values (the `# variant:` lines) come from it, so a geometry mutation is
+one rebuilt package; the other owners read the facts through handles and only relink.
+"""
+
+load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
+
+MOE_HDRS = ["moe/moe_shapes.h", "moe/warp_mma.h"]
+
+def moe_expert(name, block_m = 32, block_h = 16, block_n = 32):
+    cuda_component(
+        name = name,
+        component = "moe_expert",
+        srcs = ["moe/expert.cu"],
+        hdrs = MOE_HDRS,
+        contract = "moe/expert.contract.toml",
+        contract_substitutions = {
+            "32  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
+            "16  # variant: BLOCK_H": "%d  # variant: BLOCK_H" % block_h,
+            "32  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
+        },
+        copts = ["-O3"],
+        defines = [
+            "EXPERT_BLOCK_M=%d" % block_m,
+            "EXPERT_BLOCK_H=%d" % block_h,
+            "EXPERT_BLOCK_N=%d" % block_n,
+        ],
+    )
+
+def moe_step(name, expert = ":moe_expert", swiglu = ":moe_swiglu", router = ":moe_router",
+             dispatch = ":moe_dispatch", combine = ":moe_combine", sass_test = True):
+    fused_kernel(
+        name = name,
+        arch = "sm_90a",
+        components = [router, dispatch, expert, swiglu, combine],
+        kernel = "moe/moe_step.kernel.toml",
+        visibility = ["//visibility:public"],
+    )
+    if sass_test:
+        fused_kernel_sass_test(
+            name = name + "_sass_test",
+            kernel = ":" + name,
+        )

@@ -1,0 +1,79 @@
+// dispatch.cu — owner D. Communication role: once every token is routed (counter ROUTED),
+// it lays the slots out expert-contiguous (each expert's rows padded to whole tiles of the
+// expert owner's block_m, so expert tiles never straddle experts), gathers each slot's x
+// row into `xs`, records the slot's row in `rows`, and counts the row on the expert's
+// READY counter (release), which the expert GEMMs wait on.
+// Ranks: experts are split evenly over `world` ranks; a slot whose expert lives on another
+// rank is written through that rank's peer-mapped buffers: `peers` holds, per rank r,
+// {xs base, sync base} (2 u64 each). With world = 1 (today's only tested case) `peers` may
+// be 0 and everything is local. Multi-rank also needs the per-expert counts exchanged
+// before the layout (not done yet: the Python entry refuses world != 1).
+#define PL_COMPONENT moe_dispatch
+#include <pipelink.h>
+
+#include <cuda_bf16.h>
+
+#include "moe_shapes.h"
+#include "warp_mma.h"
+
+PL_DECLARE_FACT(top_k);
+PL_DECLARE_FACT(block_m);
+PL_DECLARE_WORKSPACE(sync);
+PL_DECLARE_WORKSPACE(route);
+PL_DECLARE_WORKSPACE(rows);
+PL_DECLARE_WORKSPACE(xs);
+
+namespace moe_dispatch {
+struct Params {  // [params]: x = "ptr", t, rank, world = "u32", peers = "ptr"
+  const __nv_bfloat16* x;
+  unsigned t, rank, world;
+  const unsigned long long* peers;
+};
+}  // namespace moe_dispatch
+
+PL_ENTRY(run) {
+  using namespace moe_dispatch;
+  const Params& p = PL_PARAMS(Params);
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned warps = PL_WARPS();
+  const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
+  const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k);
+  unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
+  bool last;
+  const unsigned set = moe::enter(sync, moe::DISPATCH, nw, lane, last);
+  if (last) moe::finish_launch(sync, moe::DISPATCH, set, moe::READY, moe::EXPERTS, lane);
+  unsigned* cur = sync + moe::SET(set);
+  const unsigned T = p.t, S = T * top_k;
+  const unsigned* route_e = static_cast<const unsigned*>(PL_WORKSPACE(route));
+  const unsigned* route_pos = route_e + 2 * S;
+  unsigned* rows = static_cast<unsigned*>(PL_WORKSPACE(rows));
+  __nv_bfloat16* xs = static_cast<__nv_bfloat16*>(PL_WORKSPACE(xs));
+
+  moe::wait_at_least(cur + moe::ROUTED, T);
+  unsigned padded[4], first[4], total;
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
+  moe::exclusive_scan4(padded, first, lane, total);
+  const unsigned per_rank = moe::EXPERTS / p.world;
+
+  for (unsigned slot = gw; slot < S; slot += nw) {
+    const unsigned e = __ldcg(route_e + slot), pos = __ldcg(route_pos + slot);
+    const unsigned row = moe::pick4(first, e) + pos;
+    const unsigned owner = e / per_rank;
+    __nv_bfloat16* dst_xs = xs;
+    unsigned* dst_sync = cur;
+    if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
+      dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[2 * owner]);
+      dst_sync = reinterpret_cast<unsigned*>(p.peers[2 * owner + 1]) + moe::SET(set);
+    }
+    if (lane == 0) rows[slot] = row;
+    const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)(slot / top_k) * moe::HIDDEN);
+    uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)row * moe::HIDDEN);
+    uint4 v[moe::HIDDEN / 256];
+#pragma unroll
+    for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) v[j] = __ldg(src + j * 32 + lane);
+#pragma unroll
+    for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) __stcg(dst + j * 32 + lane, v[j]);
+    moe::signal(dst_sync + moe::READY + e, 1, lane);
+  }
+}

@@ -1,0 +1,128 @@
+"""Python entry point of the linked MoE megakernel (`//kernels:moe_step`).
+
+    out = moe_step(x, router_w, w13, w2)            # one Qwen3-30B-A3B MoE layer, bf16
+    s = open_step(x, router_w, w13, w2, out)        # plan once; s.launch() is graph-capturable
+
+Shapes: x [T, 2048], router_w [128, 2048], w13 [128, 1536, 2048] (rows 0..767 gate, 768..1535
+up), w2 [128, 2048, 768], out [T, 2048]; all bf16, contiguous, on one CUDA device;
+1 <= T <= 65536. Math: p = softmax(x·router_wᵀ) in f32, top-8 experts, weights renormalized;
+out[t] = Σ_k w_k · (silu(x·gateᵀ) * (x·upᵀ)) · w2[e_k]ᵀ with f32 accumulation (h in bf16).
+The kernel is read from bazel-bin (or `kernel_dir` / $PIPELINK_MOE_STEP_DIR): moe_step.cubin
+(or with control=True moe_step.control.cubin) and moe_step.manifest.json. Bad input is a
+pipelink.runtime.LaunchError (R-SHAPE, R-DTYPE, R-DEVICE, R-LAYOUT) before any launch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+try:
+    from pipelink.runtime import Kernel, LaunchError, expect_tensor
+except ImportError:  # run from a checkout without PYTHONPATH=tools
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from pipelink.runtime import Kernel, LaunchError, expect_tensor
+
+HIDDEN, INTER, EXPERTS, TOP_K, MAX_TOKENS = 2048, 768, 128, 8, 65536
+ROOT = Path(__file__).resolve().parents[2]
+_cache: dict[tuple[str, int], "MoeStep"] = {}
+_lock = threading.Lock()
+
+
+class MoeStep:
+    """One loaded moe_step cubin (linked or control) on one device, with the input checks."""
+
+    def __init__(self, cubin: str | Path, manifest: str | Path, device: int = 0):
+        self.kernel = Kernel.load(cubin, manifest, device)
+        lent = set(self.kernel.manifest.lent)
+        want = {"x", "router_w", "w13", "w2", "out", "t", "rank", "world", "peers"}
+        if lent != want or self.kernel.manifest.facts.get("top_k") != TOP_K:
+            raise LaunchError("R-MANIFEST", f"{cubin} is not a moe_step kernel (params {sorted(lent)})")
+
+    def params(self, x, router_w, w13, w2, out=None) -> dict:
+        import torch
+
+        dev = self.kernel.device
+        expect_tensor("x", x, shape=(None, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
+        T = x.shape[0]
+        if not 1 <= T <= MAX_TOKENS:
+            raise LaunchError("R-SHAPE", f"x has {T} tokens; moe_step takes 1 .. {MAX_TOKENS}",
+                              hint="split the batch into chunks of at most 65536 tokens")
+        expect_tensor("router_w", router_w, shape=(EXPERTS, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
+        expect_tensor("w13", w13, shape=(EXPERTS, 2 * INTER, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
+        expect_tensor("w2", w2, shape=(EXPERTS, HIDDEN, INTER), dtype=torch.bfloat16, device=dev, align=16)
+        if out is None:
+            out = torch.empty((T, HIDDEN), dtype=torch.bfloat16, device=x.device)
+        else:
+            expect_tensor("out", out, shape=(T, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
+        return {"x": x, "router_w": router_w, "w13": w13, "w2": w2, "out": out, "t": T,
+                "rank": 0, "world": 1, "peers": 0}
+
+    def __call__(self, x, router_w, w13, w2, out=None, *, stream=None):
+        p = self.params(x, router_w, w13, w2, out)
+        self.kernel.launch_with(p, stream=stream)
+        return p["out"]
+
+    def open(self, x, router_w, w13, w2, out=None):
+        """A planned session: `s.launch()` replays with no host work (CUDA-graph capturable);
+        `s.out` is the output tensor. The tensors must outlive the session."""
+        p = self.params(x, router_w, w13, w2, out)
+        s = self.kernel.open(**p)
+        s.out = p["out"]
+        return s
+
+
+def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool = False,
+         name: str = "moe_step") -> MoeStep:
+    """The (cached) kernel `name` from `kernel_dir` (default $PIPELINK_MOE_STEP_DIR, else
+    bazel-bin/kernels of this checkout) on `device`."""
+    d = Path(kernel_dir or os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")
+    cubin = d / (f"{name}.control.cubin" if control else f"{name}.cubin")
+    if not cubin.is_file():
+        raise LaunchError("R-MANIFEST", f"no kernel at {cubin}",
+                          hint=f"tools/bazel build //kernels:{name} --output_groups=+control")
+    key = (str(cubin.resolve()), int(device))
+    with _lock:
+        k = _cache.get(key)
+        if k is None:
+            k = _cache[key] = MoeStep(cubin, d / f"{name}.manifest.json", device)
+    return k
+
+
+def _device(x) -> int:
+    return x.device.index if getattr(x, "is_cuda", False) and x.device.index is not None else 0
+
+
+def moe_step(x, router_w, w13, w2, out=None, *, control: bool = False, kernel_dir=None, name="moe_step",
+             stream=None):
+    """One MoE layer forward: bf16 out [T, 2048]."""
+    return load(kernel_dir, _device(x), control=control, name=name)(x, router_w, w13, w2, out, stream=stream)
+
+
+def open_step(x, router_w, w13, w2, out=None, *, control: bool = False, kernel_dir=None, name="moe_step"):
+    """Plan once; the session's launch() is capturable in a CUDA graph."""
+    return load(kernel_dir, _device(x), control=control, name=name).open(x, router_w, w13, w2, out)
+
+
+def reference(x, router_w, w13, w2, dtype=None):
+    """Reference in f64 (or `dtype`): routing, per-expert FFN, combine. Also returns the
+    per-token gap between the 8th and 9th probability (routing near-ties)."""
+    import torch
+
+    dt = dtype or torch.float64
+    xd = x.to(dt)
+    p = torch.softmax(xd @ router_w.to(dt).t(), dim=-1)
+    top = torch.topk(p, TOP_K + 1, dim=-1)
+    gap = top.values[:, TOP_K - 1] - top.values[:, TOP_K]
+    ids, pw = top.indices[:, :TOP_K], top.values[:, :TOP_K]
+    wts = pw / pw.sum(-1, keepdim=True)
+    out = torch.zeros_like(xd)
+    for e in ids.unique().tolist():
+        tok, k = (ids == e).nonzero(as_tuple=True)
+        w = w13[e].to(dt)
+        g, u = xd[tok] @ w[:INTER].t(), xd[tok] @ w[INTER:].t()
+        h = (torch.nn.functional.silu(g) * u).to(torch.bfloat16).to(dt)  # the kernel keeps h in bf16
+        out.index_add_(0, tok, wts[tok, k, None] * (h @ w2[e].to(dt).t()))
+    return out, gap

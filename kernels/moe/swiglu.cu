@@ -1,0 +1,54 @@
+// swiglu.cu — owner G. SwiGLU library of the MoE expert: imports the expert's gate/up
+// accumulators (`acc`, layout "moe_gu", expert_acc.h) and writes h = silu(gate) * up,
+// rounded to bf16, into the kernel-scope workspace `hs` (row stride 768). It runs in the
+// exporting warp; the expert signals HREADY after the import returns.
+#define PL_COMPONENT moe_swiglu
+#include <pipelink.h>
+
+#include <cuda_bf16.h>
+
+#include "expert_acc.h"
+
+PL_DECLARE_FACT(block_m);
+PL_DECLARE_FACT(block_h);
+PL_DECLARE_WORKSPACE(hs);
+PL_DECLARE_FACT(top_k);  // sizes `hs` (contract); the layout assumes 8
+
+namespace moe_swiglu {
+constexpr unsigned INTER = 768;
+__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+
+template <unsigned MT, unsigned NH>
+__device__ __forceinline__ void store(const float* f, __nv_bfloat16* hs, unsigned row0, unsigned col0) {
+  const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (unsigned mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (unsigned nt = 0; nt < NH; ++nt)
+#pragma unroll
+      for (unsigned h = 0; h < 2; ++h) {  // rows g, g + 8
+        const unsigned i = 2 * h;
+        const float* gt = f + moe_gu::index(MT, NH, 0, mt, nt, i);
+        const float* up = f + moe_gu::index(MT, NH, 1, mt, nt, i);
+        const __nv_bfloat162 v = __floats2bfloat162_rn(silu(gt[0]) * up[0], silu(gt[1]) * up[1]);
+        const unsigned row = row0 + 16 * mt + g + 8 * h, col = col0 + 8 * nt + 2 * q;
+        *reinterpret_cast<__nv_bfloat162*>(hs + (size_t)row * INTER + col) = v;
+      }
+}
+}  // namespace moe_swiglu
+
+PL_IMPORT(acc) {
+  using namespace moe_swiglu;
+  __nv_bfloat16* hs = static_cast<__nv_bfloat16*>(PL_WORKSPACE(hs));
+  const float* f = static_cast<const float*>(pl_frag);
+  const unsigned bm = PL_FACT(block_m), bh = PL_FACT(block_h);
+  if (PL_FACT(top_k) != 8) __trap();  // hs is sized for 8 slots per token (folds away)
+  // One instantiation per accepted geometry; the linked facts fold this to one branch.
+#define MOE_SWIGLU_CASE(M, H) \
+  if (bm == M && bh == H) return store<M / 16, H / 8>(f, hs, pl_row0, pl_col0);
+  MOE_SWIGLU_CASE(16, 8) MOE_SWIGLU_CASE(16, 16) MOE_SWIGLU_CASE(16, 32)
+  MOE_SWIGLU_CASE(32, 8) MOE_SWIGLU_CASE(32, 16) MOE_SWIGLU_CASE(32, 32)
+  MOE_SWIGLU_CASE(64, 8) MOE_SWIGLU_CASE(64, 16) MOE_SWIGLU_CASE(64, 32)
+#undef MOE_SWIGLU_CASE
+  __trap();  // outside the contract's accept lists
+}

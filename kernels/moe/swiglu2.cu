@@ -1,0 +1,62 @@
+// swiglu2.cu — owner G2, written independently of swiglu.cu against the same contract
+// interface (import `acc`, layout "moe_gu" of expert_acc.h; workspace `hs`). Differences
+// on purpose: silu through tanh (x · sigmoid(x) = x/2 · (1 + tanh(x/2))), the tile walked
+// column-tile-major, and each h pair packed by hand into a 32-bit store.
+#define PL_COMPONENT moe_swiglu
+#include <pipelink.h>
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+PL_DECLARE_FACT(block_m);
+PL_DECLARE_FACT(block_h);
+PL_DECLARE_WORKSPACE(hs);
+PL_DECLARE_FACT(top_k);
+
+namespace swiglu2 {
+__device__ __forceinline__ float silu_tanh(float x) {
+  const float h = 0.5f * x;
+  return h + h * tanhf(h);
+}
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const uint32_t a = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
+  const uint32_t b = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
+  return a | (b << 16);
+}
+// plane p, row tile m, column tile n, element i of the "moe_gu" fragment
+template <unsigned ROW_TILES, unsigned COL_TILES>
+__device__ __forceinline__ void write_tile(const float* acc, uint32_t* hs_words, unsigned r0, unsigned c0) {
+  constexpr unsigned UP = ROW_TILES * COL_TILES * 4;  // first index of the up plane
+  const unsigned l = threadIdx.x & 31u;
+#pragma unroll
+  for (unsigned n = 0; n < COL_TILES; ++n) {
+    const unsigned col = c0 + n * 8 + (l & 3u) * 2;
+#pragma unroll
+    for (unsigned m = 0; m < ROW_TILES; ++m) {
+      const unsigned base = (m * COL_TILES + n) * 4, row = r0 + m * 16 + (l >> 2);
+      hs_words[(row * 768u + col) / 2] = bf16x2(silu_tanh(acc[base]) * acc[UP + base],
+                                                silu_tanh(acc[base + 1]) * acc[UP + base + 1]);
+      hs_words[((row + 8) * 768u + col) / 2] = bf16x2(silu_tanh(acc[base + 2]) * acc[UP + base + 2],
+                                                      silu_tanh(acc[base + 3]) * acc[UP + base + 3]);
+    }
+  }
+}
+}  // namespace swiglu2
+
+PL_IMPORT(acc) {
+  uint32_t* words = static_cast<uint32_t*>(PL_WORKSPACE(hs));
+  const float* acc = static_cast<const float*>(pl_frag);
+  if (PL_FACT(top_k) != 8u) __trap();
+  switch (PL_FACT(block_m) * 100 + PL_FACT(block_h)) {
+    case 1608: return swiglu2::write_tile<1, 1>(acc, words, pl_row0, pl_col0);
+    case 1616: return swiglu2::write_tile<1, 2>(acc, words, pl_row0, pl_col0);
+    case 1632: return swiglu2::write_tile<1, 4>(acc, words, pl_row0, pl_col0);
+    case 3208: return swiglu2::write_tile<2, 1>(acc, words, pl_row0, pl_col0);
+    case 3216: return swiglu2::write_tile<2, 2>(acc, words, pl_row0, pl_col0);
+    case 3232: return swiglu2::write_tile<2, 4>(acc, words, pl_row0, pl_col0);
+    case 6408: return swiglu2::write_tile<4, 1>(acc, words, pl_row0, pl_col0);
+    case 6416: return swiglu2::write_tile<4, 2>(acc, words, pl_row0, pl_col0);
+    case 6432: return swiglu2::write_tile<4, 4>(acc, words, pl_row0, pl_col0);
+    default: __trap();
+  }
+}
