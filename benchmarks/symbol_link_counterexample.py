@@ -179,7 +179,12 @@ def target(kernel: str, cubin: str, manifest: str, seed: int | None) -> int:
     import numpy as np
     make, tol, floor = CASES[kernel]
     inputs, scalars, (out_name, shape), ref = make(np.random.default_rng(seed))
-    out = launch_once(cubin, manifest, inputs, scalars, out_name, shape)
+    from pipelink.runtime import LaunchError
+    try:
+        out = launch_once(cubin, manifest, inputs, scalars, out_name, shape)
+    except LaunchError as e:
+        print(f"RESULT fault {e.code}: {e.diagnostics[0].message}")
+        return 1
     kind, info = classify(out, ref, tol, floor)
     print(f"RESULT {kind} {info}")
     return 0 if kind == "correct" else 1
