@@ -1,0 +1,415 @@
+"""Attention variants on the H200 (issue 10): correctness, sanitizers, linked vs control, baselines.
+
+Reads the kernels Bazel built (nothing is compiled or linked here):
+
+    tools/bazel build //kernels/attention/... --output_groups=+control     # on the CPU machine
+    python3 benchmarks/attention_bench.py all                               # on the GPU machine
+
+Subcommands (`all` runs check, sanitize, pair, bench):
+  check     every variant, linked and control, on fresh random inputs (q, k, v ~ N(0, 1) bf16),
+            output poisoned with NaN first: every element must be written and
+            |out - ref| <= 2e-2 + 2e-2 |ref| everywhere against an fp32 reference of the same
+            mask / score function (P is rounded to bf16 as in FA3: ~0.4% relative). Bad inputs
+            must be refused with their R-* code.
+  sanitize  compute-sanitizer memcheck / racecheck / synccheck on each linked variant (small
+            shapes, attn kernels only); fails if the tool is missing.
+  pair      linked / control per variant: ABBA rounds of CUDA-graph replays, median ratio.
+  bench     prefill B=1, H=32, d=128 at S = 4K, 8K, 32K: causal vs SDPA's fastest backend
+            (flash / cuDNN / efficient), sliding window, document and block-sparse (~10% of
+            blocks) vs FlexAttention compiled; decode (q_len 1) over KV 4K..128K and batch 1..64
+            vs SDPA's backends and FlexAttention. Graph replays, interleaved rounds, medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
+from gpu_bench import paired_ratio  # noqa: E402
+from pipelink.runtime import LaunchError  # noqa: E402
+
+BIN = ROOT / "bazel-bin" / "kernels" / "attention"
+ATOL = RTOL = 2e-2
+WINDOW = 1024
+
+
+def sparse_pred(b, h, q, k):  # ~10% of blocks, every Q block keeps some
+    return ((q // 128) * 13 + (k // 128) * 7) % 10 == 0
+
+
+def sparse_partial_pred(b, h, q, k):  # full and partial blocks: a causal band inside kept blocks
+    return (((q // 128) * 3 + (k // 128)) % 4 == 0) & ((k <= q) | ((q + k + h) % 3 == 0))
+
+
+def docs_for(B, S, seed, device, mean=700):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.zeros(B, S, dtype=torch.int32)
+    for b in range(B):
+        pos, d = 0, 0
+        while pos < S:
+            n = int(torch.randint(1, 2 * mean, (1,), generator=g))
+            ids[b, pos:pos + n] = d
+            pos, d = pos + n, d + 1
+    return ids.to(device)
+
+
+def rand_qkv(B, H, Lq, Lkv, seed=None):
+    import torch
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    mk = lambda L: torch.randn(B, H, L, 128, device="cuda", generator=g).bfloat16()  # noqa: E731
+    return mk(Lq), mk(Lkv), mk(Lkv)
+
+
+def variant_kwargs(variant, B, H, S, device, seed=0):
+    if variant == "sliding":
+        return {"window": 300}, {"window": 300}
+    if variant == "softcap":
+        return {"softcap": 2.0}, {"softcap": 2.0}
+    if variant == "document":
+        d = docs_for(B, S, seed, device, mean=200)
+        return {"doc_ids": d}, {"doc_ids": d}
+    if variant == "block_sparse":
+        bm = create_block_mask(sparse_partial_pred, None, H, S, S, device=device)
+        return {"block_mask": bm}, {"block_mask_pred": sparse_partial_pred}
+    return {}, {}
+
+
+def check_one(variant, B, H, Lq, Lkv, control):
+    import torch
+    q, k, v = rand_qkv(B, H, Lq, Lkv)
+    kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
+    out = torch.full_like(q, float("nan"))
+    attention(q, k, v, variant, out=out, control=control, kernel_dir=BIN, **kw)
+    torch.cuda.synchronize()
+    ref = reference(q, k, v, "full" if variant == "decode" else variant, **rkw)
+    nan = int(torch.isnan(out).sum())
+    err = (out.float() - ref).abs()
+    bad = int((err > ATOL + RTOL * ref.abs()).sum())
+    rel = float(err.norm() / ref.norm().clamp(min=1e-30))
+    ok = nan == 0 and bad == 0
+    return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}, rel {rel:.2e}"
+
+
+def expect(fn, code):
+    try:
+        fn()
+    except LaunchError as e:
+        return e.code == code, f"{e.code}: {e.diagnostics[0].message} (hint: {e.hint})"
+    return False, "was launched"
+
+
+def cmd_check(a) -> int:
+    import torch
+    rows = []
+    for variant in a.variants:
+        shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode"
+                  else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048)])
+        if variant == "full":
+            shapes.append((1, 2, 256, 1024))
+        for kind in ("linked", "control"):
+            for B, H, Lq, Lkv in shapes:
+                ok, msg = check_one(variant, B, H, Lq, Lkv, kind == "control")
+                rows.append((variant, kind, f"B={B} H={H} Lq={Lq} Lkv={Lkv}", ok, msg))
+    q, k, v = rand_qkv(1, 2, 256, 256)
+    refusals = [
+        ("fp16 q", lambda: attention(q.half(), k, v, "causal", kernel_dir=BIN), "R-DTYPE"),
+        ("Lq % 128", lambda: attention(q[:, :, :200].contiguous(), k, v, "full", kernel_dir=BIN), "R-SHAPE"),
+        ("d = 64", lambda: attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(),
+                                     "full", kernel_dir=BIN), "R-SHAPE"),
+        ("causal Lq != Lkv", lambda: attention(q, torch.cat([k, k], 2), torch.cat([v, v], 2), "causal",
+                                               kernel_dir=BIN), "R-SHAPE"),
+        ("no block mask", lambda: attention(q, k, v, "block_sparse", kernel_dir=BIN), "R-PARAM"),
+        ("window 0", lambda: attention(q, k, v, "sliding", window=0, kernel_dir=BIN), "R-PARAM"),
+        ("decode 17 rows", lambda: attention(q[:, :, :17].contiguous(), k, v, "decode", kernel_dir=BIN), "R-SHAPE"),
+        ("unknown variant", lambda: attention(q, k, v, "alibi", kernel_dir=BIN), "R-PARAM"),
+        ("non-contiguous", lambda: attention(q.transpose(1, 2), k, v, "full", kernel_dir=BIN), "R-LAYOUT"),
+        ("doc ids int64", lambda: attention(q, k, v, "document", doc_ids=torch.zeros(1, 256, dtype=torch.int64,
+                                                                                     device="cuda"),
+                                            kernel_dir=BIN), "R-DTYPE"),
+    ]
+    for name, fn, code in refusals:
+        rows.append(("refusal", "", name, *expect(fn, code)))
+    bad = 0
+    for r in rows:
+        bad += not r[3]
+        print(f"{'PASS' if r[3] else 'FAIL'}  {r[0]:<13} {r[1]:<8} {r[2]:<28} {r[4]}")
+    print(f"check: {len(rows) - bad}/{len(rows)} passed (tolerance |err| <= {ATOL} + {RTOL} |ref|, fp32 reference)")
+    return 1 if bad else 0
+
+
+# ---- timing -------------------------------------------------------------------------------
+
+def graph_of(fn, inner):
+    import torch
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(inner):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def interleaved(fns: dict, inner: int, rounds: int) -> dict:
+    """Median us per call of each fn: graphs replayed in rounds, order rotating (ABBA-like)."""
+    import torch
+    graphs = {}
+    for k, f in fns.items():
+        try:
+            graphs[k] = graph_of(f, inner)
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot run here is reported, not fatal
+            print(f"    ({k}: not timed: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    names = list(graphs)
+    ev = []
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        if r % 2:
+            order.reverse()
+        for n in order:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            graphs[n].replay()
+            e1.record()
+            ev.append((n, e0, e1))
+    torch.cuda.synchronize()
+    times = {n: [] for n in names}
+    for n, e0, e1 in ev:
+        times[n].append(e0.elapsed_time(e1) * 1e3 / inner)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def sdpa_fns(q, k, v, causal):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    fns = {}
+    for name, b in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+                    ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        def f(b=b):
+            with sdpa_kernel([b]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            f()
+            fns[name] = f
+        except Exception as e:  # noqa: BLE001
+            print(f"    ({name} unavailable: {str(e).splitlines()[0][:100]})")
+    return fns
+
+
+_flex = None
+
+
+def flex_fn(q, k, v, mask_mod, score_mod=None):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask as fcbm
+    from torch.nn.attention.flex_attention import flex_attention
+    global _flex
+    if _flex is None:
+        _flex = torch.compile(flex_attention, dynamic=False)
+    B, H, Lq, _ = q.shape
+    bm = fcbm(mask_mod, None, None, Lq, k.shape[2], device="cuda", _compile=True) if mask_mod else None
+    f = lambda: _flex(q, k, v, block_mask=bm, score_mod=score_mod)  # noqa: E731
+    f()
+    return f
+
+
+def cmd_bench(a) -> int:
+    import torch
+    table = []
+    for S in a.seqs:
+        B, H = 1, 32
+        q, k, v = rand_qkv(B, H, S, S, seed=S)
+        inner = max(1, 16384 // S)
+        flops_full = 4 * B * H * S * S * 128
+        docs = docs_for(B, S, S, "cuda", mean=1024)
+        d0 = docs[0]
+        cases = {
+            "causal": ({}, lambda: sdpa_fns(q, k, v, True), lambda: flex_fn(q, k, v, lambda b, h, i, j: j <= i), 0.5),
+            "sliding": ({"window": WINDOW}, None,
+                        lambda: flex_fn(q, k, v, lambda b, h, i, j: (j <= i) & (i - j < WINDOW)), None),
+            "document": ({"doc_ids": docs}, None, lambda: flex_fn(q, k, v, lambda b, h, i, j: d0[i] == d0[j]), None),
+            "block_sparse": ({"block_mask": create_block_mask(sparse_pred, None, None, S, S)}, None,
+                             lambda: flex_fn(q, k, v, sparse_pred), None),
+        }
+        for variant in a.prefill:
+            kw, sdpa, flex, frac = cases[variant]
+            outs = {n: torch.empty_like(q) for n in ("pl", "ctl")}
+            fns = {"pipelink": lambda: attention(q, k, v, variant, out=outs["pl"], kernel_dir=BIN, **kw),
+                   "pipelink:control": lambda: attention(q, k, v, variant, out=outs["ctl"], control=True,
+                                                        kernel_dir=BIN, **kw)}
+            if sdpa:
+                fns.update(sdpa())
+            if flex and (variant != "causal" or a.flex_causal):
+                try:
+                    t0 = time.time()
+                    fns["flex_compiled"] = flex()
+                    print(f"    (flex {variant} S={S}: compiled in {time.time() - t0:.1f} s)", flush=True)
+                except Exception as e:  # noqa: BLE001
+                    print(f"    (flex unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+            t = interleaved(fns, inner, a.rounds)
+            if "pipelink" not in t:
+                print(f"FAIL {variant} S={S}: pipelink was not timed")
+                continue
+            base = {n: x for n, x in t.items() if not n.startswith("pipelink")}
+            best = min(base, key=base.get) if base else None
+            row = {"kind": "prefill", "variant": variant, "S": S, **{n: x for n, x in t.items()}, "best_baseline": best,
+                   "speedup": base[best] / t["pipelink"] if best else float("nan")}
+            if frac:
+                row["tflops"] = flops_full * frac / t["pipelink"] / 1e6
+            table.append(row)
+            print(json.dumps(row), flush=True)
+    for B, KV in a.decode:
+        H = 32
+        q, k, v = rand_qkv(B, H, 1, KV, seed=KV + B)
+        out = torch.empty_like(q)
+        ctl = torch.empty_like(q)
+        fns = {"pipelink": lambda: attention(q, k, v, "decode", out=out, kernel_dir=BIN),
+               "pipelink:control": lambda: attention(q, k, v, "decode", out=ctl, control=True, kernel_dir=BIN)}
+        fns.update(sdpa_fns(q, k, v, False))
+        if a.flex_decode:
+            try:
+                fns["flex_compiled"] = flex_fn(q, k, v, None)
+            except Exception as e:  # noqa: BLE001
+                print(f"    (flex decode unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        t = interleaved(fns, 20, a.rounds)
+        if "pipelink" not in t:
+            print(f"FAIL decode B={B} KV={KV}: pipelink was not timed")
+            continue
+        base = {n: x for n, x in t.items() if not n.startswith("pipelink")}
+        best = min(base, key=base.get) if base else None
+        kv_bytes = 2 * B * H * KV * 128 * 2
+        row = {"kind": "decode", "variant": "decode", "B": B, "KV": KV, **t, "best_baseline": best,
+               "speedup": base[best] / t["pipelink"] if best else float("nan"),
+               "tbs": kv_bytes / t["pipelink"] / 1e6}
+        table.append(row)
+        print(json.dumps(row), flush=True)
+    print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (B=1, H=32, d=128, bf16)")
+    for r in table:
+        shape = f"S={r['S']}" if r["kind"] == "prefill" else f"B={r['B']} KV={r['KV']}"
+        others = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and n not in
+                           ("pipelink", "speedup", "tflops", "tbs"))
+        extra = f" {r['tflops']:.0f} TFLOP/s" if "tflops" in r else (f" {r['tbs']:.2f} TB/s" if "tbs" in r else "")
+        print(f"  {r['variant']:<13} {shape:<16} pipelink {r['pipelink']:9.1f}{extra}  | {others}  | "
+              f"vs {r['best_baseline']}: {r['speedup']:.3f}x")
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=1))
+    return 0
+
+
+def cmd_pair(a) -> int:
+    import torch
+    rows = []
+    for variant in a.variants:
+        if variant == "decode":
+            B, H, Lq, L = 8, 32, 1, 16384
+        else:
+            B, H, Lq, L = 1, 32, 4096, 4096
+        q, k, v = rand_qkv(B, H, Lq, L, seed=1)
+        kw, _ = variant_kwargs(variant, B, H, L, q.device)
+        if variant == "sliding":
+            kw = {"window": WINDOW}
+        oa, ob = torch.empty_like(q), torch.empty_like(q)
+        r, iqr, ta, tb = paired_ratio(lambda: attention(q, k, v, variant, out=oa, kernel_dir=BIN, **kw),
+                                      lambda: attention(q, k, v, variant, out=ob, control=True, kernel_dir=BIN, **kw),
+                                      10 if variant == "decode" else 3, a.rounds)
+        rows.append((variant, ta, tb, r, iqr))
+        print(f"  {variant:<13} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f}  IQR {iqr:.4f}",
+              flush=True)
+    worst = max(abs(r[3] - 1) for r in rows)
+    print(f"pair: {len(rows)} variants, geomean {statistics.geometric_mean([r[3] for r in rows]):.4f}, "
+          f"worst |linked/control - 1| = {worst * 100:.3f}%")
+    return 0
+
+
+def cmd_sanitize(a) -> int:
+    import shutil
+    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(san).exists():
+        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
+        return 1
+    import concurrent.futures as cf
+
+    def run(job):
+        variant, tool = job
+        cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", "--kernel-name", "kns=attn_",
+               sys.executable, __file__, "one", "--variant", variant]
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            p = subprocess.CompletedProcess(cmd, 124, "", f"TIMEOUT after {a.timeout} s")
+        return variant, tool, p, time.time() - t0
+
+    jobs = [(v, t) for v in a.variants for t in a.tools.split(",")]
+    bad, n = 0, len(jobs)
+    with cf.ThreadPoolExecutor(a.jobs) as ex:  # one GPU, several small checked launches at once
+        for variant, tool, p, dt in ex.map(run, jobs):
+            text = p.stdout + p.stderr
+            summary = [ln.strip("= ") for ln in text.splitlines() if "SUMMARY" in ln]
+            ok = p.returncode == 0 and "RESULT OK" in text
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  {variant:<13} {tool:<10} rc={p.returncode} {' '.join(summary)} "
+                  f"({dt:.1f} s)", flush=True)
+            if not ok:  # the findings first, without host backtraces
+                keep = [ln for ln in text.splitlines() if ln.strip(" =") and "Host Frame" not in ln]
+                print("    " + "\n    ".join(keep[:30]))
+    print(f"sanitize: {n - bad}/{n} clean")
+    return 1 if bad else 0
+
+
+def cmd_one(a) -> int:
+    """One small checked launch (what the sanitizer runs)."""
+    shape = (2, 2, 3, 1024) if a.variant == "decode" else (1, 2, 512, 512)
+    ok, msg = check_one(a.variant, *shape, control=False)
+    print(("RESULT OK " if ok else "RESULT WRONG ") + msg)
+    return 0 if ok else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=["check", "pair", "bench", "sanitize", "one", "all"])
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variant", default="causal")
+    ap.add_argument("--tools", default="memcheck,racecheck,synccheck")
+    ap.add_argument("--seqs", default="4096,8192,32768")
+    ap.add_argument("--prefill", default="causal,sliding,document,block_sparse")
+    ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
+    ap.add_argument("--flex-causal", action="store_true")
+    ap.add_argument("--flex-decode", action="store_true")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=7, help="sanitize: runs at once")
+    ap.add_argument("--timeout", type=int, default=150, help="sanitize: seconds per run")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    a.variants = [v for v in a.variants.split(",") if v]
+    a.seqs = [int(s) for s in a.seqs.split(",") if s]
+    a.prefill = [v for v in a.prefill.split(",") if v]
+    a.decode = [tuple(int(x) for x in s.split("x")) for s in a.decode.split(",") if s]
+    if a.cmd == "one":
+        return cmd_one(a)
+    rc = 0
+    cmds = {"check": cmd_check, "pair": cmd_pair, "bench": cmd_bench, "sanitize": cmd_sanitize}
+    for cmd in (["check", "sanitize", "pair", "bench"] if a.cmd == "all" else [a.cmd]):
+        print(f"==== {cmd}", flush=True)
+        rc |= cmds[cmd](a)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Block masks and document ranges for the attention variants (layouts: attn_block_sparse.cu,
+attn_document.cu). Built on the GPU with torch; the result is one int32 aux tensor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelink.runtime import LaunchError
+
+BLOCK = 128
+HEADER = 16  # words
+
+
+@dataclass
+class BlockMask:
+    """Per Q block, the KV blocks to visit (full or partial) and the predicate's bits inside the
+    partial ones, for a [B, H, Q_LEN, KV_LEN] predicate (B or H may be broadcast: 1)."""
+    aux: object           # int32 tensor, attn_block_sparse.cu's layout
+    B: int
+    H: int
+    Q_LEN: int
+    KV_LEN: int
+    kept: float           # fraction of blocks visited
+    partial: float        # fraction of blocks needing the per-element mask
+
+    def check(self, B, H, Lq, Lkv, device):
+        if (self.Q_LEN, self.KV_LEN) != (Lq, Lkv):
+            raise LaunchError("R-SHAPE", f"block mask is for Q_LEN, KV_LEN = {self.Q_LEN}, {self.KV_LEN}; "
+                              f"the inputs have {Lq}, {Lkv}", hint="create_block_mask with the inputs' lengths")
+        for name, m, x in (("B", self.B, B), ("H", self.H, H)):
+            if m not in (1, x):
+                raise LaunchError("R-SHAPE", f"block mask {name} = {m} does not broadcast to {x}",
+                                  hint=f"create_block_mask(..., {name}={x} or None)")
+        if self.aux.device != device:
+            raise LaunchError("R-DEVICE", f"block mask is on {self.aux.device}, inputs on {device}",
+                              hint="create_block_mask(..., device=q.device)")
+
+    def __repr__(self):
+        return (f"BlockMask(B={self.B}, H={self.H}, Q_LEN={self.Q_LEN}, KV_LEN={self.KV_LEN}, "
+                f"kept={self.kept:.3f}, partial={self.partial:.3f})")
+
+
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=BLOCK, chunk_rows=1024):
+    """FlexAttention-like: mask_mod(b, h, q_idx, kv_idx) -> bool tensor (broadcasting torch ops).
+    B or H None broadcasts the mask over that dimension."""
+    import torch
+    if BLOCK_SIZE != BLOCK:
+        raise LaunchError("R-SHAPE", f"BLOCK_SIZE = {BLOCK_SIZE}: the core's tiles are {BLOCK}", hint="BLOCK_SIZE=128")
+    for name, n in (("Q_LEN", Q_LEN), ("KV_LEN", KV_LEN)):
+        if not isinstance(n, int) or n <= 0 or n % BLOCK:
+            raise LaunchError("R-SHAPE", f"{name} = {n!r} is not a positive multiple of {BLOCK}",
+                              hint=f"pad the sequence to a multiple of {BLOCK}")
+    if not callable(mask_mod):
+        raise LaunchError("R-PARAM", "mask_mod must be callable (b, h, q_idx, kv_idx) -> bool tensor")
+    mB, mH = B or 1, H or 1
+    QB, KB = Q_LEN // BLOCK, KV_LEN // BLOCK
+    dev = torch.device(device)
+    kv = torch.arange(KV_LEN, device=dev)[None, :]
+    rows = chunk_rows - chunk_rows % BLOCK or BLOCK
+    any_, all_, bits = [], [], []
+    weights = (torch.ones(32, dtype=torch.int64, device=dev) << torch.arange(32, device=dev))
+    for b in range(mB):
+        for h in range(mH):
+            for q0 in range(0, Q_LEN, rows):
+                q = torch.arange(q0, min(q0 + rows, Q_LEN), device=dev)[:, None]
+                m = mask_mod(torch.tensor(b, device=dev), torch.tensor(h, device=dev), q, kv)
+                m = torch.as_tensor(m, device=dev).expand(q.shape[0], KV_LEN).bool()
+                blk = m.view(-1, BLOCK, KB, BLOCK).transpose(1, 2)  # [qb, kb, 128, 128]
+                a, al = blk.any(dim=(2, 3)), blk.all(dim=(2, 3))
+                part = a & ~al
+                any_.append(a)
+                all_.append(al)
+                if part.any():
+                    pb = blk[part].reshape(-1, BLOCK, 4, 32).long()
+                    bits.append(((pb * weights).sum(-1) & 0xFFFFFFFF))
+    kept = torch.cat(any_).view(mB * mH, QB, KB)
+    full = torch.cat(all_).view(mB * mH, QB, KB)
+    partial = kept & ~full
+    counts = kept.sum(-1).int()
+    maxk = max(int(counts.max()), 1)
+    order = torch.sort((~kept).int(), dim=-1, stable=True).indices[..., :maxk]  # kept blocks first, ascending
+    kind = torch.gather(partial, -1, order)
+    idx = torch.where(kind, order - 2**31, order)
+    slot = (torch.cumsum(partial.flatten().long(), 0) - 1).clamp(min=0).view_as(partial)
+    bits_t = torch.cat(bits).flatten() if bits else torch.zeros(512, dtype=torch.int64, device=dev)
+    bits_t = torch.where(bits_t >= 2**31, bits_t - 2**32, bits_t)
+    off_counts = HEADER
+    off_idx = off_counts + counts.numel()
+    off_slot = off_idx + idx.numel()
+    off_bits = off_slot + slot.numel()
+    header = torch.tensor([QB, KB, maxk, H or 1, mB, mH, off_counts, off_idx, off_slot, off_bits] + [0] * 6,
+                          dtype=torch.int64, device=dev)
+    aux = torch.cat([header, counts.flatten().long(), idx.flatten().long(), slot.flatten(), bits_t]).int()
+    n = kept.numel()
+    return BlockMask(aux, mB, mH, Q_LEN, KV_LEN, float(kept.sum()) / n, float(partial.sum()) / n)
+
+
+def document_aux(doc_ids, B, H, S, device):
+    """aux for attn_document.cu: [S, H, QB, off_doc, off_lo, off_hi] + doc ids + KV block ranges."""
+    import torch
+    if not hasattr(doc_ids, "dtype") or doc_ids.dtype != torch.int32:
+        raise LaunchError("R-DTYPE", f"doc_ids must be an int32 tensor, got {getattr(doc_ids, 'dtype', type(doc_ids))}",
+                          hint="doc_ids.to(torch.int32)")
+    if tuple(doc_ids.shape) != (B, S):
+        raise LaunchError("R-SHAPE", f"doc_ids has shape {list(doc_ids.shape)}, expected [{B}, {S}]",
+                          hint="one document id per token of each batch row")
+    if doc_ids.device != device:
+        raise LaunchError("R-DEVICE", f"doc_ids is on {doc_ids.device}, inputs on {device}", hint="doc_ids.to(q.device)")
+    d = doc_ids.contiguous()
+    if S > 1 and bool((d[:, 1:] < d[:, :-1]).any()):
+        raise LaunchError("R-PARAM", "doc_ids must be non-decreasing along the sequence (packed documents)",
+                          hint="pack each document's tokens contiguously, ids in order")
+    QB = S // BLOCK
+    first, last = d[:, ::BLOCK].contiguous(), d[:, BLOCK - 1::BLOCK].contiguous()
+    start = torch.searchsorted(d, first, right=False)
+    end = torch.searchsorted(d, last, right=True)
+    lo, hi = start // BLOCK, (end + BLOCK - 1) // BLOCK
+    header = torch.tensor([S, H, QB, 16, 16 + B * S, 16 + B * S + B * QB] + [0] * 10, dtype=torch.int64, device=device)
+    return torch.cat([header, d.flatten().long(), lo.flatten(), hi.flatten()]).int()

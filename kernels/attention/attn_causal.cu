@@ -1,0 +1,11 @@
+// attn_causal.cu — variant: causal mask (key k visible to query q iff k <= q; q_len == kv_len).
+// KV blocks 0 .. q_block; only the diagonal block needs the per-element mask.
+#define PL_COMPONENT attn_mask
+#include <pipelink.h>
+
+#include "attn_variant.h"
+
+ATTN_PREFILL_TILE
+ATTN_KV_COUNT { return qb + 1; }
+ATTN_KV_BLOCK { return i == qb ? (i | attn::PARTIAL) : i; }
+ATTN_SCORE { return k <= q ? s : -INFINITY; }

@@ -1,0 +1,98 @@
+// attn_combine.cu — split-KV decode epilogue (contract: attn_combine.contract.toml).
+// Each CTA (split s of head bh) writes its rows' normalised O and log2-sum-exp into its slot
+// of workspace `partials`, then thread 0 counts on the head's counter (acq_rel). The CTA
+// whose count completes the head merges every split's slot (weights exp2(lse_s - max)),
+// writes bf16 O and resets the counter to zero for the next launch. No CTA waits for
+// another, so any grid size is safe.
+#define PL_COMPONENT attn_combine
+#include <pipelink.h>
+
+#include <math.h>
+
+#include "attn.h"
+
+PL_DECLARE_FACT(block_q);
+PL_DECLARE_FACT(head_dim);
+PL_DECLARE_WORKSPACE(partials);
+PL_DECLARE_WORKSPACE(counters);
+PL_DECLARE_SMEM(last);
+PL_DECLARE_BARRIER(sync);
+
+namespace attn_combine {
+struct Params {  // o = "ptr"; q_len, bh, splits = "u32"
+  uint4* o;      // 8 bf16 per uint4
+  uint32_t q_len, bh, splits;
+};
+constexpr unsigned ROWS = 16, D = attn::HEAD_DIM, SLOT = ROWS * D + ROWS;  // floats per slot
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+}  // namespace attn_combine
+
+PL_IMPORT(out) {
+  using namespace attn_combine;
+  const Params& p = PL_PARAMS(Params);
+  const attn::OutFrag& f = *static_cast<const attn::OutFrag*>(pl_frag);
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN());
+  const unsigned g = (t % 32) / 4, qd = t % 4;
+  const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];
+  const unsigned rows = min(p.q_len, ROWS);
+  float* ws = static_cast<float*>(PL_WORKSPACE(partials));
+  unsigned* counters = static_cast<unsigned*>(PL_WORKSPACE(counters));
+  float* slot = ws + ((size_t)bh * splits + split) * SLOT;
+  if (t < 32) {  // rows 0..15 of the tile live in the first warp (attn_o(2))
+#pragma unroll
+    for (unsigned j = 0; j < 2; ++j) {
+      const unsigned r = g + 8 * j;
+      if (r >= rows) continue;
+      const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;
+#pragma unroll
+      for (unsigned nt = 0; nt < 16; ++nt)
+        __stcg(reinterpret_cast<float2*>(slot + r * D + 8 * nt + 2 * qd),
+               make_float2(f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv));
+      if (qd == 0) __stcg(slot + ROWS * D + r, f.l[j] > 0.f ? f.m[j] + __log2f(f.l[j]) : -INFINITY);
+    }
+  }
+  __threadfence();
+  const unsigned bar = PL_BARRIER(sync);
+  unsigned* last = reinterpret_cast<unsigned*>(PL_SMEM_PTR(last));
+  pl::named_barrier_sync(bar, 256);
+  if (t == 0) {
+    const bool is_last = add_acq_rel(counters + bh, 1) == splits - 1;
+    if (is_last) counters[bh] = 0;  // every split has counted: ready for the next launch
+    *last = is_last;
+  }
+  pl::named_barrier_sync(bar, 256);
+  if (!*last) return;
+  __threadfence();
+  const unsigned r = t / 16, c0 = (t % 16) * 8;  // 16 rows x 16 groups of 8 columns
+  if (r >= rows) return;
+  const float* head = ws + (size_t)bh * splits * SLOT;
+  float mx = -INFINITY;
+  for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(head + s * SLOT + ROWS * D + r));
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sum = 0.f;
+  if (mx != -INFINITY) {
+    for (unsigned s = 0; s < splits; ++s) {
+      const float* sl = head + s * SLOT;
+      const float wgt = exp2f(__ldcg(sl + ROWS * D + r) - mx);
+      const float4 a = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0));
+      const float4 b = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0 + 4));
+      sum += wgt;
+      acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
+      acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
+    }
+  }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  p.o[((size_t)bh * p.q_len + r) * (D / 8) + c0 / 8] =
+      make_uint4(pack_bf16(acc[0] * inv, acc[1] * inv), pack_bf16(acc[2] * inv, acc[3] * inv),
+                 pack_bf16(acc[4] * inv, acc[5] * inv), pack_bf16(acc[6] * inv, acc[7] * inv));
+  (void)PL_FACT(block_q);
+  (void)PL_FACT(head_dim);
+}

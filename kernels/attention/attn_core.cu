@@ -1,0 +1,196 @@
+// attn_core.cu — the attention core: FlashAttention-3-style forward of one work tile
+// (a 128-row Q block of one head) by two consumer warpgroups, each owning 64 rows.
+// Q arrives through ring `q`, K_i / V_i through ring `kv` (attn_loader, TMA); which KV blocks
+// to visit and how to mask or modify scores come only from the variant's callables
+// (attn.h): this file is compiled once and linked unchanged into every variant.
+// Per KV block, FA3's intra-warpgroup pipelining: S_{i} = Q K_i^T (wgmma SS) is issued before
+// O += P_{i-1} V_{i-1} (wgmma RS, P from registers), so the softmax of block i overlaps the
+// PV product of block i-1; online softmax in log2 units (exp2 with the scale folded in).
+// The unnormalised O, the row max and sum go to the epilogue through export `out`
+// (layout "attn_o(2)", attn.h): a store epilogue for prefill, a split-KV combine for decode.
+#define PL_COMPONENT attn_core
+#include <pipelink.h>
+
+#include <math.h>
+
+#include "attn.h"
+#include "attn_wgmma.h"
+
+PL_OWN_FACT(block_q, attn::BLOCK);
+PL_OWN_FACT(head_dim, attn::HEAD_DIM);
+PL_DECLARE_RING(q);
+PL_DECLARE_RING(kv);
+PL_DECLARE_EXPORT(out);
+PL_DECLARE_CALL(tile, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+PL_DECLARE_CALL_RET(float, score, float, unsigned, unsigned, unsigned, const void*);
+
+namespace attn_core {
+struct Params {  // the contract's [params]: aux = "ptr", q_len, kv_len = "u32", scale = "f32"
+  const void* aux;
+  uint32_t q_len, kv_len;
+  float scale;
+};
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr unsigned CHUNK16 = attn::CHUNK_BYTES >> 4;  // descriptor units
+
+struct Ring {
+  uint32_t buf;
+  uint64_t* full;
+  uint64_t* empty;
+  unsigned depth;
+  __device__ __forceinline__ unsigned stage(unsigned idx) const { return idx % depth; }
+  __device__ __forceinline__ void wait(unsigned idx) const { pl::mbar_wait(full + idx % depth, (idx / depth) & 1u); }
+  __device__ __forceinline__ void release(unsigned idx, bool lane0) const {
+    if (lane0) pl::mbar_arrive(empty + idx % depth);
+  }
+};
+
+// S = Q K^T for one K stage: 8 k16-steps over d = 128 (two 64-column swizzle chunks).
+__device__ __forceinline__ void issue_qk(float* s, uint64_t dq, uint32_t k_addr) {
+  const uint64_t dk = attn_wgmma::desc_k_sw128(k_addr);
+  attn_wgmma::fence();
+#pragma unroll
+  for (unsigned ks = 0; ks < 8; ++ks) {
+    const uint64_t off = (ks >> 2) * CHUNK16 + (ks & 3u) * 2u;
+    attn_wgmma::ss(s, dq + off, dk + off, ks);
+  }
+  attn_wgmma::commit();
+}
+// O += P V for one V stage: 8 k16-steps over the 128 keys (16 key rows = 2048 B each).
+__device__ __forceinline__ void issue_pv(float* o, const uint32_t* p, uint32_t v_addr) {
+  attn_wgmma::fence();
+#pragma unroll
+  for (unsigned kk = 0; kk < 8; ++kk)
+    attn_wgmma::rs(o, p + 4 * kk, attn_wgmma::desc_mn_sw128(v_addr + kk * 2048u, attn::CHUNK_BYTES));
+  attn_wgmma::commit();
+}
+// exp2 on the SFU (ex2.approx.ftz: 2 ulp, flushes denormals; what FA3 uses).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+}  // namespace attn_core
+
+PL_ENTRY(run) {
+  using namespace attn_core;
+  const Params& p = PL_PARAMS(Params);
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN());
+  const unsigned wg = t / 128, w = (t / 32) % 4, g = (t % 32) / 4, qd = t % 4;
+  const bool lane0 = (t % 32) == 0;
+  uint8_t* base = pl::smem_base();
+  const Ring rq{pl::smem_addr(base + PL_RING_BUFFER(q)), reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q)),
+                reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q)), PL_RING_DEPTH(q)};
+  const Ring rkv{pl::smem_addr(base + PL_RING_BUFFER(kv)), reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv)),
+                 reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv)), PL_RING_DEPTH(kv)};
+
+  attn::OutFrag f;
+  PL_CALL(tile, f.info);
+  const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
+  const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+  const float scale_log2 = p.scale * LOG2E;
+  const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
+  const uint64_t dq = attn_wgmma::desc_k_sw128(rq.buf + 64 * wg * 128);
+
+  float s[64];
+  uint32_t pr[32];
+#pragma unroll
+  for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;
+  f.m[0] = f.m[1] = -INFINITY;
+  f.l[0] = f.l[1] = 0.f;
+
+  // Mask/modify S of KV block `kb` (kind bit from kv_block), then the online softmax:
+  // new row max, S := exp2(S - max) in place, rescale factor for O and the running sums.
+  auto softmax = [&](unsigned kb_kind, float* alpha) {
+    const unsigned kb = kb_kind & attn::BLOCK_MASK;
+    float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
+    if (kb_kind & attn::PARTIAL) {
+#pragma unroll
+      for (unsigned i = 0; i < 64; ++i) {
+        const unsigned r = row0 + 8 * ((i / 2) % 2), c = kb * attn::BLOCK + 8 * (i / 4) + 2 * qd + (i % 2);
+        s[i] = PL_CALL(score, s[i] * p.scale, r, c, bh, p.aux) * LOG2E;
+      }
+      mul = 1.f;
+    }
+#pragma unroll
+    for (unsigned j = 0; j < 2; ++j) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(f.m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
+      const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
+      alpha[j] = ex2(f.m[j] - use);
+      f.m[j] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (unsigned nt = 0; nt < 16; ++nt) {
+        s[nt * 4 + 2 * j] = ex2(fmaf(s[nt * 4 + 2 * j], mul, -use));
+        s[nt * 4 + 2 * j + 1] = ex2(fmaf(s[nt * 4 + 2 * j + 1], mul, -use));
+        sum += s[nt * 4 + 2 * j] + s[nt * 4 + 2 * j + 1];
+      }
+      f.l[j] = f.l[j] * alpha[j] + sum;  // this thread's columns; the quad adds up at the end
+    }
+  };
+  auto to_p = [&]() {
+#pragma unroll
+    for (unsigned i = 0; i < 32; ++i) pr[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+  };
+  auto rescale = [&](const float* alpha) {
+#pragma unroll
+    for (unsigned i = 0; i < 64; ++i) f.o[i] *= alpha[(i / 2) % 2];
+  };
+
+  rq.wait(0);
+  if (n > 0) {
+    float alpha[2];
+    unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
+    rkv.wait(0);
+    issue_qk(s, dq, rkv.buf + rkv.stage(0) * attn::TILE_BYTES);
+    attn_wgmma::wait<0>();
+    attn_wgmma::fence_regs<64>(s);
+    rkv.release(0, lane0);
+    softmax(kind, alpha);
+    to_p();
+    for (unsigned i = 1; i <= n; ++i) {
+      const bool more = i < n;
+      if (more) {
+        kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
+        rkv.wait(2 * i);
+        issue_qk(s, dq, rkv.buf + rkv.stage(2 * i) * attn::TILE_BYTES);
+      }
+      rkv.wait(2 * i - 1);
+      attn_wgmma::fence_regs<32>(pr);
+      issue_pv(f.o, pr, rkv.buf + rkv.stage(2 * i - 1) * attn::TILE_BYTES);
+      if (more) {
+        attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
+        attn_wgmma::fence_regs<64>(s);
+        rkv.release(2 * i, lane0);
+        softmax(kind, alpha);
+      }
+      attn_wgmma::wait<0>();
+      attn_wgmma::fence_regs<64>(f.o);
+      attn_wgmma::fence_regs<32>(pr);
+      rkv.release(2 * i - 1, lane0);
+      if (more) {
+        rescale(alpha);
+        to_p();
+      }
+    }
+  }
+  rq.release(0, lane0);
+#pragma unroll
+  for (unsigned j = 0; j < 2; ++j) {
+    f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 1);
+    f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 2);
+  }
+  PL_EXPORT(out, &f, qb * attn::BLOCK, bh);
+}

@@ -1,0 +1,20 @@
+// attn_decode_split.cu — variant: split-KV decode. CTA (split, bh) of a grid [splits, B*H]
+// visits the split-th of `splits` equal contiguous ranges of the head's KV blocks; all
+// q_len (<= 16) query rows see every key. attn_combine merges the splits.
+#define PL_COMPONENT attn_mask
+#include <pipelink.h>
+
+#include "attn_variant.h"
+
+PL_CALLABLE(tile)(unsigned pl_inst, unsigned* info) {
+  info[0] = 0;
+  info[1] = blockIdx.y;
+  info[2] = blockIdx.x;
+  info[3] = gridDim.x;
+}
+ATTN_KV_COUNT {
+  const unsigned nkv = kv_len / attn::BLOCK, ns = gridDim.x;
+  return (split + 1) * nkv / ns - split * nkv / ns;
+}
+ATTN_KV_BLOCK { return split * (kv_len / attn::BLOCK) / gridDim.x + i; }
+ATTN_SCORE { return s; }

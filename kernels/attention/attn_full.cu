@@ -1,0 +1,10 @@
+// attn_full.cu — variant: no mask; every KV block, none needing the per-element call.
+#define PL_COMPONENT attn_mask
+#include <pipelink.h>
+
+#include "attn_variant.h"
+
+ATTN_PREFILL_TILE
+ATTN_KV_COUNT { return kv_len / attn::BLOCK; }
+ATTN_KV_BLOCK { return i; }
+ATTN_SCORE { return s; }

@@ -1,0 +1,74 @@
+// attn_loader.cu — TMA producer of rings `q` and `kv` for the attention core. One thread:
+// for the CTA's work tile (callable `tile`), the Q block into ring `q`, then K and V of every
+// KV block the variant lists (callables `kv_count`, `kv_block`) into ring `kv`, K before V.
+// Tensor maps come from attn_loader_host.py (boxes [128, 64], SWIZZLE_128B).
+#define PL_COMPONENT attn_loader
+#include <pipelink.h>
+
+#include <stddef.h>
+
+#include "attn.h"
+
+PL_DECLARE_FACT(block_q);
+PL_DECLARE_FACT(head_dim);
+PL_DECLARE_RING(q);
+PL_DECLARE_RING(kv);
+PL_DECLARE_CALL(tile, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+
+// The contract's [params], in order.
+struct AttnLoaderParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* aux;
+  uint32_t q_len, kv_len, bh;
+  pl::TensorMap tmap_q, tmap_k, tmap_v;
+};
+static_assert(offsetof(AttnLoaderParams, q_len) == 32 && offsetof(AttnLoaderParams, tmap_q) == 64 &&
+                  sizeof(AttnLoaderParams) == 448, "params layout (docs/CONTRACTS.md)");
+
+namespace {
+__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar) {
+  pl::tma_load_2d(dst, map, 0, row, bar);
+  pl::tma_load_2d(dst + attn::CHUNK_BYTES, map, 64, row, bar);
+}
+}  // namespace
+
+PL_ENTRY(run) {
+  if (pl::role_thread(PL_WARP_BEGIN()) != 0) return;
+  const AttnLoaderParams& p = PL_PARAMS(AttnLoaderParams);
+  uint8_t* base = pl::smem_base();
+  pl::prefetch_tensor_map(&p.tmap_q);
+  pl::prefetch_tensor_map(&p.tmap_k);
+  pl::prefetch_tensor_map(&p.tmap_v);
+  unsigned info[4];
+  PL_CALL(tile, info);
+  const unsigned qb = info[0], bh = info[1], split = info[2];
+  const unsigned blk = PL_FACT(block_q), bytes = blk * PL_FACT(head_dim) * 2;  // one tile (attn.h)
+
+  uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
+  uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
+  pl::mbar_wait(qempty, 1u);  // a fresh barrier passes parity 1
+  pl::mbar_arrive_expect_tx(qfull, bytes);
+  load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull);
+
+  uint8_t* buf = base + PL_RING_BUFFER(kv);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
+  const unsigned depth = PL_RING_DEPTH(kv);
+  const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+  unsigned stage = 0, phase = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
+    const int row = (int)(bh * p.kv_len + kb * blk);
+#pragma unroll 1
+    for (unsigned part = 0; part < 2; ++part) {  // K, then V
+      pl::mbar_wait(empty + stage, phase ^ 1u);
+      pl::mbar_arrive_expect_tx(full + stage, bytes);
+      load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage);
+      if (++stage == depth) { stage = 0; phase ^= 1u; }
+    }
+  }
+}

@@ -1,0 +1,23 @@
+// attn_sliding.cu — variant: causal sliding window of W keys (k <= q and q - k < W), W = aux
+// word 0 (q_len == kv_len). Visits the KV blocks that meet the band; blocks wholly inside it
+// skip the per-element mask.
+#define PL_COMPONENT attn_mask
+#include <pipelink.h>
+
+#include "attn_variant.h"
+
+namespace {
+__device__ __forceinline__ unsigned first_block(unsigned qb, const void* aux) {
+  const unsigned w = attn_variant::ld(aux, 0), q0 = qb * attn::BLOCK;
+  return q0 + 1 > w ? (q0 + 1 - w) / attn::BLOCK : 0;  // block of key q0 - W + 1
+}
+}  // namespace
+
+ATTN_PREFILL_TILE
+ATTN_KV_COUNT { return qb - first_block(qb, aux) + 1; }
+ATTN_KV_BLOCK {
+  const unsigned kb = first_block(qb, aux) + i, w = attn_variant::ld(aux, 0);
+  const bool inside = kb < qb && (qb - kb + 1) * attn::BLOCK - 1 < w;  // (q0 + 127) - k0 < W
+  return inside ? kb : (kb | attn::PARTIAL);
+}
+ATTN_SCORE { return k <= q && q - k < attn_variant::ld(aux, 0) ? s : -INFINITY; }

@@ -1,0 +1,129 @@
+"""Attention variants (issue 10): every variant links from the same, unchanged core package.
+
+CPU (needs Bazel, like test_bazel_relink): builds //kernels/attention/..., reads each link
+action's packages with `aquery`, and asserts that the attn_core package every variant links is
+one file with one sha256 (the core is never edited or recompiled per variant); checks the
+linked kernels' placement (rings, facts, no local memory) and a contract refusal.
+GPU (skipped without torch + a GPU): every variant against the fp32 reference on fresh random
+inputs with a NaN-poisoned output (benchmarks/attention_bench.py's check)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / "bazel-bin" / "kernels" / "attention"
+VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "decode"]
+BAZEL = [str(ROOT / "tools" / "bazel")]
+
+
+def _bazel_reason() -> str | None:
+    try:
+        res = subprocess.run(BAZEL + ["--version"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bazel unavailable: {e}"
+    if res.returncode != 0 or "bazel 7" not in res.stdout + res.stderr:
+        return "bazel unavailable (run `bash tools/setup.sh`)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def built():
+    reason = _bazel_reason()
+    if reason:
+        pytest.skip(reason)
+    res = subprocess.run(BAZEL + ["build", "//kernels/attention/..."], capture_output=True, text=True, cwd=ROOT,
+                         timeout=3600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    q = subprocess.run(BAZEL + ["aquery", 'mnemonic("PipelinkLink", //kernels/attention/...)', "--output=jsonproto"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert q.returncode == 0, q.stderr[-3000:]
+    return json.loads(q.stdout)
+
+
+def _links(aq) -> dict[str, list[str]]:
+    """kernel name -> the --package paths of its link action."""
+    out = {}
+    for a in aq.get("actions", []):
+        args = a.get("arguments", [])
+        pk = [args[i + 1] for i, x in enumerate(args[:-1]) if x == "--package"]
+        cubin = next((args[i + 1] for i, x in enumerate(args[:-1]) if x == "--cubin"), "")
+        if cubin:
+            out[Path(cubin).name.removesuffix(".cubin")] = pk
+    return out
+
+
+def test_every_variant_links_the_same_core_package(built):
+    links = _links(built)
+    assert set(links) == {f"attn_{v}" for v in VARIANTS}, sorted(links)
+    digests = {}
+    for kernel, pkgs in links.items():
+        core = [p for p in pkgs if Path(p).name == "attn_core.plpkg"]
+        assert len(core) == 1, (kernel, pkgs)
+        path = ROOT / "bazel-out" / Path(core[0]).relative_to("bazel-out")
+        digests[kernel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert len(set(digests.values())) == 1, digests
+    # the digest each linked kernel's manifest records for its core instance is one value too
+    recorded = {v: next(i["package_digest"] for i in json.loads((BIN / f"attn_{v}.manifest.json").read_text())
+                        ["instances"] if i["name"] == "core") for v in VARIANTS}
+    assert len(set(recorded.values())) == 1, recorded
+    # and it is the package bazel-bin holds
+    assert hashlib.sha256((BIN / "attn_core.plpkg").read_bytes()).hexdigest() == next(iter(digests.values()))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_placement(built, variant):
+    m = json.loads((BIN / f"attn_{variant}.manifest.json").read_text())
+    r = json.loads((BIN / f"attn_{variant}.report.json").read_text())
+    assert m["facts"] == {"block_q": 128, "head_dim": 128}
+    assert m["block"] == [384, 1, 1]
+    assert r["resource_usage"]["LOCAL"] == 0, "the linked kernel spills"
+    assert r["rings"]["q"]["depth"] == 1 and 2 <= r["rings"]["kv"]["depth"] <= 6
+    names = {i["name"]: i["package"] for i in m["instances"]}
+    assert names["core"] == "attn_core" and names["mask"] == "attn_mask"
+    if variant == "decode":
+        assert {w["name"] for w in m["workspaces"]} == {"partials", "counters"}
+
+
+def test_kernel_without_a_variant_is_refused(built, tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from pipelink.compose import parse_kernel
+    from pipelink.diagnostics import Rejected
+    from pipelink.link import link
+    from pipelink.package_io import read_package
+    pkgs = [read_package(str(BIN / f"{n}.plpkg")) for n in ("attn_loader", "attn_core", "attn_store")]
+    with pytest.raises(Rejected) as e:
+        link(parse_kernel(str(ROOT / "kernels" / "attention" / "attn_prefill.kernel.toml"), pkgs))
+    assert {d.code for d in e.value.diagnostics} & {"L-INSTANCE", "L-CALL-UNBOUND"}
+
+
+def _gpu_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        return "needs an sm_90 GPU"
+    if not (BIN / "attn_causal.cubin").exists():
+        return "bazel-bin/kernels/attention is not built"
+    return None
+
+
+@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_matches_fp32_reference(variant):
+    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "kernels" / "attention"), str(ROOT / "tools")]
+    import attention_bench as ab
+    shapes = [(2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode" else [(2, 3, 1024, 1024)]
+    for control in (False, True):
+        for shape in shapes:
+            ok, msg = ab.check_one(variant, *shape, control)
+            assert ok, f"{variant} {shape} control={control}: {msg}"
