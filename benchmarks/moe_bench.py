@@ -1,0 +1,364 @@
+"""One MoE layer (Qwen3-30B-A3B) on the H200 (issue 9): correctness, linked vs control, baselines.
+
+Shapes: x [T, 2048] bf16, router_w [128, 2048], w13 [128, 1536, 2048] (rows 0..767 of w13[e]
+gate, 768..1535 up), w2 [128, 2048, 768]; top-8, weights renormalised to sum 1:
+    logits = x @ router_w^T (f32), p = softmax(logits), (w, e) = top8(p), w /= sum(w)
+    out[t] = sum_k w_k * (silu(x @ gate[e_k]^T) * (x @ up[e_k]^T)) @ w2[e_k]^T      -> bf16
+
+    tools/bazel build //kernels/... --output_groups=+control     # CPU machine (moe_step, if present)
+    # device tool, carry [".xfer/...", ".whl"] (liger-kernel):
+    python3 benchmarks/moe_bench.py all [--tokens 1,16,128,1024,4096,16384]
+
+Columns:
+  moe_step, moe_step:control  kernels/moe/moe_step.py over bazel-bin/kernels/moe_step{,.control}.cubin
+                              (skipped, with the reason, while that entry or cubin is missing)
+  torch                       router + stable sort by expert + torch._grouped_mm (gate/up and
+                              down) + weighted index_add combine, eager
+  torch.compile               the same function under torch.compile (default mode, automatic
+                              dynamic shapes: two compiles in all, for T = 1 and symbolic T)
+  liger                       liger-kernel 0.8.5's Triton fused MoE (LigerFusedMoEFunction: routing
+                              metadata, gather + grouped GEMM + SwiGLU, down GEMM, gather-sum),
+                              after the same torch router; LIGER_FUSED_MOE_AUTOTUNE=0 (one pinned
+                              config: its autotuner would compile 32 configs per kernel). It calls
+                              .item() once per step, so it cannot be captured: timed eagerly.
+
+Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
+  check     fresh random inputs per T, moe_step's output poisoned (NaN) first; float64 reference
+            on every token for T <= 128 and on 256 sampled tokens otherwise (per expert, on the
+            GPU); pass iff every element is written and
+            |out - ref| <= 2e-2 * (|ref| + rms(ref)) everywhere (bf16 output and the bf16
+            intermediate h give ~1e-2 of rms); tokens whose 8th and 9th logits are within 1e-4
+            (routing is then precision-dependent) are excluded and counted.
+  sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step (T = 64,
+            torch-free, through symbol_link_counterexample.py's worker); fails if the tool is missing.
+  pair      moe_step linked / control: ABBA rounds of CUDA-graph replays (gpu_bench.paired_ratio).
+  bench     every column per T: graphs (or eager calls for liger) in rounds with rotating order,
+            median us per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
+
+from gpu_bench import paired_ratio  # noqa: E402
+
+H, I, E, TOP_K = 2048, 768, 128, 8
+TOKENS = [1, 16, 128, 1024, 4096, 16384]
+TOL = 2e-2
+BIN = ROOT / "bazel-bin" / "kernels"
+
+
+# ---- inputs and the float64 reference ------------------------------------------------------
+
+def weights(seed=None):
+    import torch
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    u = lambda *s: torch.rand(*s, device="cuda", generator=g) * 2 - 1  # noqa: E731
+    router_w = (u(E, H) / H**0.5).bfloat16()
+    w13 = (u(E, 2 * I, H) * (2 / H**0.5)).bfloat16()
+    w2 = (u(E, H, I) * (2 / I**0.5)).bfloat16()
+    return router_w, w13, w2, g
+
+
+def tokens(T, g):
+    import torch
+    return (torch.rand(T, H, device="cuda", generator=g) * 2 - 1).bfloat16()
+
+
+def reference(x, router_w, w13, w2, rows):
+    """float64 out[rows] and which of those rows route ambiguously (8th/9th logit gap < 1e-4)."""
+    import torch
+    xd = x[rows].double()
+    logits = xd @ router_w.double().t()
+    top = logits.topk(TOP_K + 1, dim=1)
+    ambiguous = (top.values[:, TOP_K - 1] - top.values[:, TOP_K]) < 1e-4
+    p = torch.softmax(logits, dim=1)
+    wv, ei = p.topk(TOP_K, dim=1)
+    wv = wv / wv.sum(1, keepdim=True)
+    out = torch.zeros(len(rows), H, dtype=torch.float64, device=x.device)
+    for e in ei.unique().tolist():
+        tk = (ei == e).nonzero()
+        t, k = tk[:, 0], tk[:, 1]
+        h = xd[t] @ w13[e].double().t()
+        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+        out.index_add_(0, t, wv[t, k, None] * (a @ w2[e].double().t()))
+    return out, ambiguous
+
+
+def sample_rows(T, g):
+    import torch
+    if T <= 128:
+        return torch.arange(T, device="cuda")
+    edge = torch.tensor([0, 1, 63, 64, 127, 128, T - 1], device="cuda").clamp(max=T - 1)
+    return torch.cat([edge, torch.randint(0, T, (249,), device="cuda", generator=g)]).unique()
+
+
+def error(out, ref, keep) -> tuple[int, float, float]:
+    """(unwritten, max |out-ref| / (|ref| + rms(ref)), normwise relative error) over kept rows."""
+    import torch
+    o, r = out[keep].double(), ref[keep]
+    unwritten = int(torch.isnan(o).sum())
+    rms = r.pow(2).mean().sqrt()
+    d = (o - r).nan_to_num(0.0)
+    return unwritten, float((d.abs() / (r.abs() + rms)).max()), float(d.norm() / r.norm())
+
+
+# ---- implementations -----------------------------------------------------------------------
+
+def route(x, router_w):
+    import torch
+    logits = x.float() @ router_w.float().t()
+    wv, ei = torch.softmax(logits, dim=1).topk(TOP_K, dim=1)
+    return wv / wv.sum(1, keepdim=True), ei
+
+
+def torch_step(x, router_w, w13, w2):
+    """Router, stable sort by expert, two grouped GEMMs, weighted combine: no host sync."""
+    import torch
+    T = x.shape[0]
+    wv, ei = route(x, router_w)
+    flat = ei.flatten()
+    order = torch.argsort(flat, stable=True)
+    tok = order // TOP_K
+    counts = torch.zeros(E, dtype=torch.int32, device=x.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offs = counts.cumsum(0, dtype=torch.int32)
+    h = torch._grouped_mm(x[tok], w13.transpose(1, 2), offs=offs)
+    a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    out.index_add_(0, tok, y.float() * wv.flatten()[order, None])
+    return out.bfloat16()
+
+
+def liger_step_factory():
+    from liger_kernel.ops.fused_moe import LigerFusedMoEFunction
+
+    def liger_step(x, router_w, w13, w2):
+        wv, ei = route(x, router_w)
+        return LigerFusedMoEFunction.apply(x, w13, w2, ei.int(), wv)  # f32 routing weights
+    return liger_step
+
+
+def moe_step_columns() -> tuple[dict, str]:
+    """{'moe_step': opener, 'moe_step:control': opener} or ({}, why not). opener(x, rw, w13, w2,
+    out) plans once (MoeStep.open) and returns the session's launch: no host work per call."""
+    entry = ROOT / "kernels" / "moe" / "moe_step.py"
+    if not entry.exists():
+        return {}, f"{entry.relative_to(ROOT)} does not exist yet"
+    cubins = {"moe_step": BIN / "moe_step.cubin", "moe_step:control": BIN / "moe_step.control.cubin"}
+    missing = [str(p.relative_to(ROOT)) for p in cubins.values() if not p.exists()]
+    if missing:
+        return {}, f"not built: {', '.join(missing)} (tools/bazel build //kernels:moe_step --output_groups=+control)"
+    import moe_step as m
+    cls = getattr(m, "MoeStep", None)
+    if cls is None:
+        return {}, "kernels/moe/moe_step.py has no MoeStep(cubin, manifest) class to load linked and control"
+    cols = {}
+    for name, cubin in cubins.items():
+        k = cls(cubin, BIN / "moe_step.manifest.json")
+        cols[name] = (lambda x, rw, w13, w2, out, k=k: k.open(x, rw, w13, w2, out).launch)
+    return cols, ""
+
+
+# ---- subcommands ---------------------------------------------------------------------------
+
+def cmd_check(a) -> int:
+    import torch
+    router_w, w13, w2, g = weights()
+    ours, why = moe_step_columns()
+    if why:
+        print(f"moe_step: skipped ({why})")
+    impls = {"torch": torch_step}
+    try:
+        impls["liger"] = liger_step_factory()
+    except Exception as e:  # noqa: BLE001
+        print(f"liger: skipped ({type(e).__name__}: {e})")
+    bad = rows = 0
+    for T in a.tokens:
+        x = tokens(T, g)
+        idx = sample_rows(T, g)
+        ref, amb = reference(x, router_w, w13, w2, idx)
+        keep = (~amb).nonzero().flatten()
+        outs = {}
+        for n, f in ours.items():
+            outs[n] = torch.full((T, H), float("nan"), dtype=torch.bfloat16, device="cuda")
+            f(x, router_w, w13, w2, outs[n])()
+        for n, f in impls.items():
+            outs[n] = f(x, router_w, w13, w2)
+        torch.cuda.synchronize()
+        for n, o in outs.items():
+            unwritten, err, nerr = error(o[idx], ref, keep)
+            ok = unwritten == 0 and err <= TOL
+            bad += not ok
+            rows += 1
+            print(f"{'PASS' if ok else 'FAIL'}  {n:<17} T={T:<6} unwritten={unwritten} max_err={err:.2e} "
+                  f"norm_rel={nerr:.2e} ({'f64 all' if T <= 128 else f'f64 {len(idx)} sampled'} tokens, "
+                  f"{int(amb.sum())} ambiguous excluded, tol {TOL})", flush=True)
+    print(f"check: {rows - bad}/{rows} passed")
+    return 1 if bad else 0
+
+
+def timed_rounds(fns: dict, graphable: set, inner: int, rounds: int) -> dict[str, float]:
+    """Median us per call: graphs replayed (or eager loops) in rounds, order rotating each round."""
+    import torch
+    runs = {}
+    for n, f in fns.items():
+        for _ in range(2):
+            f()
+        torch.cuda.synchronize()
+        if n in graphable:
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                for _ in range(inner):
+                    f()
+            runs[n] = gr.replay
+        else:
+            runs[n] = (lambda f=f: [f() for _ in range(inner)])
+    torch.cuda.synchronize()
+    names, ev = list(runs), []
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in (reversed(order) if r % 2 else order):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            runs[n]()
+            e1.record()
+            ev.append((n, e0, e1))
+    torch.cuda.synchronize()
+    t: dict[str, list[float]] = {n: [] for n in names}
+    for n, e0, e1 in ev:
+        t[n].append(e0.elapsed_time(e1) * 1e3 / inner)
+    return {n: statistics.median(v) for n, v in t.items()}
+
+
+def cmd_bench(a) -> int:
+    import torch
+    router_w, w13, w2, g = weights()
+    ours, why = moe_step_columns()
+    if why:
+        print(f"moe_step columns skipped: {why}")
+    try:
+        liger = liger_step_factory()
+    except Exception as e:  # noqa: BLE001
+        liger = None
+        print(f"liger column skipped: {type(e).__name__}: {e}")
+    # Automatic dynamic shapes: T = 1 compiles specialised, the next T once more with T symbolic
+    # (a static compile per T costs ~20+ s each on the H200 machine).
+    compiled = torch.compile(torch_step) if a.compile else None
+    table = []
+    for T in a.tokens:
+        x = tokens(T, g)
+        fns, graphable = {}, set()
+        for n, f in ours.items():
+            fns[n] = f(x, router_w, w13, w2, torch.empty(T, H, dtype=torch.bfloat16, device="cuda"))
+            graphable.add(n)
+        fns["torch"] = lambda: torch_step(x, router_w, w13, w2)
+        graphable.add("torch")
+        if compiled is not None:
+            fns["torch.compile"] = lambda: compiled(x, router_w, w13, w2)
+            graphable.add("torch.compile")
+        if liger is not None:
+            fns["liger"] = lambda: liger(x, router_w, w13, w2)
+        inner = 10 if T <= 1024 else 3
+        t = timed_rounds(fns, graphable, inner, a.rounds)
+        row = {"T": T, **{k: round(v, 2) for k, v in t.items()}}
+        base = [v for k, v in t.items() if not k.startswith("moe_step")]
+        if "moe_step" in t:
+            row["vs_best_baseline"] = round(min(base) / t["moe_step"], 3)
+            row["vs_torch_eager"] = round(t["torch"] / t["moe_step"], 3)
+        table.append(row)
+        print(json.dumps(row), flush=True)
+    cols = [c for c in ("moe_step", "moe_step:control", "torch", "torch.compile", "liger") if c in table[0]]
+    print(f"\nMoE step (Qwen3-30B-A3B), us per step, median over {a.rounds} rotating rounds "
+          "(graph replays; liger eager)")
+    print(f"{'T':>6} " + " ".join(f"{c:>16}" for c in cols) + ("  vs best  vs eager" if "moe_step" in cols else ""))
+    for r in table:
+        tail = f"  {r['vs_best_baseline']:7.3f} {r['vs_torch_eager']:8.3f}" if "moe_step" in r else ""
+        print(f"{r['T']:>6} " + " ".join(f"{r.get(c, float('nan')):16.1f}" for c in cols) + tail)
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=1))
+    return 0
+
+
+def cmd_pair(a) -> int:
+    import torch
+    ours, why = moe_step_columns()
+    if why:
+        print(f"pair: skipped ({why})")
+        return 0
+    router_w, w13, w2, g = weights()
+    ratios = []
+    for T in a.tokens:
+        x = tokens(T, g)
+        ol, oc = (torch.empty(T, H, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        r, iqr, ta, tb = paired_ratio(ours["moe_step"](x, router_w, w13, w2, ol),
+                                      ours["moe_step:control"](x, router_w, w13, w2, oc),
+                                      10 if T <= 1024 else 3, a.rounds)
+        ratios.append(r)
+        print(f"  moe_step T={T:<6} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f} (IQR {iqr:.4f})",
+              flush=True)
+    print(f"pair: geomean {statistics.geometric_mean(ratios):.4f}, worst |linked/control - 1| = "
+          f"{max(abs(r - 1) for r in ratios) * 100:.3f}%")
+    return 0
+
+
+def cmd_sanitize(a) -> int:
+    import shutil
+    import subprocess
+    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(san).exists():
+        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
+        return 1
+    cubin = BIN / "moe_step.cubin"
+    if not cubin.exists():
+        print(f"FAIL {cubin.relative_to(ROOT)} is missing: nothing to sanitize")
+        return 1
+    bad = 0
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
+               str(ROOT / "benchmarks" / "symbol_link_counterexample.py"), "target", "--kernel", "moe_step",
+               "--cubin", str(cubin), "--manifest", str(BIN / "moe_step.manifest.json")]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        text = p.stdout + p.stderr
+        ok = p.returncode == 0 and "RESULT correct" in text
+        bad += not ok
+        print(f"{'PASS' if ok else 'FAIL'}  moe_step {tool:<10} rc={p.returncode} "
+              f"{' '.join(ln for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}")
+        if not ok:
+            print("    " + "\n    ".join(text.splitlines()[-25:]))
+    print(f"sanitize: {3 - bad}/3 clean")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "all"])
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    a.tokens = [int(v) for v in a.tokens.split(",")]
+    rc = 0
+    cmds = {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench}
+    for cmd in (["check", "sanitize", "pair", "bench"] if a.cmd == "all" else [a.cmd]):
+        print(f"==== {cmd}", flush=True)
+        rc |= cmds[cmd](a)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""moe_step's geometry mutations for the symbol-linking counterexample (issue 9).
+
+Each row rebuilds one owner with other tile defines through that owner's own macro; the rule
+in counterexample.bzl then plain-links it against the original moe_step glue and links it with
+pipelink. In kernels/BUILD.bazel (next to `moe_step(name = "moe_step")`):
+
+    load(":moe_mutations.bzl", "moe_step_mutations")
+    moe_step_mutations()
+
+    tools/bazel build //kernels:moe_step_mutations
+    python3 benchmarks/symbol_link_counterexample.py --kernel moe_step
+"""
+
+load(":counterexample.bzl", "mutation", "symbol_link_mutations")
+load(":moe.bzl", "moe_expert")
+
+# (mutation, owner instance in moe_step.kernel.toml, what changed, the owner's macro, its kwargs)
+# The expert owner (X) owns block_m / block_h / block_n (defaults 32 / 16 / 32); dispatch,
+# SwiGLU and combine read them through handles. Add rows for other owners the same way.
+MOE_STEP_MUTATIONS = [
+    ("expert_bm64", "ffn", "moe_expert EXPERT_BLOCK_M 32 -> 64", moe_expert, {"block_m": 64}),
+    ("expert_bm16", "ffn", "moe_expert EXPERT_BLOCK_M 32 -> 16", moe_expert, {"block_m": 16}),
+    ("expert_bh32", "ffn", "moe_expert EXPERT_BLOCK_H 16 -> 32", moe_expert, {"block_h": 32}),
+    ("expert_bh8", "ffn", "moe_expert EXPERT_BLOCK_H 16 -> 8", moe_expert, {"block_h": 8}),
+    ("expert_bn64", "ffn", "moe_expert EXPERT_BLOCK_N 32 -> 64", moe_expert, {"block_n": 64}),
+]
+
+def moe_step_mutations(name = "moe_step_mutations", kernel = ":moe_step", rows = MOE_STEP_MUTATIONS):
+    muts = []
+    for m, owner, what, macro, kwargs in rows:
+        target = name + "__" + m
+        macro(name = target, **kwargs)
+        muts.append(mutation(m, owner = owner, what = what, target = ":" + target))
+    symbol_link_mutations(name = name, kernel = kernel, mutations = muts)
