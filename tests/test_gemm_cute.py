@@ -80,6 +80,10 @@ def hopper_packages(tmp_path_factory):
          GSW / "swiglu_tma_store_host.py"),
     ]:
         obj = _nvcc(src, tmp / f"{name}.o", *opts)
+        if "-DTILE_SCHEDULER_STREAM_K=0" in opts:  # what Bazel's contract_substitutions does
+            contract = tmp / "tile_scheduler_dp.contract.toml"
+            contract.write_text((GEMM / "tile_scheduler.contract.toml").read_text()
+                                .replace("own = 1  # variant: STREAM_K", "own = 0  # variant: STREAM_K"))
         sources = [str(src)] + ([str(GEMM / "tma_gemm.h")] if "gemm" in str(src.parent) else [])
         out[name] = pack(str(contract), [str(obj)], sources=sources,
                          copts=[o for o in opts if not o.startswith("-frandom")],

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 # The main example the set-up builds last: GEMM + SwiGLU from three separately packed owners.
-MAIN_TARGET="//kernels:gemm_swiglu"
+MAIN_TARGET="//kernels:moe_step"
 
 WS="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd -P)"
 cd "$WS"

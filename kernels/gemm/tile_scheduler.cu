@@ -13,9 +13,8 @@
 // Order (CTA b of G = gridDim.x, T = m_tiles * n_tiles tiles):
 //  * data-parallel waves: the first floor(T / G) * G tiles, CTA b takes tiles b, b + G, ...
 //    whole (k_begin = 0, k_end = k_tiles);
-//  * stream-K tail (built with TILE_SCHEDULER_STREAM_K=1, the default; fact stream_k = 1),
-//    where the last partial wave would idle more than 1/20 of the CTA time: the remaining
-//    T % G tiles' k-steps are cut into G equal, contiguous ranges, one per CTA, so no CTA
+//  * stream-K tail (built with TILE_SCHEDULER_STREAM_K=1, the default; fact stream_k = 1):
+//    the remaining T % G tiles' k-steps are cut into G equal, contiguous ranges, one per CTA, so no CTA
 //    idles in a last partial wave. A range may cover the end of one tile, whole tiles and
 //    the start of another. A unit that does not reach its tile's last k-step is a
 //    *contributor* (it leaves partial sums for the CTA that does); the unit that reaches
@@ -72,13 +71,9 @@ PL_CALLABLE_RET(unsigned, unit)(unsigned pl_inst, unsigned iter, unsigned m_tile
   const unsigned g = gridDim.x / cx, b = blockIdx.x / cx, rank = blockIdx.x % cx;  // clusters of (cx, 1, 1)
   m_tiles = (m_tiles + cx - 1) / cx;  // cluster tile rows
   const unsigned tiles = m_tiles * n_tiles;
-  // Stream-K pays only where a last partial wave of whole tiles would idle more than 1/20
-  // of the schedule's CTA time (measured on the H200: at 24 and more waves the fixup costs
-  // more than the ~3% it saves). It needs K_sk * G < 2^32 (K_sk < G * k_tiles): true unless
-  // k_tiles > 2^32 / G^2 (about 246,000 k-steps at G = 132); beyond that, whole tiles only.
-  const unsigned rem = tiles % g;
-  const bool stream_k = TILE_SCHEDULER_STREAM_K && k_tiles > 0 && k_tiles <= 0xFFFFFFFFu / g / g && rem != 0 &&
-                        20 * (g - rem) > g * (tiles / g + 1);
+  // Stream-K needs K_sk * G < 2^32 (K_sk < G * k_tiles): true unless k_tiles > 2^32 / G^2
+  // (about 246,000 k-steps at G = 132); beyond that, whole tiles only.
+  const bool stream_k = TILE_SCHEDULER_STREAM_K && k_tiles > 0 && k_tiles <= 0xFFFFFFFFu / g / g;
   const unsigned dp_waves = stream_k ? tiles / g : (tiles + g - 1) / g;
   if (iter < dp_waves) {
     const unsigned linear = iter * g + b;
