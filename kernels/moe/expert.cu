@@ -1,25 +1,21 @@
 // expert.cu — owner X. Role: the expert FFN of every routed slot, on Hopper's async units.
-// Its 8 warps are two wgmma warpgroups that work on the same unit, wg taking row tile
-// 2 * pair + wg of the expert, so one B (weight) tile in shared memory serves 128 rows.
-// Units are spread over the CTAs of the grid in two passes (every CTA finishes its pass-1
-// units before any pass-2 unit, so waits never form a cycle):
-//  1. gate/up: unit (expert e, h block hb, tile pair): [64 x 2*block_h] per warpgroup =
-//     x·[gate;up]ᵀ over K = 2048, once the expert's rows are gathered (READY[e] = count).
-//     Each warp hands its 16 rows to the importer of `acc` (the SwiGLU library, layout
-//     "moe_gu16"), which writes h = silu(gate) * up to `hs`; then the warp adds its valid
-//     rows × block_h to HREADY[e].
-//  2. down: unit (e, n block nb, tile pair): [64 x block_n] per warpgroup = h·w2[e]ᵀ
-//     (K = 768) once HREADY[e] = count × 768, stored f32 to `ys` (valid rows only); +1 on
-//     YDONE[e] per row tile (block_m rows x block_n columns).
-// Main loop per unit: a ring of STAGES shared-memory stages for the CTA; a stage holds
-// each warpgroup's A tile (64 rows × 64 k, bf16) and the shared B tile (N rows × 64 k) in
-// SWIZZLE_128B order. B (the weights) comes by TMA from tensor maps the host provider
-// (expert_host.py) builds for the lent w13/w2, completing the stage's mbarrier
-// (expect-tx). A (rows of the kernel-scope workspaces xs/hs, whose addresses no host
-// provider sees: providers run before workspaces are placed) comes by cp.async (16 B per
-// thread, zero-filled beyond the tile's valid rows). wgmma m64nNk16 reads both from
-// shared memory (kernels/gemm/wgmma.h). One role-wide barrier per k-step hands a stage
-// over: all A chunks have landed and every wgmma of the previous k-step has completed.
+// Its 8 warps are two independent consumer warpgroups; each walks work units (interleaved
+// over the grid so consecutive units land on different SMs) in two passes (every
+// warpgroup finishes its pass-1 units before any pass-2 unit, so waits never form a cycle):
+//  1. gate/up: unit (expert e, h block hb, row tile rb): [64 x 2*block_h] = x·[gate;up]ᵀ over
+//     K = 2048, once the expert's rows are gathered (READY[e] = count). Each warp hands its
+//     16 rows to the importer of `acc` (the SwiGLU library, layout "moe_gu16"), which
+//     writes h = silu(gate) * up to `hs`; then the warp adds its valid rows × block_h to
+//     HREADY[e].
+//  2. down: unit (e, n block nb, rb): [64 x block_n] = h·w2[e]ᵀ (K = 768) once HREADY[e] =
+//     count × 768, stored f32 to `ys` (valid rows only); +1 on YDONE[e] per unit.
+// Main loop per unit (one warpgroup): a ring of STAGES shared-memory stages; a stage holds
+// the A tile (64 rows × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
+// B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
+// for the lent w13/w2, completing the stage's mbarrier (expect-tx). A (rows of the
+// kernel-scope workspaces xs/hs, whose addresses no host provider sees) comes by cp.async
+// (16 B per thread, zero-filled beyond the tile's valid rows). wgmma m64nNk16 reads both
+// from shared memory (kernels/gemm/wgmma.h).
 // Owns the tile geometry: block_m (EXPERT_BLOCK_M: the tile's rows, ≤ 64; the wgmma is
 // always m64 and rows ≥ block_m are zero), block_h (EXPERT_BLOCK_H, 32 or 64), block_n
 // (EXPERT_BLOCK_N, 64 or 128); the contract's `own` values come from the same defines.
@@ -49,12 +45,11 @@ static_assert(BM == 16 || BM == 32 || BM == 64, "block_m: 16, 32 or 64 (one wgmm
 static_assert(BH == 32 || BH == 64, "block_h: 32 or 64 (gate/up wgmma N = 2 * block_h)");
 static_assert(BN == 64 || BN == 128, "block_n: 64 or 128 (down wgmma N)");
 constexpr unsigned HBLOCKS = moe::INTER / BH, NBLOCKS = moe::HIDDEN / BN;
-constexpr unsigned STAGES = 6, ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
-constexpr unsigned A_BYTES = 64 * ROW;     // one warpgroup's A tile
-constexpr unsigned B_OFF = 2 * A_BYTES;
+constexpr unsigned STAGES = 4, ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
+constexpr unsigned A_BYTES = 64 * ROW;
 constexpr unsigned B_ROWS = 2 * BH > BN ? 2 * BH : BN;
-constexpr unsigned STAGE = B_OFF + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
-// contract [smem.stages]: STAGES * STAGE; [smem.bars]: STAGES mbarriers
+constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
+constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 8 * (block_m' + ...)
 
 struct Params {  // [params]: w13, w2 = "ptr", t = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
@@ -66,24 +61,21 @@ struct Params {  // [params]: w13, w2 = "ptr", t = "u32", tmap_w13, tmap_w2 = "t
 static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 192 && sizeof(Params) == 320,
               "params layout (docs/CONTRACTS.md: natural alignment, tmap = 128 B aligned to 64)");
 
-// Row tiles of an expert with `cnt` slots, and pairs of them (one unit's rows).
-__device__ __forceinline__ unsigned pairs(unsigned cnt) { return moe::ceil_div(moe::ceil_div(cnt, BM), 2); }
-
-// Work unit u of a pass with `blocks` column blocks per tile pair: expert e has
-// pairs(count[e]) * blocks units from first[e]; sets e, the column block and the tile pair
-// (fastest, so the units that read the same weights run side by side: L2 reuse).
+// Work unit u of a pass with `blocks` column blocks per row tile: expert e has
+// ceil(count[e] / BM) * blocks units from first[e]; sets e, the column block and the row
+// tile (fastest).
 struct Unit {
-  unsigned e, block, pair;
+  unsigned e, block, tile;
 };
 __device__ __forceinline__ Unit locate(unsigned u, const unsigned* count, const unsigned* first, unsigned blocks) {
   unsigned hit = 4;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i)
-    if (u >= first[i] && u < first[i] + pairs(count[i]) * blocks) hit = i;
+    if (u >= first[i] && u < first[i] + moe::ceil_div(count[i], BM) * blocks) hit = i;
   const unsigned src = __ffs(__ballot_sync(0xffffffffu, hit < 4)) - 1;
   const unsigned e = 4 * src + __shfl_sync(0xffffffffu, hit, src);
-  const unsigned local = u - moe::pick4(first, e), np = pairs(moe::pick4(count, e));
-  return {e, local / np, local % np};
+  const unsigned local = u - moe::pick4(first, e), tiles = moe::ceil_div(moe::pick4(count, e), BM);
+  return {e, local / tiles, local % tiles};
 }
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, unsigned bytes) {
@@ -95,37 +87,34 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// The CTA's ring: stages at `smem`, one mbarrier each at `full`; `it` counts the k-steps
-// consumed (stage it % STAGES, mbarrier parity it / STAGES % 2); t = thread of the role,
-// wg = its warpgroup.
+// One warpgroup's ring: stages at `smem`, one mbarrier each at `full`; `it` counts the
+// k-steps this warpgroup consumed (stage it % STAGES, mbarrier parity it / STAGES % 2).
 struct Ring {
   uint8_t* smem;
   uint64_t* full;
-  unsigned it, t, wg;
+  unsigned it, t;
 };
 
-// acc[N/2] (wgmma m64nN layout) = A[64 rows of lda, K] · B[N rows, K]ᵀ for this warpgroup's
-// tile; A rows >= valid are zero, valid = 0: no tile (the warpgroup only keeps the ring's
-// barrier). B = `parts` boxes of N / parts rows of `map` at rows b0 and b1 (TMA), shared by
-// both warpgroups. `sync` is the role-wide barrier (all 256 threads).
+// acc[N/2] (wgmma m64nN layout) = A[64 rows of lda, K] · B[N rows, K]ᵀ, A rows >= valid
+// zero; B = `parts` boxes of N / parts rows of `map` at rows b0 and b1 (TMA).
+// `sync` is the warpgroup's named barrier (an immediate id per warpgroup, see PL_ENTRY).
 template <unsigned N, unsigned K, unsigned PARTS, class Sync>
 __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, unsigned lda, unsigned valid,
                                          const pl::TensorMap* map, int b0, int b1, const Sync& sync) {
   constexpr unsigned KT = K / 64;
-  const unsigned ta = r.t % 128;
+  static_assert(KT >= STAGES, "the ring is filled from one unit");
   auto load = [&](unsigned kt) {
     const unsigned s = (r.it + kt) % STAGES;
     uint8_t* st = r.smem + s * STAGE;
     if (r.t == 0) {
       pl::mbar_arrive_expect_tx(r.full + s, N * ROW);
-      pl::tma_load_2d(st + B_OFF, map, (int)(kt * 64), b0, r.full + s);
-      if (PARTS == 2) pl::tma_load_2d(st + B_OFF + (N / 2) * ROW, map, (int)(kt * 64), b1, r.full + s);
+      pl::tma_load_2d(st + A_BYTES, map, (int)(kt * 64), b0, r.full + s);
+      if (PARTS == 2) pl::tma_load_2d(st + A_BYTES + (N / 2) * ROW, map, (int)(kt * 64), b1, r.full + s);
     }
-    if (valid == 0) return;
-    const uint32_t base = pl::smem_addr(st + r.wg * A_BYTES);
+    const uint32_t base = pl::smem_addr(st);
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j) {  // 64 rows x 8 chunks of 16 B over 128 threads
-      const unsigned c = ta + 128 * j, row = c / 8, ch = c % 8;
+      const unsigned c = r.t + 128 * j, row = c / 8, ch = c % 8;
       const bool ok = row < valid;
       const __nv_bfloat16* src = ok ? a + (size_t)row * lda + kt * 64 + ch * 8 : a;
       cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
@@ -133,10 +122,10 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   };
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
-  sync();  // every wgmma of the last unit has read its stages
+  sync();  // every warp's wgmma of the last unit read its stages
 #pragma unroll
   for (unsigned kt = 0; kt < STAGES - 1; ++kt) {
-    if (kt < KT) load(kt);
+    load(kt);
     cp_async_commit();
   }
 #pragma unroll 1
@@ -148,9 +137,8 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     sync();  // all A chunks; every warp is past k-step kt - 1's wgmma
     if (kt + STAGES - 1 < KT) load(kt + STAGES - 1);  // into the stage of k-step kt - 1
     cp_async_commit();
-    if (valid == 0) continue;
     const uint32_t sa = pl::smem_addr(r.smem + s * STAGE);
-    const uint64_t da = wgmma::desc_sw128(sa + r.wg * A_BYTES), db = wgmma::desc_sw128(sa + B_OFF);
+    const uint64_t da = wgmma::desc_sw128(sa), db = wgmma::desc_sw128(sa + A_BYTES);
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < 4; ++kk) wgmma::mma_m64k16<N>(acc, da + 2 * kk, db + 2 * kk, 1u);
@@ -176,7 +164,6 @@ PL_DECLARE_SMEM(stages);
 PL_DECLARE_SMEM(bars);
 PL_DECLARE_BARRIER(wg0);
 PL_DECLARE_BARRIER(wg1);
-PL_DECLARE_BARRIER(all);
 
 PL_ENTRY(run) {
   using namespace moe_expert;
@@ -185,14 +172,14 @@ PL_ENTRY(run) {
   const unsigned rt = pl::role_thread(PL_WARP_BEGIN()), wg = rt / 128, warp = rt / 32 % 4;
   const unsigned warps = PL_WARPS();
   const unsigned nw = gridDim.x * warps;
-  Ring ring{pl::smem_base() + PL_SMEM(stages), reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)), 0,
-            rt, wg};
+  const unsigned gwg = wg * gridDim.x + blockIdx.x, nwg = 2 * gridDim.x;  // unit u -> SM u % grid
+  Ring ring{pl::smem_base() + PL_SMEM(stages) + wg * WG_BYTES,
+            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128};
   // Each warpgroup's barrier by its own handle, so the linked SASS names the placed ids.
   const auto wg_sync = [&]() {
     if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 128);
     else pl::named_barrier_sync(PL_BARRIER(wg0), 128);
   };
-  const auto all_sync = [&]() { pl::named_barrier_sync(PL_BARRIER(all), 256); };
   if (ring.t == 0) {
     for (unsigned s = 0; s < STAGES; ++s) pl::mbar_init(ring.full + s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -222,19 +209,18 @@ PL_ENTRY(run) {
 
   // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) units[i] = pairs(count[i]) * HBLOCKS;
+  for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * HBLOCKS;
   moe::exclusive_scan4(units, first, lane, total);
-  for (unsigned u = blockIdx.x; u < total; u += gridDim.x) {
+  for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, HBLOCKS);
-    const unsigned cnt = moe::pick4(count, w.e), tile = 2 * w.pair + wg;
-    const unsigned row0 = moe::pick4(first_row, w.e) + tile * BM;
-    const unsigned valid = tile * BM < cnt ? min(BM, cnt - tile * BM) : 0;  // 0: no tile for this warpgroup
+    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
+    const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::READY + w.e, cnt);
     float acc[BH];  // m64 x n(2 BH): BH floats per thread
     const int gate = (int)(w.e * 2 * moe::INTER + w.block * BH);
     mainloop<2 * BH, moe::HIDDEN, 2>(acc, ring, xs + (size_t)row0 * moe::HIDDEN, moe::HIDDEN, valid, &p.tmap_w13,
-                                     gate, gate + (int)moe::INTER, all_sync);
-    if (valid > 0 && r0 < BM) {  // rows >= block_m belong to the next tile
+                                     gate, gate + (int)moe::INTER, wg_sync);
+    if (r0 < BM) {  // rows >= block_m belong to the next tile
       PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
       if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
     }
@@ -242,18 +228,16 @@ PL_ENTRY(run) {
 
   // Pass 2: down projection into ys.
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) units[i] = pairs(count[i]) * NBLOCKS;
+  for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * NBLOCKS;
   moe::exclusive_scan4(units, first, lane, total);
-  for (unsigned u = blockIdx.x; u < total; u += gridDim.x) {
+  for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, NBLOCKS);
-    const unsigned cnt = moe::pick4(count, w.e), tile = 2 * w.pair + wg;
-    const unsigned row0 = moe::pick4(first_row, w.e) + tile * BM;
-    const unsigned valid = tile * BM < cnt ? min(BM, cnt - tile * BM) : 0;
+    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
+    const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
     float acc[BN / 2];
     mainloop<BN, moe::INTER, 1>(acc, ring, hs + (size_t)row0 * moe::INTER, moe::INTER, valid, &p.tmap_w2,
-                                (int)(w.e * moe::HIDDEN + w.block * BN), 0, all_sync);
-    if (valid == 0) continue;  // uniform per warpgroup
+                                (int)(w.e * moe::HIDDEN + w.block * BN), 0, wg_sync);
 #pragma unroll
     for (unsigned j = 0; j < BN / 8; ++j) {
       const float* d = acc + 4 * j;
@@ -263,7 +247,7 @@ PL_ENTRY(run) {
       if (r + 8 < valid) __stcg(reinterpret_cast<float2*>(y + 8 * moe::HIDDEN), make_float2(d[2], d[3]));
     }
     __threadfence();
-    wg_sync();  // the warpgroup's whole tile is stored
-    if (ring.t % 128 == 0) moe::red_release(cur + moe::YDONE + w.e, 1);
+    wg_sync();  // the whole tile is stored
+    if (ring.t == 0) moe::red_release(cur + moe::YDONE + w.e, 1);
   }
 }
