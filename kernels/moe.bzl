@@ -13,17 +13,62 @@ load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kerne
 
 MOE_HDRS = ["moe/moe_shapes.h", "moe/warp_mma.h"]
 
-def moe_expert(name, block_m = 32, block_h = 16, block_n = 32):
+def moe_components():
+    """The packages of the owners other than the expert: router (R), dispatch (D), combine
+    (C) and the two SwiGLU builds (G, G2). One macro, so a workspace that mutates the expert
+    (tests/test_moe_relink.py) builds exactly these."""
+    cuda_component(
+        name = "moe_router",
+        srcs = ["moe/router.cu"],
+        hdrs = MOE_HDRS,
+        contract = "moe/router.contract.toml",
+        copts = ["-O3"],
+    )
+    cuda_component(
+        name = "moe_dispatch",
+        srcs = ["moe/dispatch.cu"],
+        hdrs = MOE_HDRS,
+        contract = "moe/dispatch.contract.toml",
+        copts = ["-O3"],
+    )
+    cuda_component(
+        name = "moe_combine",
+        srcs = ["moe/combine.cu"],
+        hdrs = ["moe/moe_shapes.h"],
+        contract = "moe/combine.contract.toml",
+        copts = ["-O3"],
+    )
+    cuda_component(
+        name = "moe_swiglu",
+        srcs = ["moe/swiglu.cu"],
+        hdrs = ["moe/expert_acc.h"],
+        contract = "moe/swiglu.contract.toml",
+        copts = ["-O3"],
+    )
+
+    # G2: written independently, same interface (package name moe_swiglu), links unchanged.
+    cuda_component(
+        name = "moe_swiglu2",
+        component = "moe_swiglu",
+        srcs = ["moe/swiglu2.cu"],
+        contract = "moe/swiglu2.contract.toml",
+        copts = ["-O3"],
+    )
+
+def moe_expert(name, block_m = 64, block_h = 64, block_n = 128):
+    """The expert owner with one tile geometry: block_m in {16, 32, 64} (rows of a tile; the
+    wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128}."""
     cuda_component(
         name = name,
         component = "moe_expert",
         srcs = ["moe/expert.cu"],
-        hdrs = MOE_HDRS,
+        hdrs = MOE_HDRS + ["gemm/wgmma.h"],
         contract = "moe/expert.contract.toml",
+        host_provider = "moe/expert_host.py",
         contract_substitutions = {
-            "32  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
-            "16  # variant: BLOCK_H": "%d  # variant: BLOCK_H" % block_h,
-            "32  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
+            "64  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
+            "64  # variant: BLOCK_H": "%d  # variant: BLOCK_H" % block_h,
+            "128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
         },
         copts = ["-O3"],
         defines = [

@@ -15,14 +15,15 @@ load(":counterexample.bzl", "mutation", "symbol_link_mutations")
 load(":moe.bzl", "moe_expert")
 
 # (mutation, owner instance in moe_step.kernel.toml, what changed, the owner's macro, its kwargs)
-# The expert owner (X) owns block_m / block_h / block_n (defaults 32 / 16 / 32); dispatch,
+# The expert owner (X) owns block_m / block_h / block_n (defaults 64 / 64 / 128); dispatch,
 # SwiGLU and combine read them through handles. Add rows for other owners the same way.
 MOE_STEP_MUTATIONS = [
-    ("expert_bm64", "ffn", "moe_expert EXPERT_BLOCK_M 32 -> 64", moe_expert, {"block_m": 64}),
-    ("expert_bm16", "ffn", "moe_expert EXPERT_BLOCK_M 32 -> 16", moe_expert, {"block_m": 16}),
-    ("expert_bh32", "ffn", "moe_expert EXPERT_BLOCK_H 16 -> 32", moe_expert, {"block_h": 32}),
-    ("expert_bh8", "ffn", "moe_expert EXPERT_BLOCK_H 16 -> 8", moe_expert, {"block_h": 8}),
-    ("expert_bn64", "ffn", "moe_expert EXPERT_BLOCK_N 32 -> 64", moe_expert, {"block_n": 64}),
+    ("expert_bm32", "ffn", "moe_expert EXPERT_BLOCK_M 64 -> 32", moe_expert, {"block_m": 32}),
+    ("expert_bm16", "ffn", "moe_expert EXPERT_BLOCK_M 64 -> 16", moe_expert, {"block_m": 16}),
+    ("expert_bh32", "ffn", "moe_expert EXPERT_BLOCK_H 64 -> 32", moe_expert, {"block_h": 32}),
+    ("expert_bn64", "ffn", "moe_expert EXPERT_BLOCK_N 128 -> 64", moe_expert, {"block_n": 64}),
+    ("expert_bm32_bh32", "ffn", "moe_expert EXPERT_BLOCK_M 64 -> 32, BLOCK_H 64 -> 32", moe_expert,
+     {"block_m": 32, "block_h": 32}),
 ]
 
 def moe_step_mutations(name = "moe_step_mutations", kernel = ":moe_step", rows = MOE_STEP_MUTATIONS):

@@ -1,48 +1,65 @@
-// expert.cu — owner X. Role: the expert FFN of every routed slot, in two passes over
-// work units spread over all warps of the grid (every warp finishes its pass-1 units
-// before any pass-2 unit, so waits never form a cycle):
-//  1. gate/up: unit (expert e, h-column block hc, row tile rb): [block_m x block_h] of
-//     x·gateᵀ and of x·upᵀ (K = 2048, mma.sync from global memory, f32), after the
-//     expert's rows are gathered (READY[e] = count). The accumulators go to the importer
-//     of `acc` (the SwiGLU library), which writes h = silu(gate) * up to `hs`; then the
-//     unit adds its valid rows × block_h to HREADY[e].
-//  2. down: unit (e, n-column block nc, rb): [block_m x block_n] of h·w2[e]ᵀ (K = 768) once
-//     HREADY[e] = count × 768, stored f32 to `ys` (valid rows only); +1 on YDONE[e].
-// Units are ordered expert-major, row tiles fastest, so the tiles that read the same
-// weights run side by side (L2 reuse).
-// Owns the tile geometry: block_m (EXPERT_BLOCK_M), block_h (EXPERT_BLOCK_H), block_n
-// (EXPERT_BLOCK_N); the contract's `own` values come from the same defines (Bazel).
-// Export `acc`: [2, block_m, block_h] f32, layout "moe_gu" (expert_acc.h), scope warp.
+// expert.cu — owner X. Role: the expert FFN of every routed slot, on Hopper's async units.
+// Its 8 warps are two independent consumer warpgroups; each walks work units (interleaved
+// over the grid so consecutive units land on different SMs) in two passes (every
+// warpgroup finishes its pass-1 units before any pass-2 unit, so waits never form a cycle):
+//  1. gate/up: unit (expert e, h block hb, row tile rb): [64 x 2*block_h] = x·[gate;up]ᵀ over
+//     K = 2048, once the expert's rows are gathered (READY[e] = count). Each warp hands its
+//     16 rows to the importer of `acc` (the SwiGLU library, layout "moe_gu16"), which
+//     writes h = silu(gate) * up to `hs`; then the warp adds its valid rows × block_h to
+//     HREADY[e].
+//  2. down: unit (e, n block nb, rb): [64 x block_n] = h·w2[e]ᵀ (K = 768) once HREADY[e] =
+//     count × 768, stored f32 to `ys` (valid rows only); +1 on YDONE[e] per unit.
+// Main loop per unit (one warpgroup): a ring of STAGES shared-memory stages; a stage holds
+// the A tile (64 rows × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
+// B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
+// for the lent w13/w2, completing the stage's mbarrier (expect-tx). A (rows of the
+// kernel-scope workspaces xs/hs, whose addresses no host provider sees) comes by cp.async
+// (16 B per thread, zero-filled beyond the tile's valid rows). wgmma m64nNk16 reads both
+// from shared memory (kernels/gemm/wgmma.h).
+// Owns the tile geometry: block_m (EXPERT_BLOCK_M: the tile's rows, ≤ 64; the wgmma is
+// always m64 and rows ≥ block_m are zero), block_h (EXPERT_BLOCK_H, 32 or 64), block_n
+// (EXPERT_BLOCK_N, 64 or 128); the contract's `own` values come from the same defines.
 #define PL_COMPONENT moe_expert
 #include <pipelink.h>
 
 #include <cuda_bf16.h>
+#include <stddef.h>
+#include <stdint.h>
 
+#include "../gemm/wgmma.h"
 #include "moe_shapes.h"
-#include "warp_mma.h"
 
 #ifndef EXPERT_BLOCK_M
-#define EXPERT_BLOCK_M 32
+#define EXPERT_BLOCK_M 64
 #endif
 #ifndef EXPERT_BLOCK_H
-#define EXPERT_BLOCK_H 16
+#define EXPERT_BLOCK_H 64
 #endif
 #ifndef EXPERT_BLOCK_N
-#define EXPERT_BLOCK_N 32
+#define EXPERT_BLOCK_N 128
 #endif
 
 namespace moe_expert {
 constexpr unsigned BM = EXPERT_BLOCK_M, BH = EXPERT_BLOCK_H, BN = EXPERT_BLOCK_N;
-constexpr unsigned MT = BM / 16, NH = BH / 8, NN = BN / 8;
-static_assert(BM % 16 == 0 && BM <= 64 && BH % 8 == 0 && BH <= 32 && BN % 8 == 0 && BN <= 64, "tile geometry");
-static_assert(moe::INTER % BH == 0 && moe::HIDDEN % BN == 0, "blocks divide the layer");
+static_assert(BM == 16 || BM == 32 || BM == 64, "block_m: 16, 32 or 64 (one wgmma m64)");
+static_assert(BH == 32 || BH == 64, "block_h: 32 or 64 (gate/up wgmma N = 2 * block_h)");
+static_assert(BN == 64 || BN == 128, "block_n: 64 or 128 (down wgmma N)");
 constexpr unsigned HBLOCKS = moe::INTER / BH, NBLOCKS = moe::HIDDEN / BN;
+constexpr unsigned STAGES = 4, ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
+constexpr unsigned A_BYTES = 64 * ROW;
+constexpr unsigned B_ROWS = 2 * BH > BN ? 2 * BH : BN;
+constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
+constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 8 * (block_m' + ...)
 
-struct Params {  // [params]: w13, w2 = "ptr", t = "u32"
+struct Params {  // [params]: w13, w2 = "ptr", t = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
   const __nv_bfloat16* w2;
   unsigned t;
+  pl::TensorMap tmap_w13;  // [128 * 1536, 2048] bf16, box [block_h, 64], SWIZZLE_128B
+  pl::TensorMap tmap_w2;   // [128 * 2048, 768] bf16, box [block_n, 64], SWIZZLE_128B
 };
+static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 192 && sizeof(Params) == 320,
+              "params layout (docs/CONTRACTS.md: natural alignment, tmap = 128 B aligned to 64)");
 
 // Work unit u of a pass with `blocks` column blocks per row tile: expert e has
 // ceil(count[e] / BM) * blocks units from first[e]; sets e, the column block and the row
@@ -61,33 +78,76 @@ __device__ __forceinline__ Unit locate(unsigned u, const unsigned* count, const 
   return {e, local / tiles, local % tiles};
 }
 
-// acc[P][MT][NB][4] += A[BM rows of lda, K] · B_p[NB*8 rows of ldb, K]ᵀ for P planes of B
-// (B_p = b + p * plane); A rows >= valid read as zero. The planes share the A loads.
-template <unsigned P, unsigned NB, unsigned K>
-__device__ __forceinline__ void gemm(float* acc, const __nv_bfloat16* a, unsigned lda, unsigned valid,
-                                     const __nv_bfloat16* b, size_t plane, unsigned ldb, unsigned lane) {
-  const unsigned g = lane / 4, q = lane % 4;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 1
-  for (unsigned k0 = 0; k0 < K; k0 += 32) {
-    uint4 ag[MT], ah[MT], bv[P * NB];
-#pragma unroll
-    for (unsigned n = 0; n < P * NB; ++n)
-      bv[n] = warp_mma::ld_stream(b + (n / NB) * plane + (size_t)((n % NB) * 8 + g) * ldb + k0 + 8 * q);
-#pragma unroll
-    for (unsigned m = 0; m < MT; ++m) {
-      const unsigned r = 16 * m + g;
-      ag[m] = r < valid ? warp_mma::ld_cg(a + (size_t)r * lda + k0 + 8 * q) : zero;
-      ah[m] = r + 8 < valid ? warp_mma::ld_cg(a + (size_t)(r + 8) * lda + k0 + 8 * q) : zero;
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// One warpgroup's ring: stages at `smem`, one mbarrier each at `full`; `it` counts the
+// k-steps this warpgroup consumed (stage it % STAGES, mbarrier parity it / STAGES % 2).
+struct Ring {
+  uint8_t* smem;
+  uint64_t* full;
+  unsigned it, t;
+};
+
+// acc[N/2] (wgmma m64nN layout) = A[64 rows of lda, K] · B[N rows, K]ᵀ, A rows >= valid
+// zero; B = `parts` boxes of N / parts rows of `map` at rows b0 and b1 (TMA).
+// `sync` is the warpgroup's named barrier (an immediate id per warpgroup, see PL_ENTRY).
+template <unsigned N, unsigned K, unsigned PARTS, class Sync>
+__device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, unsigned lda, unsigned valid,
+                                         const pl::TensorMap* map, int b0, int b1, const Sync& sync) {
+  constexpr unsigned KT = K / 64;
+  static_assert(KT >= STAGES, "the ring is filled from one unit");
+  auto load = [&](unsigned kt) {
+    const unsigned s = (r.it + kt) % STAGES;
+    uint8_t* st = r.smem + s * STAGE;
+    if (r.t == 0) {
+      pl::mbar_arrive_expect_tx(r.full + s, N * ROW);
+      pl::tma_load_2d(st + A_BYTES, map, (int)(kt * 64), b0, r.full + s);
+      if (PARTS == 2) pl::tma_load_2d(st + A_BYTES + (N / 2) * ROW, map, (int)(kt * 64), b1, r.full + s);
     }
+    const uint32_t base = pl::smem_addr(st);
 #pragma unroll
-    for (unsigned pl = 0; pl < P; ++pl)
+    for (unsigned j = 0; j < 4; ++j) {  // 64 rows x 8 chunks of 16 B over 128 threads
+      const unsigned c = r.t + 128 * j, row = c / 8, ch = c % 8;
+      const bool ok = row < valid;
+      const __nv_bfloat16* src = ok ? a + (size_t)row * lda + kt * 64 + ch * 8 : a;
+      cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
+    }
+  };
 #pragma unroll
-      for (unsigned m = 0; m < MT; ++m)
+  for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
+  sync();  // every warp's wgmma of the last unit read its stages
 #pragma unroll
-        for (unsigned n = 0; n < NB; ++n)
-          warp_mma::mma_k32(acc + ((pl * MT + m) * NB + n) * 4, ag[m], ah[m], bv[pl * NB + n]);
+  for (unsigned kt = 0; kt < STAGES - 1; ++kt) {
+    load(kt);
+    cp_async_commit();
   }
+#pragma unroll 1
+  for (unsigned kt = 0; kt < KT; ++kt) {
+    const unsigned n = r.it + kt, s = n % STAGES;
+    cp_async_wait<STAGES - 2>();  // this thread's A chunks of k-step kt have landed
+    fence_proxy_async();
+    pl::mbar_wait(r.full + s, (n / STAGES) & 1u);
+    sync();  // all A chunks; every warp is past k-step kt - 1's wgmma
+    if (kt + STAGES - 1 < KT) load(kt + STAGES - 1);  // into the stage of k-step kt - 1
+    cp_async_commit();
+    const uint32_t sa = pl::smem_addr(r.smem + s * STAGE);
+    const uint64_t da = wgmma::desc_sw128(sa), db = wgmma::desc_sw128(sa + A_BYTES);
+    wgmma::fence();
+#pragma unroll
+    for (unsigned kk = 0; kk < 4; ++kk) wgmma::mma_m64k16<N>(acc, da + 2 * kk, db + 2 * kk, 1u);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands<N / 2>(acc);
+  }
+  cp_async_wait<0>();
+  r.it += KT;
 }
 }  // namespace moe_expert
 
@@ -100,13 +160,33 @@ PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(xs);
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_WORKSPACE(ys);
+PL_DECLARE_SMEM(stages);
+PL_DECLARE_SMEM(bars);
+PL_DECLARE_BARRIER(wg0);
+PL_DECLARE_BARRIER(wg1);
 
 PL_ENTRY(run) {
   using namespace moe_expert;
   const Params& p = PL_PARAMS(Params);
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const unsigned rt = pl::role_thread(PL_WARP_BEGIN()), wg = rt / 128, warp = rt / 32 % 4;
   const unsigned warps = PL_WARPS();
-  const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
+  const unsigned nw = gridDim.x * warps;
+  const unsigned gwg = wg * gridDim.x + blockIdx.x, nwg = 2 * gridDim.x;  // unit u -> SM u % grid
+  Ring ring{pl::smem_base() + PL_SMEM(stages) + wg * WG_BYTES,
+            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128};
+  // Each warpgroup's barrier by its own handle, so the linked SASS names the placed ids.
+  const auto wg_sync = [&]() {
+    if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 128);
+    else pl::named_barrier_sync(PL_BARRIER(wg0), 128);
+  };
+  if (ring.t == 0) {
+    for (unsigned s = 0; s < STAGES; ++s) pl::mbar_init(ring.full + s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_proxy_async();
+    pl::prefetch_tensor_map(&p.tmap_w13);
+    pl::prefetch_tensor_map(&p.tmap_w2);
+  }
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   const unsigned set = moe::enter(sync, moe::EXPERT, nw, lane, last);
@@ -125,50 +205,49 @@ PL_ENTRY(run) {
     padded[i] = moe::ceil_div(count[i], BM) * BM;
   }
   moe::exclusive_scan4(padded, first_row, lane, total);
+  const unsigned r0 = 16 * warp;  // this warp's rows of a tile (wgmma m64 layout)
 
-  // Pass 1: gate/up (one k-loop, shared A loads), SwiGLU (the importer of `acc`) into hs.
+  // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * HBLOCKS;
   moe::exclusive_scan4(units, first, lane, total);
-  for (unsigned u = gw; u < total; u += nw) {
+  for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, HBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
     const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::READY + w.e, cnt);
-    float acc[2 * MT * NH * 4];
-#pragma unroll
-    for (unsigned i = 0; i < 2 * MT * NH * 4; ++i) acc[i] = 0.f;
-    const __nv_bfloat16* gate = p.w13 + ((size_t)w.e * 2 * moe::INTER + w.block * BH) * moe::HIDDEN;
-    gemm<2, NH, moe::HIDDEN>(acc, xs + (size_t)row0 * moe::HIDDEN, moe::HIDDEN, valid, gate,
-                             (size_t)moe::INTER * moe::HIDDEN, moe::HIDDEN, lane);
-    PL_EXPORT(acc, acc, row0, w.block * BH);
-    moe::signal(cur + moe::HREADY + w.e, valid * BH, lane);
+    float acc[BH];  // m64 x n(2 BH): BH floats per thread
+    const int gate = (int)(w.e * 2 * moe::INTER + w.block * BH);
+    mainloop<2 * BH, moe::HIDDEN, 2>(acc, ring, xs + (size_t)row0 * moe::HIDDEN, moe::HIDDEN, valid, &p.tmap_w13,
+                                     gate, gate + (int)moe::INTER, wg_sync);
+    if (r0 < BM) {  // rows >= block_m belong to the next tile
+      PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
+      if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
+    }
   }
 
   // Pass 2: down projection into ys.
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * NBLOCKS;
   moe::exclusive_scan4(units, first, lane, total);
-  for (unsigned u = gw; u < total; u += nw) {
+  for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, NBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
     const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
-    float acc[MT * NN * 4];
+    float acc[BN / 2];
+    mainloop<BN, moe::INTER, 1>(acc, ring, hs + (size_t)row0 * moe::INTER, moe::INTER, valid, &p.tmap_w2,
+                                (int)(w.e * moe::HIDDEN + w.block * BN), 0, wg_sync);
 #pragma unroll
-    for (unsigned i = 0; i < MT * NN * 4; ++i) acc[i] = 0.f;
-    const __nv_bfloat16* down = p.w2 + ((size_t)w.e * moe::HIDDEN + w.block * BN) * moe::INTER;
-    gemm<1, NN, moe::INTER>(acc, hs + (size_t)row0 * moe::INTER, moe::INTER, BM, down, 0, moe::INTER, lane);
-#pragma unroll
-    for (unsigned m = 0; m < MT; ++m)
-#pragma unroll
-      for (unsigned n = 0; n < NN; ++n) {
-        const float* d = acc + (m * NN + n) * 4;
-        const unsigned r = 16 * m + g, c = w.block * BN + n * 8 + 2 * q;
-        float* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
-        if (r < valid) __stcg(reinterpret_cast<float2*>(y), make_float2(d[0], d[1]));
-        if (r + 8 < valid) __stcg(reinterpret_cast<float2*>(y + 8 * moe::HIDDEN), make_float2(d[2], d[3]));
-      }
-    moe::signal(cur + moe::YDONE + w.e, 1, lane);
+    for (unsigned j = 0; j < BN / 8; ++j) {
+      const float* d = acc + 4 * j;
+      const unsigned r = r0 + g, c = w.block * BN + j * 8 + 2 * q;
+      float* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
+      if (r < valid) __stcg(reinterpret_cast<float2*>(y), make_float2(d[0], d[1]));
+      if (r + 8 < valid) __stcg(reinterpret_cast<float2*>(y + 8 * moe::HIDDEN), make_float2(d[2], d[3]));
+    }
+    __threadfence();
+    wg_sync();  // the whole tile is stored
+    if (ring.t == 0) moe::red_release(cur + moe::YDONE + w.e, 1);
   }
 }

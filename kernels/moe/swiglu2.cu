@@ -1,5 +1,5 @@
 // swiglu2.cu — owner G2, written independently of swiglu.cu against the same contract
-// interface (import `acc`, layout "moe_gu" of expert_acc.h; workspace `hs`). Differences
+// interface (import `acc`, layout "moe_gu16" of expert_acc.h; workspace `hs`). Differences
 // on purpose: silu through tanh (x · sigmoid(x) = x/2 · (1 + tanh(x/2))), the tile walked
 // column-tile-major, and each h pair packed by hand into a 32-bit store.
 #define PL_COMPONENT moe_swiglu
@@ -23,7 +23,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   const uint32_t b = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
   return a | (b << 16);
 }
-// plane p, row tile m, column tile n, element i of the "moe_gu" fragment
+// plane p, row tile m, column tile n, element i of the "moe_gu16" fragment
 template <unsigned ROW_TILES, unsigned COL_TILES>
 __device__ __forceinline__ void write_tile(const float* acc, uint32_t* hs_words, unsigned r0, unsigned c0) {
   constexpr unsigned UP = ROW_TILES * COL_TILES * 4;  // first index of the up plane
@@ -47,16 +47,10 @@ PL_IMPORT(acc) {
   uint32_t* words = static_cast<uint32_t*>(PL_WORKSPACE(hs));
   const float* acc = static_cast<const float*>(pl_frag);
   if (PL_FACT(top_k) != 8u) __trap();
-  switch (PL_FACT(block_m) * 100 + PL_FACT(block_h)) {
-    case 1608: return swiglu2::write_tile<1, 1>(acc, words, pl_row0, pl_col0);
-    case 1616: return swiglu2::write_tile<1, 2>(acc, words, pl_row0, pl_col0);
-    case 1632: return swiglu2::write_tile<1, 4>(acc, words, pl_row0, pl_col0);
-    case 3208: return swiglu2::write_tile<2, 1>(acc, words, pl_row0, pl_col0);
-    case 3216: return swiglu2::write_tile<2, 2>(acc, words, pl_row0, pl_col0);
-    case 3232: return swiglu2::write_tile<2, 4>(acc, words, pl_row0, pl_col0);
-    case 6408: return swiglu2::write_tile<4, 1>(acc, words, pl_row0, pl_col0);
-    case 6416: return swiglu2::write_tile<4, 2>(acc, words, pl_row0, pl_col0);
-    case 6432: return swiglu2::write_tile<4, 4>(acc, words, pl_row0, pl_col0);
+  if ((PL_FACT(block_m) & 15u) != 0u) __trap();  // whole 16-row warp slices per tile
+  switch (PL_FACT(block_h)) {  // one warp's 16 rows: a single row tile
+    case 32: return swiglu2::write_tile<1, 4>(acc, words, pl_row0, pl_col0);
+    case 64: return swiglu2::write_tile<1, 8>(acc, words, pl_row0, pl_col0);
     default: __trap();
   }
 }

@@ -1,0 +1,84 @@
+"""compute-sanitizer gate for the linked MoE kernels (issue 9): memcheck, racecheck, synccheck on
+//kernels:moe_step and //kernels:moe_step_swiglu2 (bazel-bin) at a small T, each run checked
+against the f64 reference (kernels/moe/moe_step.py). benchmarks/moe_bench.py's `sanitize` runs
+only the linked moe_step through another worker; this one covers both SwiGLU builds.
+
+    python3 benchmarks/moe_sanitize.py [--tokens 16] [--kernels moe_step,moe_step_swiglu2]
+
+Fails (exit 1) if compute-sanitizer is missing, a tool reports anything, or a result is wrong.
+memcheck runs with --report-api-errors no: PyTorch's own driver calls (e.g. probing
+primary contexts) return errors by design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
+
+
+def worker(name: str, T: int) -> int:
+    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+    import torch
+    import moe_step as ms
+
+    g = torch.Generator(device="cuda").manual_seed(5 + T)
+    r = lambda *s, scale: (torch.randn(*s, generator=g, device="cuda") * scale).to(torch.bfloat16)  # noqa: E731
+    x, rw, w13, w2 = r(T, 2048, scale=1.0), r(128, 2048, scale=0.05), r(128, 1536, 2048, scale=0.02), \
+        r(128, 2048, 768, scale=0.02)
+    out = torch.full((T, 2048), float("nan"), dtype=torch.bfloat16, device="cuda")
+    for _ in range(2):  # two launches: both counter sets
+        out.fill_(float("nan"))
+        ms.moe_step(x, rw, w13, w2, out, name=name)
+        torch.cuda.synchronize()
+    ref, gap = ms.reference(x, rw, w13, w2)
+    ok = gap > 1e-4
+    err = (out.double() - ref).abs()
+    good = not torch.isnan(out).any().item() and bool((err <= 2e-2 + 2e-2 * ref.abs())[ok].all().item())
+    print(f"RESULT {'correct' if good else 'wrong'} {name} T={T} max err {err[ok].max().item():.3e}", flush=True)
+    return 0 if good else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", nargs="?", default="gate", choices=["gate", "worker"])
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--kernels", default="moe_step,moe_step_swiglu2")
+    ap.add_argument("--name", default="moe_step")
+    a = ap.parse_args()
+    if a.cmd == "worker":
+        return worker(a.name, a.tokens)
+    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(san).exists():
+        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
+        return 1
+    bad = runs = 0
+    for name in a.kernels.split(","):
+        for tool, extra in TOOLS.items():
+            runs += 1
+            cmd = [san, "--tool", tool, *extra, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
+                   __file__, "worker", "--name", name, "--tokens", str(a.tokens)]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                text, rc = p.stdout + p.stderr, p.returncode
+            except subprocess.TimeoutExpired:
+                text, rc = "timed out after 900 s", -1
+            ok = rc == 0 and "RESULT correct" in text
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  {name:<18} {tool:<10} rc={rc} "
+                  f"{' | '.join(ln.strip() for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}",
+                  flush=True)
+            if not ok:
+                print("    " + "\n    ".join(text.splitlines()[-25:]))
+    print(f"sanitize: {runs - bad}/{runs} clean")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
