@@ -347,7 +347,10 @@ def cmd_sanitize(a) -> int:
 
     def run(job):
         variant, tool = job
+        # API errors off: torch's cuInit probes (34 host-API records, no device fault) made every
+        # memcheck fail; device memory errors in the attn_ kernels are still reported and gate.
         cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", "--kernel-name", "kns=attn_",
+               *(["--report-api-errors", "no"] if tool == "memcheck" else []),
                sys.executable, __file__, "one", "--variant", variant]
         t0 = time.time()
         try:

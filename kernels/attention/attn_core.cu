@@ -6,6 +6,11 @@
 // Per KV block, FA3's intra-warpgroup pipelining: S_{i} = Q K_i^T (wgmma SS) is issued before
 // O += P_{i-1} V_{i-1} (wgmma RS, P from registers), so the softmax of block i overlaps the
 // PV product of block i-1; online softmax in log2 units (exp2 with the scale folded in).
+// The loop has no data-dependent branch around a wgmma (the last PV is peeled): a branch made
+// ptxas serialise every wgmma (C7514). Inter-warpgroup ping-pong (FA3): named barriers wg0 /
+// wg1 hand the tensor cores from one warpgroup's GEMMs to the other's, so one warpgroup's
+// softmax runs under the other's GEMMs. A warpgroup whose 64 rows all lie past q_len (decode:
+// q_len <= 16) issues no MMA at all and only releases the ring stages.
 // The unnormalised O, the row max and sum go to the epilogue through export `out`
 // (layout "attn_o(2)", attn.h): a store epilogue for prefill, a split-KV combine for decode.
 #define PL_COMPONENT attn_core
@@ -21,6 +26,8 @@ PL_OWN_FACT(head_dim, attn::HEAD_DIM);
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
 PL_DECLARE_EXPORT(out);
+PL_DECLARE_BARRIER(wg0);
+PL_DECLARE_BARRIER(wg1);
 PL_DECLARE_CALL(tile, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
@@ -149,42 +156,71 @@ PL_ENTRY(run) {
     for (unsigned i = 0; i < 64; ++i) f.o[i] *= alpha[(i / 2) % 2];
   };
 
+  // Ping-pong: a warpgroup waits for its turn before issuing its GEMMs and passes the turn on
+  // after them; warpgroup 1 lets warpgroup 0 go first. Each barrier sees as many arrivals as
+  // syncs (warpgroup 1 skips its last pass), so nothing is left pending at exit.
+  const bool idle = qb * attn::BLOCK + 64 * wg >= p.q_len;      // no rows of this warpgroup
+  const bool duo = qb * attn::BLOCK + 64 < p.q_len && n > 0;    // both warpgroups compute
+  // (ids passed as PL_BARRIER(...) immediates, so the linked SASS check can see them)
+  auto turn = [&]() {
+    if (duo) {
+      if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 256);
+      else pl::named_barrier_sync(PL_BARRIER(wg0), 256);
+    }
+  };
+  auto pass = [&](bool last) {
+    if (duo) {
+      if (wg == 0) pl::named_barrier_arrive(PL_BARRIER(wg1), 256);
+      else if (!last) pl::named_barrier_arrive(PL_BARRIER(wg0), 256);
+    }
+  };
+  if (duo && wg == 1) pl::named_barrier_arrive(PL_BARRIER(wg0), 256);
+
   rq.wait(0);
-  if (n > 0) {
+  if (idle) {
+    for (unsigned i = 0; i < 2 * n; ++i) {  // stages must still be consumed in order
+      rkv.wait(i);
+      rkv.release(i, lane0);
+    }
+  } else if (n > 0) {
     float alpha[2];
     unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
     rkv.wait(0);
+    turn();
     issue_qk(s, dq, rkv.buf + rkv.stage(0) * attn::TILE_BYTES);
+    pass(n == 1);
     attn_wgmma::wait<0>();
     attn_wgmma::fence_regs<64>(s);
     rkv.release(0, lane0);
     softmax(kind, alpha);
     to_p();
-    for (unsigned i = 1; i <= n; ++i) {
-      const bool more = i < n;
-      if (more) {
-        kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
-        rkv.wait(2 * i);
-        issue_qk(s, dq, rkv.buf + rkv.stage(2 * i) * attn::TILE_BYTES);
-      }
+    for (unsigned i = 1; i < n; ++i) {
+      kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
+      rkv.wait(2 * i);
+      turn();
+      issue_qk(s, dq, rkv.buf + rkv.stage(2 * i) * attn::TILE_BYTES);
+      rescale(alpha);  // O to block i-1's max while S_i is computed (FA3's order)
       rkv.wait(2 * i - 1);
       attn_wgmma::fence_regs<32>(pr);
       issue_pv(f.o, pr, rkv.buf + rkv.stage(2 * i - 1) * attn::TILE_BYTES);
-      if (more) {
-        attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
-        attn_wgmma::fence_regs<64>(s);
-        rkv.release(2 * i, lane0);
-        softmax(kind, alpha);
-      }
+      pass(i + 1 == n);
+      attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
+      attn_wgmma::fence_regs<64>(s);
+      rkv.release(2 * i, lane0);
+      softmax(kind, alpha);
       attn_wgmma::wait<0>();
       attn_wgmma::fence_regs<64>(f.o);
       attn_wgmma::fence_regs<32>(pr);
       rkv.release(2 * i - 1, lane0);
-      if (more) {
-        rescale(alpha);
-        to_p();
-      }
+      to_p();
     }
+    rescale(alpha);
+    rkv.wait(2 * n - 1);
+    attn_wgmma::fence_regs<32>(pr);
+    issue_pv(f.o, pr, rkv.buf + rkv.stage(2 * n - 1) * attn::TILE_BYTES);
+    attn_wgmma::wait<0>();
+    attn_wgmma::fence_regs<64>(f.o);
+    rkv.release(2 * n - 1, lane0);
   }
   rq.release(0, lane0);
 #pragma unroll

@@ -6,12 +6,15 @@
 
 #include "attn.h"
 
-// Prefill: one CTA per (Q block, batch*head); the Q blocks with the most KV blocks (the last,
-// for causal masks) start first, so the long tiles do not form the grid's tail.
+// Prefill: one CTA per (Q block, batch*head). CTAs start in launch order (x fastest), and the
+// launch order walks the Q blocks from the last (the most KV blocks, for causal masks) down,
+// every head's before the next Q block's: the long tiles go first over the whole grid, the
+// short ones fill the tail.
 #define ATTN_PREFILL_TILE                                                   \
   PL_CALLABLE(tile)(unsigned pl_inst, unsigned* info) {                     \
-    info[0] = gridDim.x - 1 - blockIdx.x;                                   \
-    info[1] = blockIdx.y;                                                   \
+    const unsigned lin = blockIdx.x + blockIdx.y * gridDim.x;               \
+    info[0] = gridDim.x - 1 - lin / gridDim.y;                              \
+    info[1] = lin % gridDim.y;                                              \
     info[2] = 0;                                                            \
     info[3] = 1;                                                            \
   }
