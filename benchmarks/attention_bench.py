@@ -258,7 +258,8 @@ def cmd_bench(a) -> int:
                 fns.update(sdpa())
             if flex and (variant != "causal" or a.flex_causal):
                 try:
-                    t0 = time.time()
+                    t0 = time.time()  # a cold inductor cache took > 45 s on a fresh device machine
+                    print(f"    (flex {variant} S={S}: compiling)", flush=True)
                     fns["flex_compiled"] = flex()
                     print(f"    (flex {variant} S={S}: compiled in {time.time() - t0:.1f} s)", flush=True)
                 except Exception as e:  # noqa: BLE001
