@@ -127,3 +127,24 @@ def test_variant_matches_fp32_reference(variant):
         for shape in shapes:
             ok, msg = ab.check_one(variant, *shape, control)
             assert ok, f"{variant} {shape} control={control}: {msg}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_wgmma_not_serialised(built, variant):
+    """ptxas serialises every wgmma of a kernel (C7514, a WARPGROUP.DEPBAR after each HGMMA) when
+    non-wgmma code may touch accumulators inside a pipeline stage; it did while the core's last PV
+    sat behind a data-dependent branch (24 HGMMA, 24 DEPBAR; FA3-level speed needs them async).
+    The core's loop: QK^T (8 HGMMA) before the loop, QK^T + PV (16) in it, the last PV (8) after:
+    32 HGMMA and 4 waits (wait<0> after the first QK^T, wait<1> + wait<0> in the loop, wait<0>
+    after the last PV); also the ping-pong barriers and no named barrier id computed at run time."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from pipelink.toolkit import find_toolkit
+    cuobjdump = find_toolkit().tool("cuobjdump")
+    for cubin in (BIN / f"attn_{variant}.cubin", BIN / f"attn_{variant}.control.cubin"):
+        sass = subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+        hgmma = len(re.findall(r"\bHGMMA\.", sass))
+        waits = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
+        assert hgmma == 32 and waits == 4, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
+        if variant != "decode":  # decode's q_len <= 16: one warpgroup computes, no ping-pong
+            assert re.search(r"BAR\.SYNC(\.DEFER_BLOCKING)? 0x[1-9a-f], 0x100", sass), f"{cubin.name}: no ping-pong"
+        assert not re.search(r"BAR\.(SYNC|ARV)(\.DEFER_BLOCKING)? R\d+", sass), f"{cubin.name}: run-time barrier id"

@@ -8,7 +8,8 @@
 //
 // Declared interfaces between the core (attn_core), the loader (attn_loader) and a variant
 // (a library exporting these callables; the core and loader never know which variant):
-//   void     tile(unsigned* info)                      info = {q_block, bh, split, n_splits}
+//   unsigned tile(t, q_len, bh, info)   1 and info = {q_block, bh, split, n_splits} of this
+//                                       CTA's t-th work tile (persistent CTAs), 0: no more
 //   unsigned kv_count(q_block, bh, split, q_len, kv_len, aux)   KV blocks this tile visits
 //   unsigned kv_block(q_block, bh, split, i, q_len, kv_len, aux)  i-th block | kind << 31
 //   float    score(s, q, k, bh, aux)   the (scaled) score of query row q and key k of head bh,

@@ -1,11 +1,17 @@
-// attn_core.cu — the attention core: FlashAttention-3-style forward of one work tile
-// (a 128-row Q block of one head) by two consumer warpgroups, each owning 64 rows.
+// attn_core.cu — the attention core: FlashAttention-3-style forward of work tiles (a 128-row
+// Q block of one head each; the variant's `tile` hands a persistent CTA its sequence of them)
+// by two consumer warpgroups, each owning 64 rows.
 // Q arrives through ring `q`, K_i / V_i through ring `kv` (attn_loader, TMA); which KV blocks
 // to visit and how to mask or modify scores come only from the variant's callables
 // (attn.h): this file is compiled once and linked unchanged into every variant.
 // Per KV block, FA3's intra-warpgroup pipelining: S_{i} = Q K_i^T (wgmma SS) is issued before
 // O += P_{i-1} V_{i-1} (wgmma RS, P from registers), so the softmax of block i overlaps the
 // PV product of block i-1; online softmax in log2 units (exp2 with the scale folded in).
+// The loop has no data-dependent branch around a wgmma (the last PV is peeled): a branch made
+// ptxas serialise every wgmma (C7514). Inter-warpgroup ping-pong (FA3): named barriers wg0 /
+// wg1 hand the tensor cores from one warpgroup's GEMMs to the other's, so one warpgroup's
+// softmax runs under the other's GEMMs. A warpgroup whose 64 rows all lie past q_len (decode:
+// q_len <= 16) issues no MMA at all and only releases the ring stages.
 // The unnormalised O, the row max and sum go to the epilogue through export `out`
 // (layout "attn_o(2)", attn.h): a store epilogue for prefill, a split-KV combine for decode.
 #define PL_COMPONENT attn_core
@@ -21,16 +27,19 @@ PL_OWN_FACT(head_dim, attn::HEAD_DIM);
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
 PL_DECLARE_EXPORT(out);
-PL_DECLARE_CALL(tile, unsigned*);
+PL_DECLARE_BARRIER(wg0);
+PL_DECLARE_BARRIER(wg1);
+PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(float, score, float, unsigned, unsigned, unsigned, const void*);
 
 namespace attn_core {
-struct Params {  // the contract's [params]: aux = "ptr", q_len, kv_len = "u32", scale = "f32"
+struct Params {  // the contract's [params]: aux = "ptr", q_len, kv_len = "u32", scale = "f32", bh = "u32"
   const void* aux;
   uint32_t q_len, kv_len;
   float scale;
+  uint32_t bh;
 };
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr unsigned CHUNK16 = attn::CHUNK_BYTES >> 4;  // descriptor units
@@ -91,106 +100,146 @@ PL_ENTRY(run) {
   const Ring rkv{pl::smem_addr(base + PL_RING_BUFFER(kv)), reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv)),
                  reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv)), PL_RING_DEPTH(kv)};
 
-  attn::OutFrag f;
-  PL_CALL(tile, f.info);
-  const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
-  const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
   const float scale_log2 = p.scale * LOG2E;
-  const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
   const uint64_t dq = attn_wgmma::desc_k_sw128(rq.buf + 64 * wg * 128);
+  // Ping-pong (FA3): a warpgroup waits for its turn before issuing a KV block's GEMMs and
+  // passes the turn on after them; warpgroup 1 lets warpgroup 0 go first, and warpgroup 0
+  // takes warpgroup 1's last pass at exit, so each barrier sees as many arrivals as syncs.
+  // (Ids are PL_BARRIER(...) immediates, so the linked-SASS check sees them.)
+  const bool idle = wg == 1 && p.q_len <= 64;  // decode: rows 64..127 are all past q_len
+  const bool duo = p.q_len > 64;               // both warpgroups compute
+  auto turn = [&]() {
+    if (duo) {
+      if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 256);
+      else pl::named_barrier_sync(PL_BARRIER(wg0), 256);
+    }
+  };
+  auto pass = [&]() {
+    if (duo) {
+      if (wg) pl::named_barrier_arrive(PL_BARRIER(wg0), 256);
+      else pl::named_barrier_arrive(PL_BARRIER(wg1), 256);
+    }
+  };
+  if (duo && wg == 1) pl::named_barrier_arrive(PL_BARRIER(wg0), 256);
 
+  attn::OutFrag f;
   float s[64];
   uint32_t pr[32];
+  unsigned kvi = 0;  // ring kv index of the tile's first stage (the loader walks the same tiles)
+  // Persistent: the variant's `tile` hands this CTA its t-th work tile until there is none.
+  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, f.info); ++it) {
+    const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
+    const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+    const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
 #pragma unroll
-  for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;
-  f.m[0] = f.m[1] = -INFINITY;
-  f.l[0] = f.l[1] = 0.f;
+    for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;
+    f.m[0] = f.m[1] = -INFINITY;
+    f.l[0] = f.l[1] = 0.f;
 
-  // Mask/modify S of KV block `kb` (kind bit from kv_block), then the online softmax:
-  // new row max, S := exp2(S - max) in place, rescale factor for O and the running sums.
-  auto softmax = [&](unsigned kb_kind, float* alpha) {
-    const unsigned kb = kb_kind & attn::BLOCK_MASK;
-    float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
-    if (kb_kind & attn::PARTIAL) {
+    // Mask/modify S of KV block `kb` (kind bit from kv_block), then the online softmax:
+    // new row max, S := exp2(S - max) in place, rescale factor for O and the running sums.
+    auto softmax = [&](unsigned kb_kind, float* alpha) {
+      const unsigned kb = kb_kind & attn::BLOCK_MASK;
+      float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
+      if (kb_kind & attn::PARTIAL) {
 #pragma unroll
-      for (unsigned i = 0; i < 64; ++i) {
-        const unsigned r = row0 + 8 * ((i / 2) % 2), c = kb * attn::BLOCK + 8 * (i / 4) + 2 * qd + (i % 2);
-        s[i] = PL_CALL(score, s[i] * p.scale, r, c, bh, p.aux) * LOG2E;
+        for (unsigned i = 0; i < 64; ++i) {
+          const unsigned r = row0 + 8 * ((i / 2) % 2), c = kb * attn::BLOCK + 8 * (i / 4) + 2 * qd + (i % 2);
+          s[i] = PL_CALL(score, s[i] * p.scale, r, c, bh, p.aux) * LOG2E;
+        }
+        mul = 1.f;
       }
-      mul = 1.f;
-    }
 #pragma unroll
-    for (unsigned j = 0; j < 2; ++j) {
-      float mx = -INFINITY;
+      for (unsigned j = 0; j < 2; ++j) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(f.m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
-      const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
-      alpha[j] = ex2(f.m[j] - use);
-      f.m[j] = mx;
-      float sum = 0.f;
+        for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(f.m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
+        const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
+        alpha[j] = ex2(f.m[j] - use);
+        f.m[j] = mx;
+        float sum = 0.f;
 #pragma unroll
-      for (unsigned nt = 0; nt < 16; ++nt) {
-        s[nt * 4 + 2 * j] = ex2(fmaf(s[nt * 4 + 2 * j], mul, -use));
-        s[nt * 4 + 2 * j + 1] = ex2(fmaf(s[nt * 4 + 2 * j + 1], mul, -use));
-        sum += s[nt * 4 + 2 * j] + s[nt * 4 + 2 * j + 1];
+        for (unsigned nt = 0; nt < 16; ++nt) {
+          s[nt * 4 + 2 * j] = ex2(fmaf(s[nt * 4 + 2 * j], mul, -use));
+          s[nt * 4 + 2 * j + 1] = ex2(fmaf(s[nt * 4 + 2 * j + 1], mul, -use));
+          sum += s[nt * 4 + 2 * j] + s[nt * 4 + 2 * j + 1];
+        }
+        f.l[j] = f.l[j] * alpha[j] + sum;  // this thread's columns; the quad adds up at the end
       }
-      f.l[j] = f.l[j] * alpha[j] + sum;  // this thread's columns; the quad adds up at the end
-    }
-  };
-  auto to_p = [&]() {
+    };
+    auto to_p = [&]() {
 #pragma unroll
-    for (unsigned i = 0; i < 32; ++i) pr[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-  };
-  auto rescale = [&](const float* alpha) {
+      for (unsigned i = 0; i < 32; ++i) pr[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    };
+    auto rescale = [&](const float* alpha) {
 #pragma unroll
-    for (unsigned i = 0; i < 64; ++i) f.o[i] *= alpha[(i / 2) % 2];
-  };
+      for (unsigned i = 0; i < 64; ++i) f.o[i] *= alpha[(i / 2) % 2];
+    };
+    auto kv_stage = [&](unsigned idx) { return rkv.buf + rkv.stage(idx) * attn::TILE_BYTES; };
 
-  rq.wait(0);
-  if (n > 0) {
-    float alpha[2];
-    unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
-    rkv.wait(0);
-    issue_qk(s, dq, rkv.buf + rkv.stage(0) * attn::TILE_BYTES);
-    attn_wgmma::wait<0>();
-    attn_wgmma::fence_regs<64>(s);
-    rkv.release(0, lane0);
-    softmax(kind, alpha);
-    to_p();
-    for (unsigned i = 1; i <= n; ++i) {
-      const bool more = i < n;
-      if (more) {
+    rq.wait(it);
+    if (idle) {
+      for (unsigned i = 0; i < 2 * n; ++i) {  // stages must still be consumed, in order
+        rkv.wait(kvi + i);
+        rkv.release(kvi + i, lane0);
+      }
+      rq.release(it, lane0);
+    } else if (n == 0) {
+      rq.release(it, lane0);
+    } else {
+      // No data-dependent branch around a wgmma (the last PV is peeled after the loop): such
+      // a branch made ptxas serialise every wgmma of the kernel (C7514).
+      float alpha[2];
+      unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
+      rkv.wait(kvi);
+      turn();
+      issue_qk(s, dq, kv_stage(kvi));
+      pass();
+      attn_wgmma::wait<0>();
+      attn_wgmma::fence_regs<64>(s);
+      rkv.release(kvi, lane0);
+      softmax(kind, alpha);
+      to_p();
+      for (unsigned i = 1; i < n; ++i) {
+        const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
         kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
-        rkv.wait(2 * i);
-        issue_qk(s, dq, rkv.buf + rkv.stage(2 * i) * attn::TILE_BYTES);
-      }
-      rkv.wait(2 * i - 1);
-      attn_wgmma::fence_regs<32>(pr);
-      issue_pv(f.o, pr, rkv.buf + rkv.stage(2 * i - 1) * attn::TILE_BYTES);
-      if (more) {
+        rkv.wait(ik);
+        turn();
+        issue_qk(s, dq, kv_stage(ik));
+        rescale(alpha);  // O to block i-1's max while S_i is computed (FA3's order)
+        rkv.wait(iv);
+        attn_wgmma::fence_regs<32>(pr);
+        issue_pv(f.o, pr, kv_stage(iv));
+        pass();
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
-        rkv.release(2 * i, lane0);
+        rkv.release(ik, lane0);
         softmax(kind, alpha);
-      }
-      attn_wgmma::wait<0>();
-      attn_wgmma::fence_regs<64>(f.o);
-      attn_wgmma::fence_regs<32>(pr);
-      rkv.release(2 * i - 1, lane0);
-      if (more) {
-        rescale(alpha);
+        attn_wgmma::wait<0>();
+        attn_wgmma::fence_regs<64>(f.o);
+        attn_wgmma::fence_regs<32>(pr);
+        rkv.release(iv, lane0);
         to_p();
       }
+      rq.release(it, lane0);  // every Q K^T is done: the loader may bring the next tile's Q
+      rescale(alpha);
+      rkv.wait(kvi + 2 * n - 1);
+      attn_wgmma::fence_regs<32>(pr);
+      issue_pv(f.o, pr, kv_stage(kvi + 2 * n - 1));
+      attn_wgmma::wait<0>();
+      attn_wgmma::fence_regs<64>(f.o);
+      rkv.release(kvi + 2 * n - 1, lane0);
     }
-  }
-  rq.release(0, lane0);
+    kvi += 2 * n;
 #pragma unroll
-  for (unsigned j = 0; j < 2; ++j) {
-    f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 1);
-    f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 2);
+    for (unsigned j = 0; j < 2; ++j) {
+      f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 1);
+      f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 2);
+    }
+    PL_EXPORT(out, &f, qb * attn::BLOCK, bh);
   }
-  PL_EXPORT(out, &f, qb * attn::BLOCK, bh);
+  if (duo && wg == 0) pl::named_barrier_sync(PL_BARRIER(wg0), 256);  // warpgroup 1's last pass
 }

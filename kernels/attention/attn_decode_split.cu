@@ -6,11 +6,12 @@
 
 #include "attn_variant.h"
 
-PL_CALLABLE(tile)(unsigned pl_inst, unsigned* info) {
+PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh, unsigned* info) {
   info[0] = 0;
   info[1] = blockIdx.y;
   info[2] = blockIdx.x;
   info[3] = gridDim.x;
+  return t == 0;  // one tile per CTA
 }
 ATTN_KV_COUNT {
   const unsigned nkv = kv_len / attn::BLOCK, ns = gridDim.x;

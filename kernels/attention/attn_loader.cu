@@ -1,6 +1,7 @@
 // attn_loader.cu — TMA producer of rings `q` and `kv` for the attention core. One thread:
-// for the CTA's work tile (callable `tile`), the Q block into ring `q`, then K and V of every
-// KV block the variant lists (callables `kv_count`, `kv_block`) into ring `kv`, K before V.
+// for each of the CTA's work tiles (callable `tile`, persistent), the Q block into ring `q`,
+// then K and V of every KV block the variant lists (callables `kv_count`, `kv_block`) into
+// ring `kv`, K before V. The next tile's loads start as soon as the core frees the stages.
 // Tensor maps come from attn_loader_host.py (boxes [128, 64], SWIZZLE_128B).
 #define PL_COMPONENT attn_loader
 #include <pipelink.h>
@@ -13,7 +14,7 @@ PL_DECLARE_FACT(block_q);
 PL_DECLARE_FACT(head_dim);
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
-PL_DECLARE_CALL(tile, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 
@@ -44,31 +45,30 @@ PL_ENTRY(run) {
   pl::prefetch_tensor_map(&p.tmap_k);
   pl::prefetch_tensor_map(&p.tmap_v);
   unsigned info[4];
-  PL_CALL(tile, info);
-  const unsigned qb = info[0], bh = info[1], split = info[2];
   const unsigned blk = PL_FACT(block_q), bytes = blk * PL_FACT(head_dim) * 2;  // one tile (attn.h)
-
   uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
   uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
-  pl::mbar_wait(qempty, 1u);  // a fresh barrier passes parity 1
-  pl::mbar_arrive_expect_tx(qfull, bytes);
-  load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull);
-
   uint8_t* buf = base + PL_RING_BUFFER(kv);
   uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
   uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
   const unsigned depth = PL_RING_DEPTH(kv);
-  const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
   unsigned stage = 0, phase = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
-    const int row = (int)(bh * p.kv_len + kb * blk);
+  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, info); ++it) {
+    const unsigned qb = info[0], bh = info[1], split = info[2];
+    pl::mbar_wait(qempty, (it & 1u) ^ 1u);  // ring q has one stage; a fresh barrier passes parity 1
+    pl::mbar_arrive_expect_tx(qfull, bytes);
+    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull);
+    const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+    for (unsigned i = 0; i < n; ++i) {
+      const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
+      const int row = (int)(bh * p.kv_len + kb * blk);
 #pragma unroll 1
-    for (unsigned part = 0; part < 2; ++part) {  // K, then V
-      pl::mbar_wait(empty + stage, phase ^ 1u);
-      pl::mbar_arrive_expect_tx(full + stage, bytes);
-      load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage);
-      if (++stage == depth) { stage = 0; phase ^= 1u; }
+      for (unsigned part = 0; part < 2; ++part) {  // K, then V
+        pl::mbar_wait(empty + stage, phase ^ 1u);
+        pl::mbar_arrive_expect_tx(full + stage, bytes);
+        load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage);
+        if (++stage == depth) { stage = 0; phase ^= 1u; }
+      }
     }
   }
 }
