@@ -201,6 +201,9 @@ class Contract:
     param_origins: tuple[Origin, ...] = ()  # where each of `params` was written
     host: HostDecl | None = None
     workspaces: tuple[WorkspaceDecl, ...] = ()
+    # [component] co_resident = true: the component waits for other CTAs of the grid (stream-K
+    # fixups, readiness counters), so every CTA must be resident at once (L-RESIDENT, R-GRID).
+    co_resident: bool = False
 
     def param_origin(self, name: str) -> Origin:
         for (n, _), o in zip(self.params, self.param_origins):
@@ -398,6 +401,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     if entry is not None:
         _ident(comp, "entry", entry)
     arch = comp.get("arch", str, "sm_90a")
+    co_resident = comp.get("co_resident", bool, False)
     if arch not in ARCHES:
         comp.fail("arch", f"unknown architecture {arch!r}", hint=f"one of {sorted(ARCHES)}")
     comp.finish()
@@ -571,7 +575,7 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         facts=tuple(facts), smem=tuple(smem), barriers=tuple(barriers), rings=tuple(rings),
         tensors=tuple(tensors), callables=tuple(callables), file=file,
         origin=Origin(file, lines.line("component")), param_origins=tuple(param_origins), host=host,
-        workspaces=workspaces,
+        workspaces=workspaces, co_resident=co_resident,
     )
 
 

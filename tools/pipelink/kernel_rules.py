@@ -141,3 +141,26 @@ def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int],
                     "kernel.grid", (Fact(kernel, f"grid = {[str(x) for x in comp.grid]}", where),),
                     (f"did you mean {near[0]!r}? " if near else "") +
                     f"a name only the caller knows at launch must be listed: [kernel] launch_args = [\"{n}\"]"))
+
+
+def check_resident(comp: Composition, diags: list[Diagnostic]) -> None:
+    """A co_resident component waits for other CTAs of the grid: a grid that is not bounded by
+    resident_ctas could launch more CTAs than fit, and the waiting ones would wait forever for
+    CTAs that cannot start (the runtime checks the evaluated grid too: R-GRID)."""
+    waiting = [i for i in comp.instances if i.contract.co_resident]
+    if not waiting:
+        return
+    texts = [g for g in comp.grid if isinstance(g, str)]
+    try:
+        bounded = any("resident_ctas" in names_in(g) for g in texts)
+    except ExprError:
+        return  # compose rejected the expression already
+    if bounded:
+        return
+    where = str(comp.grid_origin or comp.file)
+    diags.append(Diagnostic(
+        "L-RESIDENT", f"kernel {comp.name}: {', '.join(i.name for i in waiting)} wait(s) for other CTAs, but the grid "
+        "is not bounded by resident_ctas", "kernel.grid",
+        (Fact(f"kernel {comp.name}", f"grid = {[str(x) for x in comp.grid]}", where),
+         *(Fact(f"{i.name} ({i.contract.name})", "co_resident = true", str(i.contract.origin)) for i in waiting)),
+        'bound the grid by the CTAs that fit at once, e.g. grid = ["min(resident_ctas, tiles)", 1, 1]'))

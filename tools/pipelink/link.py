@@ -190,6 +190,8 @@ def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
                   "source": i.package.host[h.provider].decode("utf-8"), "fills": list(h.fills),
                   "reads": list(h.reads), "facts": list(h.facts)}
                  for i in comp.instances if (h := i.contract.host)],
+        # Instances that wait for other CTAs: the runtime refuses a grid larger than what fits (R-GRID).
+        **({"co_resident": co} if (co := [i.name for i in comp.instances if i.contract.co_resident]) else {}),
     }
 
 

@@ -126,6 +126,7 @@ class Manifest:
     grid_names: tuple[str, ...] = ()  # launch-only names the grid expressions use
     host: tuple[HostProvider, ...] = ()  # providers filling the tmap parameters
     workspaces: tuple[Workspace, ...] = ()  # runtime-lent global memory (hidden ptr fields)
+    co_resident: tuple[str, ...] = ()  # instances that wait for other CTAs: all CTAs must fit at once
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -186,6 +187,7 @@ class Manifest:
             requires = tuple(str(r) for r in d.get("requires", []) or [])
             host = tuple(HostProvider.from_dict(h) for h in d.get("host", []) or [])
             workspaces = tuple(Workspace.from_dict(w) for w in d.get("workspaces", []) or [])
+            co_resident = tuple(str(n) for n in d.get("co_resident", []) or [])
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"malformed ({type(e).__name__}: {e})") from None
         for name, t in by_name.items():
@@ -239,7 +241,7 @@ class Manifest:
                 if t is None and n not in facts and n not in grid_names and n not in BUILTIN_GRID_NAMES:
                     grid_names.append(n)
         return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
-                   requires, tuple(grid_names), host, workspaces, source, dict(d))
+                   requires, tuple(grid_names), host, workspaces, co_resident, source, dict(d))
 
 
 def _dims(v, what: str) -> tuple[int, int, int]:
@@ -462,6 +464,13 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
                               hint="split the problem into several launches")
         if d % m.cluster[i]:
             raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, not a multiple of the cluster size {m.cluster[i]}")
+    fit = values.get("resident_ctas")
+    if m.co_resident and fit is not None and dims[0] * dims[1] * dims[2] > fit:
+        raise LaunchError("R-GRID", f"{dims[0] * dims[1] * dims[2]} CTAs ({', '.join(origin)}), but only {fit} fit on "
+                          f"the device at once and {', '.join(m.co_resident)} wait(s) for other CTAs",
+                          facts=[Fact(f"kernel {m.kernel}", f"co_resident: {', '.join(m.co_resident)}", m.source)],
+                          hint="launch at most resident_ctas CTAs (the kernel file's grid should be min(resident_ctas, ...)); "
+                               "the waiting CTAs would otherwise wait for CTAs that cannot start")
     return dims[0], dims[1], dims[2]
 
 
