@@ -25,6 +25,12 @@ def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = "
     """One GEMM + SwiGLU variant. consumer: "wgmma" (two cooperative warpgroups on a
     128-row tile), "cute" (the same, written with CuTe) or "pingpong" (each warpgroup a
     whole block_m x block_n tile; needs the per-warpgroup epilogue and kernel file)."""
+    if consumer not in _CONSUMERS:
+        fail("gemm_swiglu_tma(%s): consumer = %r; one of %s" % (name, consumer, sorted(_CONSUMERS.keys())))
+    shapes = [(128, 64), (64, 128)] if consumer == "pingpong" else [(128, 64), (128, 128)]
+    if (block_m, block_n) not in shapes:
+        fail("gemm_swiglu_tma(%s): block_m x block_n = %d x %d is not built by the %s consumer; supported: %s" %
+             (name, block_m, block_n, consumer, ", ".join(["%d x %d" % s for s in shapes])))
     c = _CONSUMERS[consumer]
     consumer_target = name + "_consumer"
     if consumer == "pingpong":

@@ -58,6 +58,10 @@ def moe_components():
 def moe_expert(name, block_m = 64, block_h = 64, block_n = 128):
     """The expert owner with one tile geometry: block_m in {16, 32, 64} (rows of a tile; the
     wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128}."""
+    for what, value, ok in (("block_m", block_m, [16, 32, 64]), ("block_h", block_h, [32, 64]),
+                            ("block_n", block_n, [64, 128])):
+        if value not in ok:
+            fail("moe_expert(%s): %s = %r; the expert owner builds %s" % (name, what, value, ok))
     cuda_component(
         name = name,
         component = "moe_expert",
