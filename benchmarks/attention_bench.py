@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
-from gpu_bench import paired_ratio  # noqa: E402
+from gpu_bench import interleaved, paired_ratio  # noqa: E402
 from pipelink.runtime import LaunchError  # noqa: E402
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
@@ -154,48 +154,6 @@ def cmd_check(a) -> int:
 
 # ---- timing -------------------------------------------------------------------------------
 
-def graph_of(fn, inner):
-    import torch
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
-
-
-def interleaved(fns: dict, inner: int, rounds: int) -> dict:
-    """Median us per call of each fn: graphs replayed in rounds, order rotating (ABBA-like)."""
-    import torch
-    graphs = {}
-    for k, f in fns.items():
-        try:
-            graphs[k] = graph_of(f, inner)
-        except Exception as e:  # noqa: BLE001 - a baseline that cannot run here is reported, not fatal
-            print(f"    ({k}: not timed: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-    names = list(graphs)
-    ev = []
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        if r % 2:
-            order.reverse()
-        for n in order:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            graphs[n].replay()
-            e1.record()
-            ev.append((n, e0, e1))
-    torch.cuda.synchronize()
-    times = {n: [] for n in names}
-    for n, e0, e1 in ev:
-        times[n].append(e0.elapsed_time(e1) * 1e3 / inner)
-    return {n: statistics.median(t) for n, t in times.items()}
-
-
 def sdpa_fns(q, k, v, causal):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -264,7 +222,7 @@ def cmd_bench(a) -> int:
                     print(f"    (flex {variant} S={S}: compiled in {time.time() - t0:.1f} s)", flush=True)
                 except Exception as e:  # noqa: BLE001
                     print(f"    (flex unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-            t = interleaved(fns, inner, a.rounds)
+            t = interleaved(fns, inner, a.rounds, skip_failing=True)
             if "pipelink" not in t:
                 print(f"FAIL {variant} S={S}: pipelink was not timed")
                 continue
@@ -289,7 +247,7 @@ def cmd_bench(a) -> int:
                 fns["flex_compiled"] = flex_fn(q, k, v, None)
             except Exception as e:  # noqa: BLE001
                 print(f"    (flex decode unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-        t = interleaved(fns, 20, a.rounds)
+        t = interleaved(fns, 20, a.rounds, skip_failing=True)
         if "pipelink" not in t:
             print(f"FAIL decode B={B} KV={KV}: pipelink was not timed")
             continue

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
-from gpu_bench import paired_ratio  # noqa: E402  (ABBA rounds of graph replays)
+from gpu_bench import interleaved, paired_ratio  # noqa: E402  (ABBA rounds of graph replays)
 from pipelink.runtime import LaunchError  # noqa: E402
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
@@ -136,43 +136,6 @@ def cmd_check(a) -> int:
 
 
 # ---- timing -------------------------------------------------------------------------------
-
-def graph_of(fn, inner: int):
-    import torch
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
-
-
-def interleaved(fns: dict, inner: int, rounds: int) -> dict[str, float]:
-    """Median us per call of each fn: graphs replayed in rounds, order rotating each round."""
-    import torch
-    graphs = {k: graph_of(f, inner) for k, f in fns.items()}
-    names = list(graphs)
-    ev = []
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        if r % 2:
-            order.reverse()
-        for n in order:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            graphs[n].replay()
-            e1.record()
-            ev.append((n, e0, e1))
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for n, e0, e1 in ev:
-        times[n].append(e0.elapsed_time(e1) * 1e3 / inner)
-    return {n: statistics.median(t) for n, t in times.items()}
-
 
 def inner_for(M: int) -> int:
     return 20 if M <= 512 else 6 if M <= 2048 else 3

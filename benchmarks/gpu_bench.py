@@ -1,5 +1,8 @@
 """GPU helpers shared by the benchmarks and GPU tests (run on the GPU machine; nothing is linked here).
 
+  graph_of, interleaved
+                CUDA graphs of launch functions, and their median time per call over rounds
+                in rotating order (the bench tables of gemm_swiglu_bench.py, attention_bench.py).
   paired_ratio  A-over-B time of two launch functions as ABBA rounds of CUDA-graph replays
                 (benchmarks/gemm_swiglu_bench.py: linked / control, and the baselines).
   target        one launch of one cubin on a small problem, torch-free (driver API + numpy), with
@@ -27,6 +30,53 @@ GSW_TOL = 2e-2
 GSW_KERNELS = ("gemm_swiglu", "gemm_swiglu_wgmma")
 
 
+def graph_of(fn, inner: int):
+    """`inner` calls of fn captured as one CUDA graph (after two eager warm-up calls), replayed once."""
+    import torch
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(inner):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def interleaved(fns: dict, inner: int, rounds: int, *, skip_failing: bool = False) -> dict[str, float]:
+    """Median us per call of each fn: graphs replayed in rounds, order rotating and reversing
+    every other round. skip_failing: a fn that cannot be captured (a baseline that does not
+    run on this machine) is reported and left out instead of raising."""
+    import torch
+    graphs = {}
+    for k, f in fns.items():
+        try:
+            graphs[k] = graph_of(f, inner)
+        except Exception as e:  # noqa: BLE001 - reported, not fatal, when asked
+            if not skip_failing:
+                raise
+            print(f"    ({k}: not timed: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    names = list(graphs)
+    ev = []
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        if r % 2:
+            order.reverse()
+        for n in order:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            graphs[n].replay()
+            e1.record()
+            ev.append((n, e0, e1))
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for n, e0, e1 in ev:
+        times[n].append(e0.elapsed_time(e1) * 1e3 / inner)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
 def paired_ratio(fa, fb, inner: int, rounds: int) -> tuple[float, float, float, float]:
     """Linked-over-control time, measured as ABBA rounds of CUDA-graph replays back to back.
 
@@ -36,18 +86,7 @@ def paired_ratio(fa, fb, inner: int, rounds: int) -> tuple[float, float, float, 
     resists the rest. Returns (median ratio, IQR of the ratios, median A us, median B us).
     """
     import torch
-    graphs = []
-    for f in (fa, fb):
-        for _ in range(2):
-            f()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(inner):
-                f()
-        g.replay()
-        graphs.append(g)
-    torch.cuda.synchronize()
+    graphs = [graph_of(f, inner) for f in (fa, fb)]
     ev = [[torch.cuda.Event(enable_timing=True) for _ in range(5)] for _ in range(rounds)]
     for r in range(rounds):
         e = ev[r]

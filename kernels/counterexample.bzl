@@ -151,7 +151,7 @@ def _consumer(block_n, parts):
     return dict(
         component = "wgmma_consumer",
         srcs = ["gemm/wgmma_consumer.cu"],
-        hdrs = ["gemm/tma_gemm.h", "gemm/wgmma.h"],
+        hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"],
         contract = "gemm/wgmma_consumer.contract.toml",
         contract_substitutions = subs,
         copts = ["-O3"],

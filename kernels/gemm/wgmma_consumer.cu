@@ -31,6 +31,7 @@
 #define PL_COMPONENT wgmma_consumer
 #include <pipelink.h>
 
+#include "stream_k.h"
 #include "tma_gemm.h"
 #include "wgmma.h"
 
@@ -54,33 +55,6 @@ struct Params {  // the contract's [params]: m, n, k = "u32"
 };
 constexpr unsigned THREADS = 256;
 
-// Partial sums of one unit: thread t's accumulators as float4s, float4 i at [i][t].
-__device__ __forceinline__ void store_partial(float4* slot, const float* acc, unsigned t) {
-#pragma unroll
-  for (unsigned i = 0; i < FRAG / 4; ++i)
-    __stcg(slot + i * THREADS + t, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-}
-__device__ __forceinline__ void add_partial(const float4* slot, float* acc, unsigned t) {
-#pragma unroll
-  for (unsigned i = 0; i < FRAG / 4; ++i) {
-    const float4 v = __ldcg(slot + i * THREADS + t);
-    acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
-  }
-}
-// A stage is free once the consumers of every CTA that multicast into it are done with it.
-__device__ __forceinline__ void release(uint64_t* empty, unsigned cx) {
-  if (cx == 1) pl::mbar_arrive(empty);
-  else
-    for (unsigned q = 0; q < cx; ++q) pl::mbar_arrive_cluster(empty, q);
-}
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 }  // namespace wgmma_consumer
 
 PL_OWN_FACT(block_m, wgmma_consumer::BM);
@@ -141,29 +115,29 @@ PL_ENTRY(run) {
       wgmma::commit();
       wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
       wgmma::fence_operands<FRAG>(acc);
-      if (kt > k_begin && lane0) release(empty + prev, cx);
+      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
       prev = stage;
       if (++stage == depth) { stage = 0; phase ^= 1u; }
     }
     wgmma::wait<0>();
     wgmma::fence_operands<FRAG>(acc);
-    if (k_end > k_begin && lane0) release(empty + prev, cx);
+    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
     if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      store_partial(partials + blockIdx.x * (FRAG / 4) * THREADS, acc, t);
+      stream_k::store_partial<FRAG, THREADS>(partials + blockIdx.x * (FRAG / 4) * THREADS, acc, t);
       __threadfence();
       pl::named_barrier_sync(bar, THREADS);
-      if (t == 0) add_release(flags + info[2], 1);
+      if (t == 0) pl::red_release(flags + info[2], 1);
       continue;
     }
     if (k_begin > 0) {  // finisher: add the contributors' partial sums
       const unsigned contributors = (blockIdx.x - info[3]) / cx;
       if (t == 0) {
-        while (load_acquire(flags + info[2]) < contributors) {
+        while (pl::ld_acquire(flags + info[2]) < contributors) {
         }
         flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
       }
       pl::named_barrier_sync(bar, THREADS);
-      for (unsigned c = info[3]; c < blockIdx.x; c += cx) add_partial(partials + c * (FRAG / 4) * THREADS, acc, t);
+      for (unsigned c = info[3]; c < blockIdx.x; c += cx) stream_k::add_partial<FRAG, THREADS>(partials + c * (FRAG / 4) * THREADS, acc, t);
     }
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }

@@ -24,6 +24,7 @@
 #define PL_COMPONENT wgmma_pingpong
 #include <pipelink.h>
 
+#include "stream_k.h"
 #include "tma_gemm.h"
 #include "wgmma.h"
 
@@ -44,7 +45,7 @@ constexpr unsigned STAGE = tma_gemm::stage_bytes(BM, BN, PARTS);
 static_assert(FRAG <= 128, "a warpgroup holds at most 128 accumulators per thread");
 static_assert(N == 128 || N == 256, "b_parts * block_n in {128, 256}");
 static_assert(STAGE % 1024 == 0, "stages start on 1024-byte swizzle atoms");
-static_assert(FRAG % 4 == 0, "partial sums move as float4");
+static_assert(FRAG % 4 == 0, "partial sums move as float4 (stream_k.h)");
 
 struct Params {  // the contract's [params]: m, n, k = "u32"
   uint32_t m, n, k;
@@ -57,27 +58,6 @@ __device__ __forceinline__ void advance(unsigned& stage, unsigned& phase, unsign
   const unsigned wraps = stage / depth;
   stage -= wraps * depth;
   phase ^= wraps & 1u;
-}
-// Partial sums of one unit: warpgroup thread u's accumulators as float4s, float4 i at [i][u].
-__device__ __forceinline__ void store_partial(float4* slot, const float* acc, unsigned u) {
-#pragma unroll
-  for (unsigned i = 0; i < FRAG / 4; ++i)
-    __stcg(slot + i * WG_THREADS + u, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-}
-__device__ __forceinline__ void add_partial(const float4* slot, float* acc, unsigned u) {
-#pragma unroll
-  for (unsigned i = 0; i < FRAG / 4; ++i) {
-    const float4 v = __ldcg(slot + i * WG_THREADS + u);
-    acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
-  }
-}
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 }  // namespace wgmma_pingpong
 
@@ -178,20 +158,20 @@ PL_ENTRY(run) {
     if (PL_CALL(unit, iter + 1, m_tiles, n_tiles, k_tiles, next) != tma_gemm::NO_TILE)
       advance(stage, phase, next[1] - next[0], depth);
     if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      store_partial(partials + blockIdx.x * (FRAG / 4) * WG_THREADS, acc, u);
+      stream_k::store_partial<FRAG, WG_THREADS>(partials + blockIdx.x * (FRAG / 4) * WG_THREADS, acc, u);
       __threadfence();
       fix_sync();
-      if (u == 0) add_release(flags + info[2], 1);
+      if (u == 0) pl::red_release(flags + info[2], 1);
       continue;
     }
     if (k_begin > 0) {  // finisher: add the contributors' partial sums
       if (u == 0) {
-        while (load_acquire(flags + info[2]) < blockIdx.x - info[3]) {
+        while (pl::ld_acquire(flags + info[2]) < blockIdx.x - info[3]) {
         }
         flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
       }
       fix_sync();
-      for (unsigned c = info[3]; c < blockIdx.x; ++c) add_partial(partials + c * (FRAG / 4) * WG_THREADS, acc, u);
+      for (unsigned c = info[3]; c < blockIdx.x; ++c) stream_k::add_partial<FRAG, WG_THREADS>(partials + c * (FRAG / 4) * WG_THREADS, acc, u);
     }
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }

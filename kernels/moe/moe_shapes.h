@@ -39,18 +39,12 @@ constexpr unsigned BLOCKCNT = 64 + 2 * SET_WORDS;
 constexpr unsigned SYNC_WORDS = BLOCKCNT + MAX_TOKENS / ROUTE_TOKENS;
 static_assert(SYNC_WORDS * 4 <= 32768, "sync workspace size (contracts: bytes = 32768)");
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
+using pl::ld_acquire;   // pipelink.h: acquire load / release add of a global flag
+using pl::red_release;
 __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   unsigned v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned atom_acq_rel(unsigned* p, unsigned v) {
   unsigned old;

@@ -176,6 +176,22 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, unsigned cta)
       " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
       ::"r"(smem_addr(bar)), "r"(cta) : "memory");
 }
+// Arrive on the mbarrier at `bar`'s offset in CTAs 0 .. ctas-1 of this cluster (ctas = 1:
+// this CTA's only): a stage multicast into every CTA is free once all of them released it.
+__device__ __forceinline__ void mbar_arrive_cluster_ctas(uint64_t* bar, unsigned ctas) {
+  if (ctas == 1) mbar_arrive(bar);
+  else
+    for (unsigned q = 0; q < ctas; ++q) mbar_arrive_cluster(bar, q);
+}
+// Global-memory flags between CTAs of one grid (stream-K fixups, readiness counters).
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
