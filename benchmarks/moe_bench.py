@@ -56,7 +56,7 @@ from gpu_bench import paired_ratio  # noqa: E402
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 TOL = 2e-2
-BIN = ROOT / "bazel-bin" / "kernels"
+BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")  # as moe_step.load
 
 
 # ---- inputs and the float64 reference ------------------------------------------------------

@@ -17,27 +17,7 @@ def moe_components():
     """The packages of the owners other than the expert: router (R), dispatch (D), combine
     (C) and the two SwiGLU builds (G, G2). One macro, so a workspace that mutates the expert
     (tests/test_moe_relink.py) builds exactly these."""
-    cuda_component(
-        name = "moe_router",
-        srcs = ["moe/router.cu"],
-        hdrs = MOE_HDRS,
-        contract = "moe/router.contract.toml",
-        copts = ["-O3"],
-    )
-    cuda_component(
-        name = "moe_dispatch",
-        srcs = ["moe/dispatch.cu"],
-        hdrs = MOE_HDRS,
-        contract = "moe/dispatch.contract.toml",
-        copts = ["-O3"],
-    )
-    cuda_component(
-        name = "moe_combine",
-        srcs = ["moe/combine.cu"],
-        hdrs = ["moe/moe_shapes.h"],
-        contract = "moe/combine.contract.toml",
-        copts = ["-O3"],
-    )
+    _moe_roles("")
     cuda_component(
         name = "moe_swiglu",
         srcs = ["moe/swiglu.cu"],
@@ -55,7 +35,51 @@ def moe_components():
         copts = ["-O3"],
     )
 
-def moe_expert(name, block_m = 64, block_h = 64, block_n = 128):
+def moe_trace_step(name = "moe_step_trace"):
+    """moe_step built with MOE_TRACE: every role folds %globaltimer into phase slots of the
+    `sync` workspace (moe_shapes.h, moe::stamp); benchmarks/moe_trace.py reads them. A
+    diagnostic build of the same sources, not a product target."""
+    _moe_roles("_trace", ["MOE_TRACE"])
+    moe_expert(name = "moe_expert_trace", defines = ["MOE_TRACE"])
+    moe_step(
+        name = name,
+        expert = ":moe_expert_trace",
+        router = ":moe_router_trace",
+        dispatch = ":moe_dispatch_trace",
+        combine = ":moe_combine_trace",
+        sass_test = False,
+    )
+
+def _moe_roles(suffix, defines = []):
+    cuda_component(
+        name = "moe_router" + suffix,
+        component = "moe_router",
+        srcs = ["moe/router.cu"],
+        hdrs = MOE_HDRS,
+        contract = "moe/router.contract.toml",
+        copts = ["-O3"],
+        defines = defines,
+    )
+    cuda_component(
+        name = "moe_dispatch" + suffix,
+        component = "moe_dispatch",
+        srcs = ["moe/dispatch.cu"],
+        hdrs = MOE_HDRS,
+        contract = "moe/dispatch.contract.toml",
+        copts = ["-O3"],
+        defines = defines,
+    )
+    cuda_component(
+        name = "moe_combine" + suffix,
+        component = "moe_combine",
+        srcs = ["moe/combine.cu"],
+        hdrs = ["moe/moe_shapes.h"],
+        contract = "moe/combine.contract.toml",
+        copts = ["-O3"],
+        defines = defines,
+    )
+
+def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = []):
     """The expert owner with one tile geometry: block_m in {16, 32, 64} (rows of a tile; the
     wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128}."""
     for what, value, ok in (("block_m", block_m, [16, 32, 64]), ("block_h", block_h, [32, 64]),
@@ -79,7 +103,7 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128):
             "EXPERT_BLOCK_M=%d" % block_m,
             "EXPERT_BLOCK_H=%d" % block_h,
             "EXPERT_BLOCK_N=%d" % block_n,
-        ],
+        ] + defines,
     )
 
 def moe_step(name, expert = ":moe_expert", swiglu = ":moe_swiglu", router = ":moe_router",

@@ -1,5 +1,5 @@
-// combine.cu — owner C. Role: out[t] = Σ_k weight_k · ys[row(t, k)] in f32, rounded to
-// bf16, one warp per token. A token waits (YDONE, acquire) until the expert owner has
+// combine.cu — owner C. Role: out[t] = Σ_k weight_k · ys[row(t, k)] (ys bf16, the sum in
+// f32), rounded to bf16, one warp per token. A token waits (YDONE, acquire) until the expert owner has
 // finished every down-projection tile of each of its experts: ceil(count / block_m) row
 // tiles × 2048 / block_n column blocks (the expert owner's geometry, read as facts).
 #define PL_COMPONENT moe_combine
@@ -36,22 +36,24 @@ PL_ENTRY(run) {
   const unsigned set = moe::enter(sync, moe::COMBINE, nw, lane, last);
   if (last) moe::finish_launch(sync, moe::COMBINE, set, 0, 0, lane);
   const unsigned* cur = sync + moe::SET(set);
+  bool first = true;
   const unsigned T = p.t, S = T * top_k;
   const unsigned* route_e = static_cast<const unsigned*>(PL_WORKSPACE(route));
   const float* route_w = reinterpret_cast<const float*>(route_e + S);
   const unsigned* rows = static_cast<const unsigned*>(PL_WORKSPACE(rows));
-  const float* ys = static_cast<const float*>(PL_WORKSPACE(ys));
+  const __nv_bfloat16* ys = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(ys));
 
   moe::wait_at_least(cur + moe::ROUTED, T);
   for (unsigned tok = gw; tok < T; tok += nw) {
     unsigned e = 0;
     float w = 0.f;
-    if (lane < top_k) e = __ldcg(route_e + tok * top_k + lane), w = __ldcg(route_w + tok * top_k + lane);
-    for (unsigned k = 0; k < top_k; ++k) {
-      const unsigned ek = __shfl_sync(0xffffffffu, e, k);
-      const unsigned tiles = moe::ceil_div(__ldcg(cur + moe::COUNTS + ek), bm);
-      moe::wait_at_least(cur + moe::YDONE + ek, tiles * blocks);
+    if (lane < top_k) {  // lane k waits for its expert's tiles (all top_k waits at once)
+      e = __ldcg(route_e + tok * top_k + lane), w = __ldcg(route_w + tok * top_k + lane);
+      const unsigned tiles = moe::ceil_div(__ldcg(cur + moe::COUNTS + e), bm);
+      while (moe::ld_acquire(cur + moe::YDONE + e) < tiles * blocks) __nanosleep(64);
     }
+    __syncwarp();
+    if (first) moe::stamp(sync, moe::COMBINE_BEGIN, lane), first = false;
     // rows[] was written before the READY release that the expert acquired: visible now.
     unsigned r = 0;
     if (lane < top_k) r = __ldcg(rows + tok * top_k + lane);
@@ -62,10 +64,13 @@ PL_ENTRY(run) {
       for (unsigned k = 0; k < top_k; ++k) {
         const unsigned rk = __shfl_sync(0xffffffffu, r, k);
         const float wk = __shfl_sync(0xffffffffu, w, k);
-        const float4* y = reinterpret_cast<const float4*>(ys + (size_t)rk * moe::HIDDEN + c);
-        const float4 a = __ldcg(y), b = __ldcg(y + 1);
-        acc[0] += wk * a.x, acc[1] += wk * a.y, acc[2] += wk * a.z, acc[3] += wk * a.w;
-        acc[4] += wk * b.x, acc[5] += wk * b.y, acc[6] += wk * b.z, acc[7] += wk * b.w;
+        const uint4 y = __ldcg(reinterpret_cast<const uint4*>(ys + (size_t)rk * moe::HIDDEN + c));
+        const unsigned yw[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+        for (unsigned i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[i]));
+          acc[2 * i] += wk * f.x, acc[2 * i + 1] += wk * f.y;
+        }
       }
       uint4 o;
       __nv_bfloat162 h0 = __floats2bfloat162_rn(acc[0], acc[1]), h1 = __floats2bfloat162_rn(acc[2], acc[3]);
@@ -75,4 +80,6 @@ PL_ENTRY(run) {
       *reinterpret_cast<uint4*>(p.out + (size_t)tok * moe::HIDDEN + c) = o;
     }
   }
+  moe::stamp(sync, moe::COMBINE_END, lane);
+  moe::stamp(sync, moe::KERNEL_END, lane);
 }

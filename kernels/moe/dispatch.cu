@@ -50,30 +50,46 @@ PL_ENTRY(run) {
   __nv_bfloat16* xs = static_cast<__nv_bfloat16*>(PL_WORKSPACE(xs));
 
   moe::wait_at_least(cur + moe::ROUTED, T);
+  moe::stamp(sync, moe::DISPATCH_BEGIN, lane);
   unsigned padded[4], first[4], total;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
   moe::exclusive_scan4(padded, first, lane, total);
   const unsigned per_rank = moe::EXPERTS / p.world;
 
-  for (unsigned slot = gw; slot < S; slot += nw) {
-    const unsigned e = __ldcg(route_e + slot), pos = __ldcg(route_pos + slot);
-    const unsigned row = moe::pick4(first, e) + pos;
-    const unsigned owner = e / per_rank;
-    __nv_bfloat16* dst_xs = xs;
-    unsigned* dst_sync = cur;
-    if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
-      dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[2 * owner]);
-      dst_sync = reinterpret_cast<unsigned*>(p.peers[2 * owner + 1]) + moe::SET(set);
-    }
-    if (lane == 0) rows[slot] = row;
-    const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)(slot / top_k) * moe::HIDDEN);
-    uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)row * moe::HIDDEN);
+  // One token per warp step: its x row is loaded once and stored to its top_k rows, then one
+  // fence covers all of them before each slot's lane releases its expert's READY counter.
+  for (unsigned tok = gw; tok < T; tok += nw) {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)tok * moe::HIDDEN);
     uint4 v[moe::HIDDEN / 256];
 #pragma unroll
     for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) v[j] = __ldg(src + j * 32 + lane);
+    unsigned e = 0, row = 0;
+    unsigned* ready = nullptr;
+    if (lane < top_k) {
+      const unsigned slot = tok * top_k + lane;
+      e = __ldcg(route_e + slot);
+      row = __ldcg(route_pos + slot);
+    }
+    const unsigned e4 = e;
+    for (unsigned k = 0; k < top_k; ++k) {
+      const unsigned ek = __shfl_sync(0xffffffffu, e4, k);
+      const unsigned rk = moe::pick4(first, ek) + __shfl_sync(0xffffffffu, row, k);
+      const unsigned owner = ek / per_rank;
+      __nv_bfloat16* dst_xs = xs;
+      unsigned* dst_sync = cur;
+      if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
+        dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[2 * owner]);
+        dst_sync = reinterpret_cast<unsigned*>(p.peers[2 * owner + 1]) + moe::SET(set);
+      }
+      if (lane == k) rows[tok * top_k + k] = rk, ready = dst_sync + moe::READY + ek;
+      uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)rk * moe::HIDDEN);
 #pragma unroll
-    for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) __stcg(dst + j * 32 + lane, v[j]);
-    moe::signal(dst_sync + moe::READY + e, 1, lane);
+      for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) __stcg(dst + j * 32 + lane, v[j]);
+    }
+    __threadfence();
+    __syncwarp();
+    if (lane < top_k) moe::red_release(ready, 1);
   }
+  moe::stamp(sync, moe::DISPATCH_END, lane);
 }

@@ -8,7 +8,8 @@
 //     writes h = silu(gate) * up to `hs`; then the warp adds its valid rows × block_h to
 //     HREADY[e].
 //  2. down: unit (e, n block nb, rb): [64 x block_n] = h·w2[e]ᵀ (K = 768) once HREADY[e] =
-//     count × 768, stored f32 to `ys` (valid rows only); +1 on YDONE[e] per unit.
+//     count × 768, rounded to bf16 in `ys` (valid rows only; combine sums in f32); +1 on
+//     YDONE[e] per unit.
 // Main loop per unit (one warpgroup): a ring of STAGES shared-memory stages; a stage holds
 // the A tile (64 rows × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
 // B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
@@ -88,37 +89,76 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // One warpgroup's ring: stages at `smem`, one mbarrier each at `full`; `it` counts the
-// k-steps this warpgroup consumed (stage it % STAGES, mbarrier parity it / STAGES % 2).
+// k-steps this warpgroup consumed (stage it % STAGES, mbarrier parity it / STAGES % 2);
+// `primed_b` / `primed_a`: the weight (B) tiles / this thread's row (A) chunks of the next
+// unit's first STAGES - 1 k-steps are in flight (the A chunks as one cp.async group each).
 struct Ring {
   uint8_t* smem;
   uint64_t* full;
   unsigned it, t;
+  bool primed_b, primed_a;
 };
+// One unit's operands, in three words (registers are tight): the weight tile's first row b
+// (`parts` boxes of the map at rows b and b + part_stride), the first of its rows in the A
+// workspace, and `meta` = valid rows | VALID (the unit exists) | READY (its readiness counter
+// was complete when checked, so its rows may be loaded ahead).
+struct Tile {
+  int b;
+  unsigned row0, meta;
+};
+constexpr unsigned VALID = 1u << 16, READY = 1u << 17;
 
-// acc[N/2] (wgmma m64nN layout) = A[64 rows of lda, K] · B[N rows, K]ᵀ, A rows >= valid
-// zero; B = `parts` boxes of N / parts rows of `map` at rows b0 and b1 (TMA).
+// acc[N/2] (wgmma m64nN layout) = A[64 rows of lda, K] · B[N rows, K]ᵀ for unit `w`: A rows
+// >= w.rows zero (cp.async); B = `parts` boxes of N / parts rows of `map` (TMA).
+// The pipeline runs on across units: the stages this unit frees in its last STAGES - 1
+// k-steps are refilled with the warpgroup's next unit of the pass (`next`): its weights
+// always (they wait for nothing), its rows when `next.ready`. So a unit starts with its first
+// stages in flight, and the weight stream runs on through readiness waits.
 // `sync` is the warpgroup's named barrier (an immediate id per warpgroup, see PL_ENTRY).
-template <unsigned N, unsigned K, unsigned PARTS, class Sync>
-__device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, unsigned lda, unsigned valid,
-                                         const pl::TensorMap* map, int b0, int b1, const Sync& sync) {
+// The weight tile of k-step k into ring position r.it + kt (thread 0 issues the TMA).
+template <unsigned N, unsigned PARTS, int PART_STRIDE>
+__device__ __forceinline__ void load_b(Ring& r, unsigned kt, unsigned k, const pl::TensorMap* map, const Tile& b) {
+  const unsigned s = (r.it + kt) % STAGES;
+  uint8_t* st = r.smem + s * STAGE;
+  if (r.t == 0) {
+    pl::mbar_arrive_expect_tx(r.full + s, N * ROW);
+    pl::tma_load_2d(st + A_BYTES, map, (int)(k * 64), b.b, r.full + s);
+    if (PARTS == 2) pl::tma_load_2d(st + A_BYTES + (N / 2) * ROW, map, (int)(k * 64), b.b + PART_STRIDE, r.full + s);
+  }
+}
+// Before a pass's first readiness wait: the first unit's weights need no readiness.
+template <unsigned N, unsigned PARTS, int PART_STRIDE>
+__device__ __forceinline__ void prime(Ring& r, const pl::TensorMap* map, const Tile& first) {
+  if (!(first.meta & VALID)) return;
+#pragma unroll
+  for (unsigned kt = 0; kt < STAGES - 1; ++kt) load_b<N, PARTS, PART_STRIDE>(r, kt, kt, map, first);
+  r.primed_b = true;
+}
+
+template <unsigned N, unsigned K, unsigned PARTS, int PART_STRIDE, class Sync>
+__device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, const pl::TensorMap* map,
+                                         const Tile& w, const Tile& next, const Sync& sync) {
   constexpr unsigned KT = K / 64;
   static_assert(KT >= STAGES, "the ring is filled from one unit");
-  auto load = [&](unsigned kt) {
-    const unsigned s = (r.it + kt) % STAGES;
-    uint8_t* st = r.smem + s * STAGE;
-    if (r.t == 0) {
-      pl::mbar_arrive_expect_tx(r.full + s, N * ROW);
-      pl::tma_load_2d(st + A_BYTES, map, (int)(kt * 64), b0, r.full + s);
-      if (PARTS == 2) pl::tma_load_2d(st + A_BYTES + (N / 2) * ROW, map, (int)(kt * 64), b1, r.full + s);
-    }
-    const uint32_t base = pl::smem_addr(st);
+  auto load_a = [&](unsigned kt, const Tile& t) {  // this thread's chunks of the rows
+    const unsigned k = kt < KT ? kt : kt - KT;
+    const uint32_t base = pl::smem_addr(r.smem + (r.it + kt) % STAGES * STAGE);
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j) {  // 64 rows x 8 chunks of 16 B over 128 threads
       const unsigned c = r.t + 128 * j, row = c / 8, ch = c % 8;
-      const bool ok = row < valid;
-      const __nv_bfloat16* src = ok ? a + (size_t)row * lda + kt * 64 + ch * 8 : a;
+      const bool ok = row < (t.meta & 0xFFFFu);
+      const __nv_bfloat16* src = ok ? a + (size_t)(t.row0 + row) * K + k * 64 + ch * 8 : a;
       cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
     }
+  };
+  auto load = [&](unsigned kt) {
+    if (kt >= KT) {  // the next unit's first k-steps
+      if (next.meta & VALID) load_b<N, PARTS, PART_STRIDE>(r, kt, kt - KT, map, next);
+      if (next.meta & READY) load_a(kt, next);
+      return;
+    }
+    if (!(r.primed_b && kt < STAGES - 1)) load_b<N, PARTS, PART_STRIDE>(r, kt, kt, map, w);
+    if (!(r.primed_a && kt < STAGES - 1)) load_a(kt, w);
   };
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
@@ -126,7 +166,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
 #pragma unroll
   for (unsigned kt = 0; kt < STAGES - 1; ++kt) {
     load(kt);
-    cp_async_commit();
+    if (!r.primed_a) cp_async_commit();  // else the groups were committed by the last unit
   }
 #pragma unroll 1
   for (unsigned kt = 0; kt < KT; ++kt) {
@@ -134,20 +174,24 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     cp_async_wait<STAGES - 2>();  // this thread's A chunks of k-step kt have landed
     fence_proxy_async();
     pl::mbar_wait(r.full + s, (n / STAGES) & 1u);
-    sync();  // all A chunks; every warp is past k-step kt - 1's wgmma
-    if (kt + STAGES - 1 < KT) load(kt + STAGES - 1);  // into the stage of k-step kt - 1
-    cp_async_commit();
+    sync();  // every thread's A chunks of k-step kt are in shared memory
     const uint32_t sa = pl::smem_addr(r.smem + s * STAGE);
     const uint64_t da = wgmma::desc_sw128(sa), db = wgmma::desc_sw128(sa + A_BYTES);
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < 4; ++kk) wgmma::mma_m64k16<N>(acc, da + 2 * kk, db + 2 * kk, 1u);
     wgmma::commit();
-    wgmma::wait<0>();
+    wgmma::wait<1>();  // k-step kt - 1's wgmma is done; k-step kt's runs on while we refill
     wgmma::fence_operands<N / 2>(acc);
+    sync();  // ... in every warp: the stage of k-step kt - 1 is free
+    load(kt + STAGES - 1);
+    cp_async_commit();
   }
-  cp_async_wait<0>();
-  r.it += KT;
+  wgmma::wait<0>();
+  wgmma::fence_operands<N / 2>(acc);
+  r.it += KT;  // (the next unit's row chunks stay in flight: its waits count their groups)
+  r.primed_b = next.meta & VALID;
+  r.primed_a = next.meta & READY;
 }
 }  // namespace moe_expert
 
@@ -174,7 +218,7 @@ PL_ENTRY(run) {
   const unsigned nw = gridDim.x * warps;
   const unsigned gwg = wg * gridDim.x + blockIdx.x, nwg = 2 * gridDim.x;  // unit u -> SM u % grid
   Ring ring{pl::smem_base() + PL_SMEM(stages) + wg * WG_BYTES,
-            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128};
+            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128, false, false};
   // Each warpgroup's barrier by its own handle, so the linked SASS names the placed ids.
   const auto wg_sync = [&]() {
     if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 128);
@@ -194,7 +238,7 @@ PL_ENTRY(run) {
   unsigned* cur = sync + moe::SET(set);
   const __nv_bfloat16* xs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(xs));
   const __nv_bfloat16* hs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(hs));
-  float* ys = static_cast<float*>(PL_WORKSPACE(ys));
+  __nv_bfloat16* ys = static_cast<__nv_bfloat16*>(PL_WORKSPACE(ys));
 
   if (PL_FACT(top_k) != moe::TOP_K) __trap();  // xs/hs/ys are sized for it (folds away)
   moe::wait_at_least(cur + moe::ROUTED, p.t);
@@ -211,43 +255,64 @@ PL_ENTRY(run) {
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * HBLOCKS;
   moe::exclusive_scan4(units, first, lane, total);
+  // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
+  const auto gateup_tile = [&](unsigned u, bool check) {
+    if (u >= total) return Tile{0, 0, 0};
+    const Unit w = locate(u, count, first, HBLOCKS);
+    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
+    const bool ready = check && moe::ld_acquire(cur + moe::READY + w.e) >= cnt;
+    return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0, min(BM, cnt - w.tile * BM) | VALID | (ready ? READY : 0u)};
+  };
+  prime<2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, gateup_tile(gwg, false));
   for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, HBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
     const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::READY + w.e, cnt);
+    if (u == gwg) moe::stamp(sync, moe::GATEUP_BEGIN, lane);
     float acc[BH];  // m64 x n(2 BH): BH floats per thread
-    const int gate = (int)(w.e * 2 * moe::INTER + w.block * BH);
-    mainloop<2 * BH, moe::HIDDEN, 2>(acc, ring, xs + (size_t)row0 * moe::HIDDEN, moe::HIDDEN, valid, &p.tmap_w13,
-                                     gate, gate + (int)moe::INTER, wg_sync);
+    mainloop<2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, xs, &p.tmap_w13, gateup_tile(u, false),
+                                                      gateup_tile(u + nwg, true), wg_sync);
     if (r0 < BM) {  // rows >= block_m belong to the next tile
       PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
       if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
     }
   }
 
+  moe::stamp(sync, moe::GATEUP_END, lane);
+
   // Pass 2: down projection into ys.
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * NBLOCKS;
   moe::exclusive_scan4(units, first, lane, total);
+  // Unit u of pass 2: rows of w2, h rows of hs; `check`: test HREADY now.
+  const auto down_tile = [&](unsigned u, bool check) {
+    if (u >= total) return Tile{0, 0, 0};
+    const Unit w = locate(u, count, first, NBLOCKS);
+    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
+    const bool ready = check && moe::ld_acquire(cur + moe::HREADY + w.e) >= cnt * moe::INTER;
+    return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0, min(BM, cnt - w.tile * BM) | VALID | (ready ? READY : 0u)};
+  };
+  prime<BN, 1, 0>(ring, &p.tmap_w2, down_tile(gwg, false));
   for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, NBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
     const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
+    if (u == gwg) moe::stamp(sync, moe::DOWN_BEGIN, lane);
     float acc[BN / 2];
-    mainloop<BN, moe::INTER, 1>(acc, ring, hs + (size_t)row0 * moe::INTER, moe::INTER, valid, &p.tmap_w2,
-                                (int)(w.e * moe::HIDDEN + w.block * BN), 0, wg_sync);
+    mainloop<BN, moe::INTER, 1, 0>(acc, ring, hs, &p.tmap_w2, down_tile(u, false), down_tile(u + nwg, true), wg_sync);
 #pragma unroll
     for (unsigned j = 0; j < BN / 8; ++j) {
       const float* d = acc + 4 * j;
       const unsigned r = r0 + g, c = w.block * BN + j * 8 + 2 * q;
-      float* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
-      if (r < valid) __stcg(reinterpret_cast<float2*>(y), make_float2(d[0], d[1]));
-      if (r + 8 < valid) __stcg(reinterpret_cast<float2*>(y + 8 * moe::HIDDEN), make_float2(d[2], d[3]));
+      __nv_bfloat16* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
+      if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
+      if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
     }
     __threadfence();
     wg_sync();  // the whole tile is stored
     if (ring.t == 0) moe::red_release(cur + moe::YDONE + w.e, 1);
   }
+  moe::stamp(sync, moe::DOWN_END, lane);
 }

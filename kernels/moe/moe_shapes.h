@@ -9,7 +9,7 @@
 //   rows   u32 row[S]: the slot's row in xs/ys             dispatch -> combine
 //   xs     bf16 [S + 128 * block_m, 2048] gathered x rows  dispatch -> expert
 //   hs     bf16 [same rows, 768]  silu(gate) * up          swiglu (in expert warps) -> expert
-//   ys     f32  [same rows, 2048] expert outputs           expert -> combine
+//   ys     bf16 [same rows, 2048] expert outputs           expert -> combine
 // xs/hs/ys rows are expert-contiguous, each expert's range padded to whole block_m tiles
 // (padding rows are never stored to out).
 //
@@ -89,6 +89,29 @@ __device__ __forceinline__ void finish_launch(unsigned* sync, unsigned owner, un
     sync[GEN(owner)] = sync[GEN(owner)] + 1;
   }
   __syncwarp();
+}
+// Phase timeline (only in the MOE_TRACE build, //kernels:moe_step_trace; benchmarks/moe_trace.py):
+// lane 0 of a warp folds %globaltimer into one of TRACE_SLOTS u64 slots after SYNC_WORDS
+// (even slots: earliest, odd slots: latest). The host sets the slots before one launch.
+constexpr unsigned TRACE = 6144, TRACE_SLOTS = 16;
+static_assert(TRACE >= SYNC_WORDS && (TRACE + 2 * TRACE_SLOTS) * 4 <= 32768, "trace slots fit in sync");
+enum Stamp : unsigned {
+  ROUTER_BEGIN = 0, ROUTER_END = 1, DISPATCH_BEGIN = 2, DISPATCH_END = 3, GATEUP_BEGIN = 4, GATEUP_END = 5,
+  DOWN_BEGIN = 6, DOWN_END = 7, COMBINE_BEGIN = 8, COMBINE_END = 9, KERNEL_BEGIN = 10, KERNEL_END = 11,
+  ROUTER_GEMM_END = 13, ROUTER_SUMMED = 15  // (latest only)
+};
+__device__ __forceinline__ void stamp(unsigned* sync, Stamp slot, unsigned lane) {
+#ifdef MOE_TRACE
+  if (lane == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    auto* s = reinterpret_cast<unsigned long long*>(sync + TRACE) + slot;
+    if (slot % 2 == 0) atomicMin(s, t);
+    else atomicMax(s, t);
+  }
+#else
+  (void)sync, (void)slot, (void)lane;
+#endif
 }
 __device__ __forceinline__ unsigned ceil_div(unsigned a, unsigned b) { return (a + b - 1) / b; }
 

@@ -1,9 +1,14 @@
 // router.cu — owner R. Role: logits = x · W_rᵀ (f32), p = softmax(logits), top-8 experts
-// by p, weights = p_topk / Σ p_topk. Work unit: 16 tokens × 8 experts (one mma m16n8, K =
-// 2048 from global memory), written to the instance workspace `logits`; the warp that
-// completes a 16-token tile (counter in `sync`, reset by it) selects its tokens' experts,
-// appends each slot to its expert (atomic per-expert count = the slot's position) and
-// releases the tile's tokens on counter ROUTED. No warp of this role ever waits.
+// by p, weights = p_topk / Σ p_topk. Work unit: one 16-token tile × all 128 experts (16
+// mma m16n8 tiles) over a k-range: the tile's K = 2048 is split into KS ranges so that
+// tiles × KS units fill the role's warps at small T (KS = 1 from T ≈ 16 × warps). With
+// KS > 1 each unit adds its partial logits into the instance workspace `logits` (f32
+// atomics; zero-kept) and the unit that completes the tile (counter in `sync`, reset by
+// it) reads the sums and zeroes them for the next launch. The completing
+// warp then selects in registers, four lanes per token (the mma accumulator layout: lane
+// (g, q) holds 32 of token g's and of token g + 8's logits), appends each slot to its expert
+// (atomic per-expert count = the slot's position) and releases the tile's tokens on counter
+// ROUTED. No warp of this role ever waits.
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
@@ -24,40 +29,88 @@ struct Params {  // [params]: x, router_w = "ptr", t = "u32"
   const __nv_bfloat16* router_w;
   unsigned t;
 };
-constexpr unsigned GROUPS = moe::EXPERTS / 8;  // n8 tiles of experts per token tile
+constexpr unsigned NT = moe::EXPERTS / 8;  // n8 tiles per unit
+constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units)
+constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * moe::EXPERTS;
 
-// Top-k of one token's 128 logits, held 4 per lane (experts 4 lane + i). Lane k < TOP_K
-// gets the k-th choice (expert, renormalized weight).
-__device__ __forceinline__ void select(const float4 l4, unsigned lane, unsigned& expert, float& weight) {
-  float v[4] = {l4.x, l4.y, l4.z, l4.w};
-  float m = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
-  for (unsigned d = 16; d; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+// Splits per tile: the largest power of two <= MAX_SPLITS with tiles * splits <= warps.
+__device__ __forceinline__ unsigned splits_for(unsigned tiles, unsigned warps) {
+  unsigned ks = 1;
+  while (ks < MAX_SPLITS && tiles * ks * 2 <= warps) ks *= 2;
+  return ks;
+}
+
+// Logits of one tile in the accumulator layout: float2 (n8 tile j, half h) of lane l at
+// (j * 2 + h) * 64 + 2 l, so a unit's 2048 floats are added and read back coalesced.
+__device__ __forceinline__ float2* part(float* logits, unsigned tile, unsigned j, unsigned h, unsigned lane) {
+  return reinterpret_cast<float2*>(logits + (size_t)tile * TILE_FLOATS + (j * 2 + h) * 64 + 2 * lane);
+}
+
+// A probability and its expert as one sortable word: p >= 0, so its float bits order like
+// unsigned; the low 8 bits (2^-15 of p) make room for the expert, lower experts win ties,
+// and the word is odd, so 0 marks a taken entry.
+__device__ __forceinline__ unsigned key_of(float p, unsigned expert) {
+  return (__float_as_uint(p) & ~0xFFu) | (127u - expert) << 1 | 1u;
+}
+__device__ __forceinline__ float p_of(unsigned key) { return __uint_as_float(key & ~0xFFu); }
+__device__ __forceinline__ unsigned expert_of(unsigned key) { return 127u - (key >> 1 & 0x7Fu); }
+
+// Top-k of one token: acc half h of the tile (h = 0: token g, h = 1: token g + 8), held by
+// the 4 lanes q = 0..3 of a group: acc[j][2h + i] is expert 8 j + 2 q + i. Softmax, then k
+// rounds of a max over sortable words (no serial compare chain). Lane q gets choices k = q
+// and q + 4 (expert, renormalized weight).
+template <unsigned H>
+__device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, unsigned (&expert)[2], float (&weight)[2]) {
+  unsigned key[NT][2];
+  float m = -INFINITY;
+#pragma unroll
+  for (unsigned j = 0; j < NT; ++j) m = fmaxf(m, fmaxf(acc[j][2 * H], acc[j][2 * H + 1]));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
   float sum = 0.f;
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) v[i] = expf(v[i] - m), sum += v[i];
-  for (unsigned d = 16; d; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  for (unsigned j = 0; j < NT; ++j)
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) v[i] = v[i] / sum;  // p, as softmax defines it
-  unsigned taken = 0;
-  float mine = 0.f;
-  expert = 0;
+    for (unsigned i = 0; i < 2; ++i) sum += expf(acc[j][2 * H + i] - m);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  const float inv = 1.f / sum;
+#pragma unroll
+  for (unsigned j = 0; j < NT; ++j)
+#pragma unroll
+    for (unsigned i = 0; i < 2; ++i) key[j][i] = key_of(expf(acc[j][2 * H + i] - m) * inv, 8 * j + 2 * q + i);  // p
+  float chosen = 0.f, mine0 = 0.f, mine1 = 0.f;
+#pragma unroll 1
   for (unsigned k = 0; k < moe::TOP_K; ++k) {
-    float best = -1.f;
-    unsigned bi = 0xFFFFFFFFu;
+    unsigned best = 0;
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i)
-      if (!(taken >> i & 1u) && v[i] > best) best = v[i], bi = 4 * lane + i;
-    for (unsigned d = 16; d; d >>= 1) {  // max p, ties to the lower expert
-      const float ob = __shfl_xor_sync(0xffffffffu, best, d);
-      const unsigned oi = __shfl_xor_sync(0xffffffffu, bi, d);
-      if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
-    }
-    if ((bi >> 2) == lane) taken |= 1u << (bi & 3u);
-    if (lane == k) expert = bi, mine = best;
+    for (unsigned j = 0; j < NT; ++j) best = max(best, max(key[j][0], key[j][1]));
+    best = max(best, __shfl_xor_sync(0xffffffffu, best, 1));
+    best = max(best, __shfl_xor_sync(0xffffffffu, best, 2));
+#pragma unroll
+    for (unsigned j = 0; j < NT; ++j)
+#pragma unroll
+      for (unsigned i = 0; i < 2; ++i) key[j][i] = key[j][i] == best ? 0u : key[j][i];
+    chosen += p_of(best);
+    if (k == q) expert[0] = expert_of(best), mine0 = p_of(best);  // (constant indices: no local memory)
+    if (k == q + 4) expert[1] = expert_of(best), mine1 = p_of(best);
   }
-  float s = lane < moe::TOP_K ? mine : 0.f;
-  for (unsigned d = 16; d; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
-  weight = mine / s;
+  weight[0] = mine0 / chosen, weight[1] = mine1 / chosen;
+}
+
+// Select token t0 + g + 8 H's experts and append its slots (lane q: choices q and q + 4).
+template <unsigned H>
+__device__ __forceinline__ void route_token(const float (&acc)[NT][4], unsigned t0, unsigned T, unsigned g, unsigned q,
+                                            unsigned* counts, unsigned* route_e, float* route_w, unsigned* route_pos) {
+  unsigned e[2];
+  float w[2];
+  select<H>(acc, q, e, w);
+  const unsigned tok = t0 + g + 8 * H;
+  if (tok >= T) return;
+  const unsigned pos0 = atomicAdd(counts + e[0], 1u), pos1 = atomicAdd(counts + e[1], 1u);
+  const unsigned slot = tok * moe::TOP_K + q;
+  route_e[slot] = e[0], route_w[slot] = w[0], route_pos[slot] = pos0;
+  route_e[slot + 4] = e[1], route_w[slot + 4] = w[1], route_pos[slot + 4] = pos1;
 }
 }  // namespace moe_router
 
@@ -72,52 +125,64 @@ PL_ENTRY(run) {
   const unsigned set = moe::enter(sync, moe::ROUTER, nw, lane, last);
   if (last) moe::finish_launch(sync, moe::ROUTER, set, moe::ROUTED, moe::READY - moe::ROUTED, lane);
   unsigned* cur = sync + moe::SET(set);
+  moe::stamp(sync, moe::KERNEL_BEGIN, lane);
+  moe::stamp(sync, moe::ROUTER_BEGIN, lane);
   const unsigned T = p.t, S = T * moe::TOP_K;
   unsigned* route_e = static_cast<unsigned*>(PL_WORKSPACE(route));
   float* route_w = reinterpret_cast<float*>(route_e + S);
   unsigned* route_pos = route_e + 2 * S;
   float* logits = static_cast<float*>(PL_WORKSPACE(logits));
 
-  const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS);
-  for (unsigned u = gw; u < tiles * GROUPS; u += nw) {
-    const unsigned tile = u / GROUPS, grp = u % GROUPS;
+  const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS), ks = splits_for(tiles, nw);
+  const unsigned krange = moe::HIDDEN / ks;
+  for (unsigned u = gw; u < tiles * ks; u += nw) {
+    const unsigned tile = u / ks, split = u % ks;
     const unsigned t0 = tile * moe::ROUTE_TOKENS;
     const bool v0 = t0 + g < T, v1 = t0 + g + 8 < T;
-    const __nv_bfloat16* a0 = p.x + (size_t)(t0 + g) * moe::HIDDEN + 8 * q;
+    const unsigned k_begin = split * krange;
+    const __nv_bfloat16* a0 = p.x + (size_t)(t0 + g) * moe::HIDDEN + 8 * q + k_begin;
     const __nv_bfloat16* a1 = a0 + 8 * moe::HIDDEN;
-    const __nv_bfloat16* b = p.router_w + (size_t)(grp * 8 + g) * moe::HIDDEN + 8 * q;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const __nv_bfloat16* b = p.router_w + (size_t)g * moe::HIDDEN + 8 * q + k_begin;
+    float acc[NT][4];
+#pragma unroll
+    for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 4
-    for (unsigned k0 = 0; k0 < moe::HIDDEN; k0 += 32) {
+#pragma unroll 1
+    for (unsigned k0 = 0; k0 < krange; k0 += 32) {
       const uint4 ag = v0 ? warp_mma::ld_cg(a0 + k0) : zero, ah = v1 ? warp_mma::ld_cg(a1 + k0) : zero;
-      warp_mma::mma_k32(acc, ag, ah, __ldg(reinterpret_cast<const uint4*>(b + k0)));
+#pragma unroll
+      for (unsigned j = 0; j < NT; ++j)
+        warp_mma::mma_k32(acc[j], ag, ah, __ldg(reinterpret_cast<const uint4*>(b + (size_t)8 * j * moe::HIDDEN + k0)));
     }
-    float* lrow = logits + (size_t)(t0 + g) * moe::EXPERTS + grp * 8 + 2 * q;
-    if (v0) __stcg(reinterpret_cast<float2*>(lrow), make_float2(acc[0], acc[1]));
-    if (v1) __stcg(reinterpret_cast<float2*>(lrow + 8 * moe::EXPERTS), make_float2(acc[2], acc[3]));
-    __threadfence();
-    __syncwarp();
-    unsigned old = 0;
-    if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old != GROUPS - 1) continue;
-    // This warp completed the tile: select the experts of its tokens.
-    if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;  // every group has counted: zero for the next launch
-    const unsigned n = min(moe::ROUTE_TOKENS, T - t0);
-    for (unsigned i = 0; i < n; ++i) {
-      const unsigned tok = t0 + i;
-      const float4 l4 = __ldcg(reinterpret_cast<const float4*>(logits + (size_t)tok * moe::EXPERTS) + lane);
-      unsigned e;
-      float w;
-      select(l4, lane, e, w);
-      if (lane < moe::TOP_K) {
-        const unsigned slot = tok * moe::TOP_K + lane;
-        route_e[slot] = e;
-        route_w[slot] = w;
-        route_pos[slot] = atomicAdd(cur + moe::COUNTS + e, 1u);
+    if (ks > 1) {  // add the partial sums; the tile's last unit takes them
+#pragma unroll
+      for (unsigned j = 0; j < NT; ++j) {
+        atomicAdd(part(logits, tile, j, 0, lane), make_float2(acc[j][0], acc[j][1]));
+        atomicAdd(part(logits, tile, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
+      }
+      __threadfence();
+      __syncwarp();
+      unsigned old = 0;
+      if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
+      old = __shfl_sync(0xffffffffu, old, 0);
+      if (old != ks - 1) continue;
+      if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;  // every split has counted: zero for the next launch
+#pragma unroll
+      for (unsigned j = 0; j < NT; ++j) {
+        const float2 lo = __ldcg(part(logits, tile, j, 0, lane)), hi = __ldcg(part(logits, tile, j, 1, lane));
+        acc[j][0] = lo.x, acc[j][1] = lo.y, acc[j][2] = hi.x, acc[j][3] = hi.y;
+      }
+#pragma unroll
+      for (unsigned j = 0; j < NT; ++j) {  // zero-kept: the next launch adds onto zeros
+        __stcg(part(logits, tile, j, 0, lane), make_float2(0.f, 0.f));
+        __stcg(part(logits, tile, j, 1, lane), make_float2(0.f, 0.f));
       }
     }
-    moe::signal(cur + moe::ROUTED, n, lane);
+    moe::stamp(sync, moe::ROUTER_SUMMED, lane);
+    // This warp completed the tile: select the experts of its tokens t0 + g and t0 + g + 8.
+    route_token<0>(acc, t0, T, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
+    route_token<1>(acc, t0, T, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
+    moe::signal(cur + moe::ROUTED, min(moe::ROUTE_TOKENS, T - t0), lane);
   }
+  moe::stamp(sync, moe::ROUTER_END, lane);
 }
