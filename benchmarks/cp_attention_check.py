@@ -30,7 +30,7 @@ def sanitize(tool: str = "memcheck") -> int:
             bad += 1
             continue
         for r in res:
-            summ = re.findall(r"ERROR SUMMARY: \d+ errors?", r["log"])
+            summ = re.findall(r"(?:ERROR|RACECHECK) SUMMARY: [^\n]*", r["log"])
             print(f"{tool} world={world} S={S} H={H} rank {r['rank']}: {summ} rel={r['rel']} ready={r['ready']} "
                   f"done={r['done']}")
     return bad

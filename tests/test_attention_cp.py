@@ -82,3 +82,21 @@ def test_cp_attention_matches_reference(world, S, H):
         assert r["ready"] == [3] * world and r["done"] == [3] * world, r
         if world == 1:
             assert r["vs_single_max_abs"] < 2e-2, r
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_visit_table_is_causal_in_ring_order(world):
+    from attention_cp import PARTIAL, visit_table
+    C = 256
+    cb, row = C // 128, 1 + 2 * world * C // 128
+    for rank in range(world):
+        t = visit_table(world, rank, C)
+        assert len(t) == 2 * cb * row
+        for lb in range(2 * cb):
+            gq = rank * cb + lb if lb < cb else (2 * world - 1 - rank) * cb + lb - cb
+            n, blocks = t[lb * row], t[lb * row + 1: lb * row + 1 + t[lb * row]]
+            assert sorted(b & ~PARTIAL for b in blocks) == list(range(gq + 1))  # causal, each block once
+            assert [b for b in blocks if b & PARTIAL] == [gq | PARTIAL]  # only the diagonal is partial
+            owners = [min(c, 2 * world - 1 - c) for c in ((b & ~PARTIAL) // cb for b in blocks)]
+            steps = [(rank - s) % world for s in owners]
+            assert steps == sorted(steps) and n == gq + 1  # ring order: own blocks, then rank-1's, ...

@@ -15,6 +15,9 @@ attn_cp_loader reads every rank's K/V blocks from that rank's region (ring order
 after its READY counter shows the launch's epoch, into the unchanged attn_core. Before the
 copy, the stream waits until every rank finished reading the previous launch's K/V (DONE
 counters; cuStreamWaitValue32). Every rank must call it the same number of times.
+A CUDA graph of `cp(...)` would bake the DONE value it waits for (replays would not wait for the
+peers): capture only `cp(q)` with K/V written into `cp.k_local` / `cp.v_local` by the caller after
+its own wait, or leave it eager (open; needs the DONE epoch on the device).
 Errors: LaunchError / PeerError with R-* codes and hints.
 """
 
@@ -32,7 +35,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     from pipelink.peers import PeerError, SymmetricBuffer
     from pipelink.runtime import Kernel, LaunchError, expect_tensor
 
-BLOCK, HEAD_DIM, ROW_BYTES = 128, 128, 256
+BLOCK, HEAD_DIM, ROW_BYTES, PARTIAL = 128, 128, 256, 1 << 31
 READY, DONE, FLAG_WORDS = 0, 64, 256  # attn_cp.h
 FLAG_ROWS = FLAG_WORDS * 4 // ROW_BYTES
 
@@ -64,6 +67,24 @@ def zigzag_unshard(parts, dim: int = 2):
     for r, p in enumerate(parts):
         chunks[r], chunks[2 * world - 1 - r] = p.narrow(dim, 0, c), p.narrow(dim, c, c)
     return torch.cat(chunks, dim=dim)
+
+
+def visit_table(world: int, rank: int, C: int) -> list[int]:
+    """The KV blocks each local Q block visits, in ring order of their owners (attn_cp.h): per
+    local block, [count, global block | PARTIAL on the diagonal, ...], rows of 1 + S/128 words."""
+    cb, n2 = C // BLOCK, 2 * world
+    row = 1 + n2 * cb
+    out = []
+    for lb in range(2 * cb):
+        gq = rank * cb + lb if lb < cb else (n2 - 1 - rank) * cb + (lb - cb)
+        visits = []
+        for step in range(world):
+            s = (rank - step) % world
+            for c in (s, n2 - 1 - s):
+                last = cb - 1 if c < gq // cb else gq % cb if c == gq // cb else -1
+                visits += [c * cb + i | (PARTIAL if c * cb + i == gq else 0) for i in range(last + 1)]
+        out += [len(visits)] + visits + [0] * (row - 1 - len(visits))
+    return out
 
 
 class _DeviceArray:
@@ -104,8 +125,9 @@ class CpAttention:
         kv = region[: 2 * self.bh * self.L * HEAD_DIM].view(torch.bfloat16).view(2, B, H, self.L, HEAD_DIM)
         self.k_local, self.v_local = kv[0], kv[1]  # this rank's region: write K/V here (or pass them to __call__)
         self.flags = region[self.flags_row * ROW_BYTES // 2:][: FLAG_WORDS * 2].view(torch.int32)
-        self.aux = torch.tensor([self.world, self.rank, self.C, self.bh, self.stride_rows, self.flags_row, 0, 0],
-                                dtype=torch.int32, device=dev)
+        words = [self.world, self.rank, self.C, self.bh, self.stride_rows, self.flags_row, self.L // BLOCK,
+                 1 + self.S // BLOCK] + visit_table(self.world, self.rank, self.C)
+        self.aux = torch.tensor([w - 2**32 if w >= 2**31 else w for w in words], dtype=torch.int32, device=dev)
         self.launches = 0
 
     def __call__(self, q, k=None, v=None, *, scale: float | None = None, out=None, stream=None):

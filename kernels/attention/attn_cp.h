@@ -16,9 +16,11 @@
 // DONE + s counts rank s's launches that finished reading every rank's K/V; GEN / ARR /
 // DARR are this rank's launch generation and CTA arrival counts.
 //
-// aux (u32 words, device memory lent by the caller):
+// aux (u32 words, device memory lent by the caller; attention_cp.visit_table builds it):
 //   [0] world N  [1] rank r  [2] C  [3] BH  [4] rows_per_rank (= stride / 256)
-//   [5] flags_row (flags_off / 256, the flags' row in a rank's region)  [6] 0  [7] 0
+//   [5] flags_row (flags_off / 256, the flags' row in a rank's region)  [6] local Q blocks 2C/128
+//   [7] row = 1 + S/128; then per local Q block qb, at 8 + qb * row: the count of KV blocks it
+//   visits, then their global block indices (| 1 << 31 on the diagonal), in ring order
 #pragma once
 
 namespace attn_cp {
