@@ -70,9 +70,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
                 part = a & ~al
                 any_.append(a)
                 all_.append(al)
-                if part.any():
-                    pb = blk[part].reshape(-1, BLOCK, 4, 32).long()
-                    bits.append(((pb * weights).sum(-1) & 0xFFFFFFFF))
+                if part.any():  # mask_bits order: word (row, qd), bit 2 nt + e = column 8 nt + 2 qd + e
+                    pb = blk[part].reshape(-1, BLOCK, 16, 4, 2).permute(0, 1, 3, 2, 4).reshape(-1, BLOCK, 4, 32)
+                    bits.append(((pb.long() * weights).sum(-1) & 0xFFFFFFFF))
     kept = torch.cat(any_).view(mB * mH, QB, KB)
     full = torch.cat(all_).view(mB * mH, QB, KB)
     partial = kept & ~full
@@ -82,21 +82,23 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
     kind = torch.gather(partial, -1, order)
     idx = torch.where(kind, order - 2**31, order)
     slot = (torch.cumsum(partial.flatten().long(), 0) - 1).clamp(min=0).view_as(partial)
+    pslot = torch.gather(slot, -1, order)  # the bits slot of the i-th kept block
     bits_t = torch.cat(bits).flatten() if bits else torch.zeros(512, dtype=torch.int64, device=dev)
     bits_t = torch.where(bits_t >= 2**31, bits_t - 2**32, bits_t)
     off_counts = HEADER
     off_idx = off_counts + counts.numel()
-    off_slot = off_idx + idx.numel()
-    off_bits = off_slot + slot.numel()
-    header = torch.tensor([QB, KB, maxk, H or 1, mB, mH, off_counts, off_idx, off_slot, off_bits] + [0] * 6,
+    off_pslot = off_idx + idx.numel()
+    off_bits = off_pslot + pslot.numel()
+    header = torch.tensor([QB, KB, maxk, H or 1, mB, mH, off_counts, off_idx, off_pslot, off_bits] + [0] * 6,
                           dtype=torch.int64, device=dev)
-    aux = torch.cat([header, counts.flatten().long(), idx.flatten().long(), slot.flatten(), bits_t]).int()
+    aux = torch.cat([header, counts.flatten().long(), idx.flatten().long(), pslot.flatten(), bits_t]).int()
     n = kept.numel()
     return BlockMask(aux, mB, mH, Q_LEN, KV_LEN, float(kept.sum()) / n, float(partial.sum()) / n)
 
 
 def document_aux(doc_ids, B, H, S, device):
-    """aux for attn_document.cu: [S, H, QB, off_doc, off_lo, off_hi] + doc ids + KV block ranges."""
+    """aux for attn_document.cu: [S, H, QB, off_lo, off_hi, off_flo, off_fhi, off_start, off_end,
+    off_batch] + the arrays."""
     import torch
     if not hasattr(doc_ids, "dtype") or doc_ids.dtype != torch.int32:
         raise LaunchError("R-DTYPE", f"doc_ids must be an int32 tensor, got {getattr(doc_ids, 'dtype', type(doc_ids))}",
@@ -111,9 +113,19 @@ def document_aux(doc_ids, B, H, S, device):
         raise LaunchError("R-PARAM", "doc_ids must be non-decreasing along the sequence (packed documents)",
                           hint="pack each document's tokens contiguously, ids in order")
     QB = S // BLOCK
+    start = torch.searchsorted(d, d, right=False)  # [B, S] first token of each token's document
+    end = torch.searchsorted(d, d, right=True)     # one past its last
     first, last = d[:, ::BLOCK].contiguous(), d[:, BLOCK - 1::BLOCK].contiguous()
-    start = torch.searchsorted(d, first, right=False)
-    end = torch.searchsorted(d, last, right=True)
-    lo, hi = start // BLOCK, (end + BLOCK - 1) // BLOCK
-    header = torch.tensor([S, H, QB, 16, 16 + B * S, 16 + B * S + B * QB] + [0] * 10, dtype=torch.int64, device=device)
-    return torch.cat([header, d.flatten().long(), lo.flatten(), hi.flatten()]).int()
+    lo = torch.searchsorted(d, first, right=False) // BLOCK
+    hi = (torch.searchsorted(d, last, right=True) + BLOCK - 1) // BLOCK
+    # FULL KV blocks of a Q block inside one document: wholly inside that document
+    one = first == last
+    s0, e0 = start[:, ::BLOCK], end[:, ::BLOCK]
+    flo, fhi = (s0 + BLOCK - 1) // BLOCK, e0 // BLOCK
+    empty = ~one | (fhi <= flo)
+    flo, fhi = torch.where(empty, 0, flo), torch.where(empty, 0, fhi)
+    offs = [16 + i * B * QB for i in range(4)] + [16 + 4 * B * QB + i * B * S for i in range(3)]
+    header = torch.tensor([S, H, QB, *offs] + [0] * 6, dtype=torch.int64, device=device)
+    batch = torch.arange(B * H, device=device) // H
+    return torch.cat([header, lo.flatten(), hi.flatten(), flo.flatten(), fhi.flatten(),
+                      start.flatten(), end.flatten(), batch]).int()

@@ -29,8 +29,19 @@
 #define ATTN_KV_BLOCK                                                                             \
   PL_CALLABLE_RET(unsigned, kv_block)(unsigned pl_inst, unsigned qb, unsigned bh, unsigned split,  \
                                       unsigned i, unsigned q_len, unsigned kv_len, const void* aux)
-#define ATTN_SCORE \
-  PL_CALLABLE_RET(float, score)(unsigned pl_inst, float s, unsigned q, unsigned k, unsigned bh, const void* aux)
+#define ATTN_MASK_BITS                                                                              \
+  PL_CALLABLE_RET(unsigned, mask_bits)(unsigned pl_inst, unsigned q, unsigned k0, unsigned kind, unsigned i, \
+                                       unsigned qb, unsigned bh, const void* aux)
+#define ATTN_FEATURES(value) \
+  PL_CALLABLE_RET(unsigned, features)(unsigned pl_inst, unsigned) { return (value); }
+#define ATTN_MOD_PARAMS PL_CALLABLE(mod_params)(unsigned pl_inst, unsigned bh, const void* aux, float* prm)
+#define ATTN_SCORE_MOD \
+  PL_CALLABLE_RET(float, score_mod)(unsigned pl_inst, float x, unsigned q, unsigned k, float p0, float p1)
+// A variant without a score modification.
+#define ATTN_NO_SCORE_MOD                     \
+  ATTN_FEATURES(0u)                           \
+  ATTN_MOD_PARAMS { prm[0] = prm[1] = 0.f; }  \
+  ATTN_SCORE_MOD { return x; }
 
 namespace attn_variant {
 __device__ __forceinline__ unsigned ld(const void* aux, unsigned word) {
@@ -39,4 +50,21 @@ __device__ __forceinline__ unsigned ld(const void* aux, unsigned word) {
 __device__ __forceinline__ float ldf(const void* aux, unsigned word) {
   return __ldg(static_cast<const float*>(aux) + word);
 }
+// Bits of mask_bits (attn.h) for keys k < x: bit 2 nt + e iff k0 + 8 nt + e < x.
+__device__ __forceinline__ unsigned below(unsigned k0, int x) {
+  unsigned r = 0;
+#pragma unroll
+  for (unsigned e = 0; e < 2; ++e) {
+    const int n = min(max((x - (int)(k0 + e) + 7) >> 3, 0), 16);  // nt < n: keys below x
+    unsigned m = (1u << n) - 1u;                                 // 16 bits, spread to 2 nt + e
+    m = (m | (m << 8)) & 0x00FF00FFu;
+    m = (m | (m << 4)) & 0x0F0F0F0Fu;
+    m = (m | (m << 2)) & 0x33333333u;
+    m = (m | (m << 1)) & 0x55555555u;
+    r |= m << e;
+  }
+  return r;
+}
+// mask_bits for the keys lo <= k < hi (lo may be negative).
+__device__ __forceinline__ unsigned range_bits(unsigned k0, int lo, int hi) { return below(k0, hi) & ~below(k0, lo); }
 }  // namespace attn_variant
