@@ -117,8 +117,9 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         raise LaunchError("R-SHAPE", f"variant {variant!r} needs q_len == kv_len, got {Lq} and {Lkv}",
                           hint="self-attention over one sequence (pack documents and use variant='document')")
     kern = load(variant, dev, kernel_dir=kernel_dir, control=control, head_dim=D)
+    grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
-                       slopes=slopes)
+                       slopes=slopes, grid=grid)
     if out is None:
         out = torch.empty_like(q)
     else:
@@ -143,7 +144,7 @@ def alibi_slopes(H: int) -> list[float]:
     return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
 
 
-def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None):
+def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
     import torch
     if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits]
         sl = alibi_slopes(H) if slopes is None else slopes
@@ -171,11 +172,11 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
         block_mask.check(B, H, S, S, q.device)
         return block_mask.aux
     if variant == "document":  # cached per ids tensor object and version: no host sync in a graph capture
-        key = ("doc", id(doc_ids), B, H, S)
+        key = ("doc", id(doc_ids), B, H, S, grid)
         hit = _aux_cache.get(key)  # holds the tensor itself, so its id and memory cannot be reused
         if hit is None or hit[0] is not doc_ids or hit[1] != getattr(doc_ids, "_version", None):
             hit = _aux_cache[key] = (doc_ids, getattr(doc_ids, "_version", None),
-                                     document_aux(doc_ids, B, H, S, q.device))
+                                     document_aux(doc_ids, B, H, S, q.device, grid))
         return hit[2]
     return _aux(q, [0])
 

@@ -96,9 +96,27 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
     return BlockMask(aux, mB, mH, Q_LEN, KV_LEN, float(kept.sum()) / n, float(partial.sum()) / n)
 
 
-def document_aux(doc_ids, B, H, S, device):
+def schedule(costs, G):
+    """A static schedule of persistent CTAs for tiles of uneven cost: longest first onto the least
+    loaded of G CTAs (LPT). Returns the [G + 1] list starts and the tile indices, CTA by CTA, each
+    CTA's longest first."""
+    import heapq
+    heap = [(0.0, c) for c in range(G)]
+    lists = [[] for _ in range(G)]
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):  # stable: ties keep index order
+        load, c = heapq.heappop(heap)
+        lists[c].append(i)
+        heapq.heappush(heap, (load + costs[i], c))
+    starts = [0]
+    for lst in lists:
+        starts.append(starts[-1] + len(lst))
+    return starts, [i for lst in lists for i in lst]
+
+
+def document_aux(doc_ids, B, H, S, device, G):
     """aux for attn_document.cu: [S, H, QB, off_lo, off_hi, off_flo, off_fhi, off_start, off_end,
-    off_batch] + the arrays."""
+    off_batch, off_starts, off_tiles] + the arrays; the tiles' schedule is made for a grid of G
+    persistent CTAs (the kernel's min(num_sms, tiles))."""
     import torch
     if not hasattr(doc_ids, "dtype") or doc_ids.dtype != torch.int32:
         raise LaunchError("R-DTYPE", f"doc_ids must be an int32 tensor, got {getattr(doc_ids, 'dtype', type(doc_ids))}",
@@ -124,8 +142,18 @@ def document_aux(doc_ids, B, H, S, device):
     flo, fhi = (s0 + BLOCK - 1) // BLOCK, e0 // BLOCK
     empty = ~one | (fhi <= flo)
     flo, fhi = torch.where(empty, 0, flo), torch.where(empty, 0, fhi)
-    offs = [16 + i * B * QB for i in range(4)] + [16 + 4 * B * QB + i * B * S for i in range(3)]
-    header = torch.tensor([S, H, QB, *offs] + [0] * 6, dtype=torch.int64, device=device)
+    # the host's schedule (ATTN_LISTED_TILE): a tile of b's Q block qb costs its KV blocks + ~0.5
+    # (its Q load, first QK^T and last PV are not overlapped)
+    if B * H > 0xFFFF or QB > 0xFFFF:
+        raise LaunchError("R-SHAPE", f"B*H = {B * H}, S/128 = {QB}: the document schedule packs each in 16 bits",
+                          hint="split the batch")
+    n = (hi - lo).cpu().tolist()  # [B][QB]
+    tiles = [(qb, b * H + h) for qb in range(QB) for b in range(B) for h in range(H)]
+    starts, order = schedule([n[bh // H][qb] + 0.5 for qb, bh in tiles], G)
+    packed = torch.tensor([tiles[i][0] << 16 | tiles[i][1] for i in order], dtype=torch.int64, device=device)
+    sizes = [B * QB] * 4 + [B * S] * 2 + [B * H, G + 1]
+    offs = [16 + sum(sizes[:i]) for i in range(len(sizes))]
+    header = torch.tensor([S, H, QB, *offs] + [0] * (13 - len(offs)), dtype=torch.int64, device=device)
     batch = torch.arange(B * H, device=device) // H
-    return torch.cat([header, lo.flatten(), hi.flatten(), flo.flatten(), fhi.flatten(),
-                      start.flatten(), end.flatten(), batch]).int()
+    return torch.cat([header, lo.flatten(), hi.flatten(), flo.flatten(), fhi.flatten(), start.flatten(),
+                      end.flatten(), batch, torch.tensor(starts, dtype=torch.int64, device=device), packed]).int()

@@ -21,7 +21,7 @@ __device__ __forceinline__ unsigned mask_row(unsigned qb, unsigned bh, const voi
 }
 }  // namespace
 
-ATTN_PREFILL_TILE
+ATTN_PREFILL_TILE_HEAD_MAJOR  // L2 reuse of each head's K/V across its Q blocks
 ATTN_KV_COUNT { return ld(aux, ld(aux, 6) + mask_row(qb, bh, aux)); }
 ATTN_KV_BLOCK { return ld(aux, ld(aux, 7) + mask_row(qb, bh, aux) * ld(aux, 2) + i); }
 ATTN_MASK_BITS {

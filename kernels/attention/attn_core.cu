@@ -29,7 +29,7 @@ PL_DECLARE_RING(kv);
 PL_DECLARE_EXPORT(out);
 PL_DECLARE_BARRIER(wg0);
 PL_DECLARE_BARRIER(wg1);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, const void*, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, mask_bits, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
@@ -135,7 +135,7 @@ PL_ENTRY(run) {
   uint32_t pr[32];
   unsigned kvi = 0;  // ring kv index of the tile's first stage (the loader walks the same tiles)
   // Persistent: the variant's `tile` hands this CTA its t-th work tile until there is none.
-  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, f.info); ++it) {
+  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, f.info); ++it) {
     const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
@@ -150,7 +150,17 @@ PL_ENTRY(run) {
     // constant); a PARTIAL block costs two mask_bits calls and a select per score.
     float prm[2] = {0.f, 0.f};
     if (mods) PL_CALL(mod_params, bh, p.aux, prm);
-    auto softmax = [&](unsigned kb_kind, unsigned ib, float* alpha) {
+    // A PARTIAL block's mask words, asked for before its Q K^T is issued, so the variant's aux
+    // loads complete under the GEMM instead of stalling the softmax.
+    auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
+      bits[0] = bits[1] = ~0u;
+      if (kb_kind & attn::PARTIAL) {
+        const unsigned k0 = (kb_kind & attn::BLOCK_MASK) * attn::BLOCK + 2 * qd;
+        bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
+        bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
+      }
+    };
+    auto softmax = [&](unsigned kb_kind, const unsigned* bits, float* alpha) {
       const unsigned kb = kb_kind & attn::BLOCK_MASK, k0 = kb * attn::BLOCK + 2 * qd;
       float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
       if (mods) {
@@ -162,8 +172,6 @@ PL_ENTRY(run) {
         mul = 1.f;
       }
       if (kb_kind & attn::PARTIAL) {
-        const unsigned bits[2] = {PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux),
-                                  PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux)};
 #pragma unroll
         for (unsigned i = 0; i < 64; ++i)
           s[i] = (bits[(i / 2) % 2] >> (2 * (i / 4) + (i % 2))) & 1u ? s[i] : -INFINITY;
@@ -212,7 +220,8 @@ PL_ENTRY(run) {
       // No data-dependent branch around a wgmma (the last PV is peeled after the loop): such
       // a branch made ptxas serialise every wgmma of the kernel (C7514).
       float alpha[2];
-      unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
+      unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux), bits[2];
+      mask_of(kind, 0, bits);
       rkv.wait(kvi);
       turn();
       issue_qk(s, dq, kv_stage(kvi));
@@ -220,11 +229,12 @@ PL_ENTRY(run) {
       attn_wgmma::wait<0>();
       attn_wgmma::fence_regs<64>(s);
       rkv.release(kvi, lane0);
-      softmax(kind, 0, alpha);
+      softmax(kind, bits, alpha);
       to_p();
       for (unsigned i = 1; i < n; ++i) {
         const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
         kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
+        mask_of(kind, i, bits);
         rkv.wait(ik);
         turn();
         issue_qk(s, dq, kv_stage(ik));
@@ -236,7 +246,7 @@ PL_ENTRY(run) {
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
         rkv.release(ik, lane0);
-        softmax(kind, i, alpha);
+        softmax(kind, bits, alpha);
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);

@@ -6,7 +6,7 @@
 
 #include "attn_variant.h"
 
-PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh, unsigned* info) {
+ATTN_TILE_SIGNATURE {
   info[0] = 0;
   info[1] = blockIdx.y;
   info[2] = blockIdx.x;

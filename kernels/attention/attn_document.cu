@@ -4,7 +4,8 @@
 // [6] off_fhi ([B][QB] the FULL ones [flo, fhi): Q block and KV block in one document)
 // [7] off_start  [8] off_end ([B][S] token range [start, end) of token q's document)
 // [9] off_batch ([B*H] the batch row b of each bh: a load, not a division by H, which LTO and
-// the single-unit control compiled differently).
+// the single-unit control compiled differently)  [10] off_starts  [11] off_tiles (the host's
+// schedule of the persistent CTAs: ATTN_LISTED_TILE, attention_masks.schedule).
 // A PARTIAL block's bits per row: keys in [start(q), end(q)) (two aux words, no per-score load).
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
@@ -16,7 +17,7 @@ using attn_variant::ld;
 __device__ __forceinline__ unsigned batch(unsigned bh, const void* aux) { return ld(aux, ld(aux, 9) + bh); }
 }  // namespace
 
-ATTN_PREFILL_TILE
+ATTN_LISTED_TILE(10)  // tiles of uneven length (document sizes): the host's schedule
 ATTN_KV_COUNT {
   const unsigned r = batch(bh, aux) * ld(aux, 2) + qb;
   return ld(aux, ld(aux, 4) + r) - ld(aux, ld(aux, 3) + r);

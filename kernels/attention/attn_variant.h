@@ -11,14 +11,45 @@
 // tile of each run of G, boustrophedon (t even: c, t odd: G - 1 - c), so a CTA that took a
 // long tile in one run takes a short one in the next: a causal grid's CTAs end within ~0.1%
 // of each other (round-robin c + tG: 6-11% apart at S = 4K..8K, H = 32).
+#define ATTN_TILE_SIGNATURE                                                                    \
+  PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh,    \
+                                  const void* aux, unsigned* info)
 #define ATTN_PREFILL_TILE                                                                       \
-  PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh,     \
-                                  unsigned* info) {                                              \
+  ATTN_TILE_SIGNATURE {                                                                         \
     const unsigned qbs = q_len / attn::BLOCK, g = gridDim.x;                                     \
     const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
     if (lin >= qbs * bh) return 0u; /* later runs start past it too: this CTA is done */        \
     info[0] = qbs - 1 - lin / bh;                                                                \
     info[1] = lin % bh;                                                                          \
+    info[2] = 0;                                                                                 \
+    info[3] = 1;                                                                                 \
+    return 1u;                                                                                   \
+  }
+// The same boustrophedon, head-major: the G CTAs of a run share one or two heads, so those
+// heads' K and V stay in L2 while every Q block of them reads its KV blocks (block-sparse:
+// Q-block-major order re-read K/V from DRAM, 78% of DRAM bandwidth at S = 8K).
+#define ATTN_PREFILL_TILE_HEAD_MAJOR                                                            \
+  ATTN_TILE_SIGNATURE {                                                                         \
+    const unsigned qbs = q_len / attn::BLOCK, g = gridDim.x;                                     \
+    const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
+    if (lin >= qbs * bh) return 0u;                                                              \
+    info[0] = qbs - 1 - lin % qbs;                                                               \
+    info[1] = lin / qbs;                                                                         \
+    info[2] = 0;                                                                                 \
+    info[3] = 1;                                                                                 \
+    return 1u;                                                                                   \
+  }
+// A schedule the host made (aux words: [W] offset of the [G + 1] list starts, [W + 1] offset of
+// the tiles, each q_block << 16 | bh): CTA c takes tiles start[c] .. start[c + 1] - 1 in order
+// (attention_masks.schedule: longest first onto the least loaded CTA, for tiles of uneven length).
+#define ATTN_LISTED_TILE(W)                                                                     \
+  ATTN_TILE_SIGNATURE {                                                                         \
+    const unsigned* a = static_cast<const unsigned*>(aux);                                      \
+    const unsigned s = __ldg(a + __ldg(a + (W)) + blockIdx.x) + t;                               \
+    if (s >= __ldg(a + __ldg(a + (W)) + blockIdx.x + 1)) return 0u;                              \
+    const unsigned w = __ldg(a + __ldg(a + (W) + 1) + s);                                        \
+    info[0] = w >> 16;                                                                           \
+    info[1] = w & 0xFFFFu;                                                                       \
     info[2] = 0;                                                                                 \
     info[3] = 1;                                                                                 \
     return 1u;                                                                                   \
