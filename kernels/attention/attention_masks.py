@@ -151,7 +151,7 @@ def document_aux(doc_ids, B, H, S, device, G):
     tiles = [(qb, b * H + h) for qb in range(QB) for b in range(B) for h in range(H)]
     starts, order = schedule([n[bh // H][qb] + 0.5 for qb, bh in tiles], G)
     packed = torch.tensor([tiles[i][0] << 16 | tiles[i][1] for i in order], dtype=torch.int64, device=device)
-    sizes = [B * QB] * 4 + [B * S] * 2 + [B * H, G + 1]
+    sizes = [B * QB] * 4 + [B * S] * 2 + [B * H, G + 1, len(order)]  # lo hi flo fhi start end batch starts tiles
     offs = [16 + sum(sizes[:i]) for i in range(len(sizes))]
     header = torch.tensor([S, H, QB, *offs] + [0] * (13 - len(offs)), dtype=torch.int64, device=device)
     batch = torch.arange(B * H, device=device) // H
