@@ -18,7 +18,8 @@
 //                                       rows a thread): bit 2 nt + e set iff key k0 + 8 nt + e
 //                                       is visible to query q (k0 = 128 kb + 2 (t % 4); the 32
 //                                       keys one thread holds of the row, attn_o(2) layout)
-//   unsigned features(0)                a constant: SCORE_MOD if the variant modifies scores
+//   unsigned features(0)                a constant: SCORE_MOD if the variant modifies scores,
+//                                       EARLY_MASK if its mask_bits read memory (asked early)
 //   void     mod_params(bh, aux, prm)   once per tile (SCORE_MOD only): prm[0], prm[1]
 //   float    score_mod(x, q, k, prm0, prm1)  every visited score (SCORE_MOD only): x = the
 //                                       scaled score, returns the modified one
@@ -40,6 +41,7 @@ constexpr unsigned TILE_BYTES = HEAD_DIM / 64 * CHUNK_BYTES;  // 32 KiB (d = 128
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "the core is built for d = 64 or 128");
 constexpr unsigned PARTIAL = 1u << 31;            // kv_block's kind bit: mask_bits per row
 constexpr unsigned SCORE_MOD = 1u;                // features(): score_mod on every visited score
+constexpr unsigned EARLY_MASK = 2u;               // features(): mask_bits before the block's GEMM
 constexpr unsigned BLOCK_MASK = 0x7FFFFFFFu;
 
 // The core hands each work tile's result to the epilogue as one register fragment.

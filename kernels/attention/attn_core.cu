@@ -115,7 +115,8 @@ PL_ENTRY(run) {
   // (Ids are PL_BARRIER(...) immediates, so the linked-SASS check sees them.)
   const bool idle = wg == 1 && p.q_len <= 64;  // decode: rows 64..127 are all past q_len
   const bool duo = p.q_len > 64;               // both warpgroups compute
-  const bool mods = PL_CALL(features, 0u) & attn::SCORE_MOD;  // the variant's constant
+  const unsigned feat = PL_CALL(features, 0u);  // the variant's link-time constant
+  const bool mods = feat & attn::SCORE_MOD, early = feat & attn::EARLY_MASK;
   auto turn = [&]() {
     if (duo) {
       if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 256);
@@ -150,8 +151,11 @@ PL_ENTRY(run) {
     // constant); a PARTIAL block costs two mask_bits calls and a select per score.
     float prm[2] = {0.f, 0.f};
     if (mods) PL_CALL(mod_params, bh, p.aux, prm);
-    // A PARTIAL block's mask words, asked for before its Q K^T is issued, so the variant's aux
-    // loads complete under the GEMM instead of stalling the softmax.
+    // A PARTIAL block's mask words. A variant whose words come from memory (features() has
+    // EARLY_MASK: block_sparse, document) gets them asked for before the block's Q K^T is issued,
+    // so its aux loads complete under the GEMM; one that computes them from registers (causal,
+    // sliding, ...) gets them in the softmax (asked early they cost sliding ~3%: two more live
+    // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md).
     auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
       bits[0] = bits[1] = ~0u;
       if (kb_kind & attn::PARTIAL) {
@@ -160,7 +164,7 @@ PL_ENTRY(run) {
         bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
       }
     };
-    auto softmax = [&](unsigned kb_kind, const unsigned* bits, float* alpha) {
+    auto softmax = [&](unsigned kb_kind, unsigned ib, unsigned* bits, float* alpha) {
       const unsigned kb = kb_kind & attn::BLOCK_MASK, k0 = kb * attn::BLOCK + 2 * qd;
       float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
       if (mods) {
@@ -172,6 +176,10 @@ PL_ENTRY(run) {
         mul = 1.f;
       }
       if (kb_kind & attn::PARTIAL) {
+        if (!early) {
+          bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
+          bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
+        }
 #pragma unroll
         for (unsigned i = 0; i < 64; ++i)
           s[i] = (bits[(i / 2) % 2] >> (2 * (i / 4) + (i % 2))) & 1u ? s[i] : -INFINITY;
@@ -221,7 +229,7 @@ PL_ENTRY(run) {
       // a branch made ptxas serialise every wgmma of the kernel (C7514).
       float alpha[2];
       unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux), bits[2];
-      mask_of(kind, 0, bits);
+      if (early) mask_of(kind, 0, bits);
       rkv.wait(kvi);
       turn();
       issue_qk(s, dq, kv_stage(kvi));
@@ -229,12 +237,12 @@ PL_ENTRY(run) {
       attn_wgmma::wait<0>();
       attn_wgmma::fence_regs<64>(s);
       rkv.release(kvi, lane0);
-      softmax(kind, bits, alpha);
+      softmax(kind, 0, bits, alpha);
       to_p();
       for (unsigned i = 1; i < n; ++i) {
         const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
         kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
-        mask_of(kind, i, bits);
+        if (early) mask_of(kind, i, bits);
         rkv.wait(ik);
         turn();
         issue_qk(s, dq, kv_stage(ik));
@@ -246,7 +254,7 @@ PL_ENTRY(run) {
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
         rkv.release(ik, lane0);
-        softmax(kind, bits, alpha);
+        softmax(kind, i, bits, alpha);
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);

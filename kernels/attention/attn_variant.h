@@ -68,11 +68,13 @@
 #define ATTN_MOD_PARAMS PL_CALLABLE(mod_params)(unsigned pl_inst, unsigned bh, const void* aux, float* prm)
 #define ATTN_SCORE_MOD \
   PL_CALLABLE_RET(float, score_mod)(unsigned pl_inst, float x, unsigned q, unsigned k, float p0, float p1)
-// A variant without a score modification.
-#define ATTN_NO_SCORE_MOD                     \
-  ATTN_FEATURES(0u)                           \
+// A variant without a score modification (flags: 0, or attn::EARLY_MASK if its mask_bits read
+// aux memory: the core then asks for them before the block's GEMM).
+#define ATTN_NO_SCORE_MOD_WITH(flags)         \
+  ATTN_FEATURES(flags)                        \
   ATTN_MOD_PARAMS { prm[0] = prm[1] = 0.f; }  \
   ATTN_SCORE_MOD { return x; }
+#define ATTN_NO_SCORE_MOD ATTN_NO_SCORE_MOD_WITH(0u)
 
 namespace attn_variant {
 __device__ __forceinline__ unsigned ld(const void* aux, unsigned word) {
