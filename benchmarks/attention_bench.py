@@ -15,8 +15,8 @@ Subcommands (`all` runs check, sanitize, pair, bench):
             shapes, attn kernels only); fails if the tool is missing.
   pair      linked / control per variant: ABBA rounds of CUDA-graph replays, median ratio.
   bench     prefill B=1, H=32, d=128 at S = 4K, 8K, 32K: causal vs SDPA's fastest backend
-            (flash / cuDNN / efficient), sliding window, document and block-sparse (~10% of
-            blocks) vs FlexAttention compiled; decode (q_len 1) over KV 4K..128K and batch 1..64
+            (flash / cuDNN / efficient) (sliding window, document and block-sparse vs
+            FlexAttention compiled: attention_flex_bench.py); decode (q_len 1) over KV 4K..128K and batch 1..64
             vs SDPA's backends and FlexAttention. Graph replays, interleaved rounds, medians.
 """
 
@@ -67,12 +67,18 @@ def docs_for(B, S, seed, device, mean=700):
     return ids.to(device)
 
 
-def rand_qkv(B, H, Lq, Lkv, seed=None):
+def rand_qkv(B, H, Lq, Lkv, seed=None, D=128):
     import torch
     g = torch.Generator(device="cuda")
     g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
-    mk = lambda L: torch.randn(B, H, L, 128, device="cuda", generator=g).bfloat16()  # noqa: E731
+    mk = lambda L: torch.randn(B, H, L, D, device="cuda", generator=g).bfloat16()  # noqa: E731
     return mk(Lq), mk(Lkv), mk(Lkv)
+
+
+def split_dim(v: str) -> tuple[str, int]:
+    """'causal' -> ('causal', 128); 'causal:64' -> ('causal', 64) (the attn_core_d64 build)."""
+    name, _, d = v.partition(":")
+    return name, int(d or 128)
 
 
 def variant_kwargs(variant, B, H, S, device, seed=0):
@@ -81,7 +87,7 @@ def variant_kwargs(variant, B, H, S, device, seed=0):
     if variant == "softcap":
         return {"softcap": 2.0}, {"softcap": 2.0}
     if variant == "document":
-        d = docs_for(B, S, seed, device, mean=200)
+        d = docs_for(B, S, seed, device, mean=max(200, S // 4))  # long ones too: FULL blocks
         return {"doc_ids": d}, {"doc_ids": d}
     if variant == "block_sparse":
         bm = create_block_mask(sparse_partial_pred, None, H, S, S, device=device)
@@ -89,9 +95,9 @@ def variant_kwargs(variant, B, H, S, device, seed=0):
     return {}, {}
 
 
-def check_one(variant, B, H, Lq, Lkv, control):
+def check_one(variant, B, H, Lq, Lkv, control, D=128):
     import torch
-    q, k, v = rand_qkv(B, H, Lq, Lkv)
+    q, k, v = rand_qkv(B, H, Lq, Lkv, D=D)
     kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
     out = torch.full_like(q, float("nan"))
     attention(q, k, v, variant, out=out, control=control, kernel_dir=BIN, **kw)
@@ -116,27 +122,31 @@ def expect(fn, code):
 def cmd_check(a) -> int:
     import torch
     rows = []
-    for variant in a.variants:
+    for vd in a.variants:
+        variant, D = split_dim(vd)
         shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode"
                   else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048)])
         if variant == "full":
             shapes.append((1, 2, 256, 1024))
         for kind in ("linked", "control"):
             for B, H, Lq, Lkv in shapes:
-                ok, msg = check_one(variant, B, H, Lq, Lkv, kind == "control")
-                rows.append((variant, kind, f"B={B} H={H} Lq={Lq} Lkv={Lkv}", ok, msg))
+                ok, msg = check_one(variant, B, H, Lq, Lkv, kind == "control", D)
+                rows.append((vd, kind, f"B={B} H={H} Lq={Lq} Lkv={Lkv}", ok, msg))
     q, k, v = rand_qkv(1, 2, 256, 256)
     refusals = [
         ("fp16 q", lambda: attention(q.half(), k, v, "causal", kernel_dir=BIN), "R-DTYPE"),
         ("Lq % 128", lambda: attention(q[:, :, :200].contiguous(), k, v, "full", kernel_dir=BIN), "R-SHAPE"),
-        ("d = 64", lambda: attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous(),
+        ("d = 96", lambda: attention(q[..., :96].contiguous(), k[..., :96].contiguous(), v[..., :96].contiguous(),
                                      "full", kernel_dir=BIN), "R-SHAPE"),
+        ("decode d = 64", lambda: attention(q[:, :, :1, :64].contiguous(), k[..., :64].contiguous(),
+                                            v[..., :64].contiguous(), "decode", kernel_dir=BIN), "R-SHAPE"),
+        ("alibi slopes", lambda: attention(q, k, v, "alibi", slopes=[1.0], kernel_dir=BIN), "R-PARAM"),
         ("causal Lq != Lkv", lambda: attention(q, torch.cat([k, k], 2), torch.cat([v, v], 2), "causal",
                                                kernel_dir=BIN), "R-SHAPE"),
         ("no block mask", lambda: attention(q, k, v, "block_sparse", kernel_dir=BIN), "R-PARAM"),
         ("window 0", lambda: attention(q, k, v, "sliding", window=0, kernel_dir=BIN), "R-PARAM"),
         ("decode 17 rows", lambda: attention(q[:, :, :17].contiguous(), k, v, "decode", kernel_dir=BIN), "R-SHAPE"),
-        ("unknown variant", lambda: attention(q, k, v, "alibi", kernel_dir=BIN), "R-PARAM"),
+        ("unknown variant", lambda: attention(q, k, v, "nope", kernel_dir=BIN), "R-PARAM"),
         ("non-contiguous", lambda: attention(q.transpose(1, 2), k, v, "full", kernel_dir=BIN), "R-LAYOUT"),
         ("doc ids int64", lambda: attention(q, k, v, "document", doc_ids=torch.zeros(1, 256, dtype=torch.int64,
                                                                                      device="cuda"),
@@ -196,15 +206,8 @@ def cmd_bench(a) -> int:
         q, k, v = rand_qkv(B, H, S, S, seed=S)
         inner = max(1, 16384 // S)
         flops_full = 4 * B * H * S * S * 128
-        docs = docs_for(B, S, S, "cuda", mean=1024)
-        d0 = docs[0]
-        cases = {
+        cases = {  # the masked variants vs FlexAttention: attention_flex_bench.py
             "causal": ({}, lambda: sdpa_fns(q, k, v, True), lambda: flex_fn(q, k, v, lambda b, h, i, j: j <= i), 0.5),
-            "sliding": ({"window": WINDOW}, None,
-                        lambda: flex_fn(q, k, v, lambda b, h, i, j: (j <= i) & (i - j < WINDOW)), None),
-            "document": ({"doc_ids": docs}, None, lambda: flex_fn(q, k, v, lambda b, h, i, j: d0[i] == d0[j]), None),
-            "block_sparse": ({"block_mask": create_block_mask(sparse_pred, None, None, S, S)}, None,
-                             lambda: flex_fn(q, k, v, sparse_pred), None),
         }
         for variant in a.prefill:
             kw, sdpa, flex, frac = cases[variant]
@@ -275,12 +278,13 @@ def cmd_bench(a) -> int:
 def cmd_pair(a) -> int:
     import torch
     rows = []
-    for variant in a.variants:
+    for vd in a.variants:
+        variant, D = split_dim(vd)
         if variant == "decode":
             B, H, Lq, L = 8, 32, 1, 16384
         else:
             B, H, Lq, L = 1, 32, 4096, 4096
-        q, k, v = rand_qkv(B, H, Lq, L, seed=1)
+        q, k, v = rand_qkv(B, H, Lq, L, seed=1, D=D)
         kw, _ = variant_kwargs(variant, B, H, L, q.device)
         if variant == "sliding":
             kw = {"window": WINDOW}
@@ -288,8 +292,8 @@ def cmd_pair(a) -> int:
         r, iqr, ta, tb = paired_ratio(lambda: attention(q, k, v, variant, out=oa, kernel_dir=BIN, **kw),
                                       lambda: attention(q, k, v, variant, out=ob, control=True, kernel_dir=BIN, **kw),
                                       10 if variant == "decode" else 3, a.rounds)
-        rows.append((variant, ta, tb, r, iqr))
-        print(f"  {variant:<13} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f}  IQR {iqr:.4f}",
+        rows.append((vd, ta, tb, r, iqr))
+        print(f"  {vd:<16} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f}  IQR {iqr:.4f}",
               flush=True)
     worst = max(abs(r[3] - 1) for r in rows)
     print(f"pair: {len(rows)} variants, geomean {statistics.geometric_mean([r[3] for r in rows]):.4f}, "
@@ -306,18 +310,19 @@ def cmd_sanitize(a) -> int:
     import concurrent.futures as cf
 
     def run(job):
-        variant, tool = job
+        vd, tool = job
+        variant, D = split_dim(vd)
         # API errors off: torch's cuInit probes (34 host-API records, no device fault) made every
         # memcheck fail; device memory errors in the attn_ kernels are still reported and gate.
         cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", "--kernel-name", "kns=attn_",
                *(["--report-api-errors", "no"] if tool == "memcheck" else []),
-               sys.executable, __file__, "one", "--variant", variant]
+               sys.executable, __file__, "one", "--variant", variant, "--dim", str(D)]
         t0 = time.time()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         except subprocess.TimeoutExpired:
             p = subprocess.CompletedProcess(cmd, 124, "", f"TIMEOUT after {a.timeout} s")
-        return variant, tool, p, time.time() - t0
+        return vd, tool, p, time.time() - t0
 
     jobs = [(v, t) for v in a.variants for t in a.tools.split(",")]
     bad, n = 0, len(jobs)
@@ -327,7 +332,7 @@ def cmd_sanitize(a) -> int:
             summary = [ln.strip("= ") for ln in text.splitlines() if "SUMMARY" in ln]
             ok = p.returncode == 0 and "RESULT OK" in text
             bad += not ok
-            print(f"{'PASS' if ok else 'FAIL'}  {variant:<13} {tool:<10} rc={p.returncode} {' '.join(summary)} "
+            print(f"{'PASS' if ok else 'FAIL'}  {variant:<16} {tool:<10} rc={p.returncode} {' '.join(summary)} "
                   f"({dt:.1f} s)", flush=True)
             if not ok:  # the findings first, without host backtraces
                 keep = [ln for ln in text.splitlines() if ln.strip(" =") and "Host Frame" not in ln]
@@ -339,7 +344,7 @@ def cmd_sanitize(a) -> int:
 def cmd_one(a) -> int:
     """One small checked launch (what the sanitizer runs)."""
     shape = (2, 2, 3, 1024) if a.variant == "decode" else (1, 2, 512, 512)
-    ok, msg = check_one(a.variant, *shape, control=False)
+    ok, msg = check_one(a.variant, *shape, control=False, D=a.dim)
     print(("RESULT OK " if ok else "RESULT WRONG ") + msg)
     return 0 if ok else 1
 
@@ -353,8 +358,12 @@ def cmd_prof(a) -> int:
     B, H, Lq = (8, 32, 1) if a.variant == "decode" else (1, 32, S)
     q, k, v = rand_qkv(B, H, Lq, S, seed=3)
     kw, _ = variant_kwargs(a.variant, B, H, S, q.device)
-    if a.variant == "sliding":
+    if a.variant == "sliding":  # the masks of the benches (attention_flex_bench.py)
         kw = {"window": WINDOW}
+    elif a.variant == "block_sparse":
+        kw = {"block_mask": create_block_mask(sparse_pred, None, None, S, S)}
+    elif a.variant == "document":
+        kw = {"doc_ids": docs_for(B, S, S, q.device, mean=1024)}
     out = torch.empty_like(q)
     for _ in range(3):
         attention(q, k, v, a.variant, out=out, kernel_dir=BIN, **kw)
@@ -366,11 +375,12 @@ def cmd_prof(a) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["check", "pair", "bench", "sanitize", "one", "prof", "all"])
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="name or name:64 (head dim 64)")
     ap.add_argument("--variant", default="causal")
+    ap.add_argument("--dim", type=int, default=128, help="one: head dim (64: the attn_core_d64 build)")
     ap.add_argument("--tools", default="memcheck,racecheck,synccheck")
     ap.add_argument("--seqs", default="4096,8192,32768")
-    ap.add_argument("--prefill", default="causal,sliding,document,block_sparse")
+    ap.add_argument("--prefill", default="causal")
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")

@@ -1,4 +1,5 @@
-"""Attention variants (issue 10): every variant links from the same, unchanged core package.
+"""Attention variants (issue 10): every variant links from the same, unchanged core package
+(one per head dim: attn_core for d = 128, attn_core_d64 for the attn_<variant>_d64 kernels).
 
 CPU (needs Bazel, like test_bazel_relink): builds //kernels/attention/..., reads each link
 action's packages with `aquery`, and asserts that the attn_core package every variant links is
@@ -21,7 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
-VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "decode"]
+VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode"]
+D64 = [v for v in VARIANTS if v != "decode"]  # attn_<variant>_d64: the same variant with attn_core_d64
+KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d64" for v in D64]
 BAZEL = [str(ROOT / "tools" / "bazel")]
 
 
@@ -62,28 +65,35 @@ def _links(aq) -> dict[str, list[str]]:
 
 
 def test_every_variant_links_the_same_core_package(built):
+    """One core package (one sha256) in every d = 128 variant, and one (another) in every d = 64
+    variant: the core is never edited or recompiled per variant, only built once per head dim."""
     links = _links(built)
-    assert set(links) == {f"attn_{v}" for v in VARIANTS} | {"attn_cp"}, sorted(links)  # attn_cp: issue 13
+    assert set(links) == set(KERNELS) | {"attn_cp"}, sorted(links)  # attn_cp: issue 13, the same core
     digests = {}
     for kernel, pkgs in links.items():
-        core = [p for p in pkgs if Path(p).name == "attn_core.plpkg"]
+        core = [p for p in pkgs if Path(p).name in ("attn_core.plpkg", "attn_core_d64.plpkg")]
         assert len(core) == 1, (kernel, pkgs)
+        assert Path(core[0]).name == ("attn_core_d64.plpkg" if kernel.endswith("_d64") else "attn_core.plpkg")
         path = ROOT / "bazel-out" / Path(core[0]).relative_to("bazel-out")
         digests[kernel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert len(set(digests.values())) == 1, digests
-    # the digest each linked kernel's manifest records for its core instance is one value too
-    recorded = {v: next(i["package_digest"] for i in json.loads((BIN / f"attn_{v}.manifest.json").read_text())
-                        ["instances"] if i["name"] == "core") for v in VARIANTS}
-    assert len(set(recorded.values())) == 1, recorded
-    # and it is the package bazel-bin holds
-    assert hashlib.sha256((BIN / "attn_core.plpkg").read_bytes()).hexdigest() == next(iter(digests.values()))
+    for group, pkg in ((lambda k: not k.endswith("_d64"), "attn_core"), (lambda k: k.endswith("_d64"), "attn_core_d64")):
+        mine = {k: d for k, d in digests.items() if group(k)}
+        assert len(set(mine.values())) == 1, mine
+        # the digest each linked kernel's manifest records for its core instance is that one value too
+        recorded = {k: next(i["package_digest"] for i in json.loads((BIN / f"{k}.manifest.json").read_text())
+                            ["instances"] if i["name"] == "core") for k in mine}
+        assert len(set(recorded.values())) == 1, recorded
+        # and it is the package bazel-bin holds
+        assert hashlib.sha256((BIN / f"{pkg}.plpkg").read_bytes()).hexdigest() == next(iter(mine.values()))
+    assert digests["attn_causal"] != digests["attn_causal_d64"]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_variant_placement(built, variant):
-    m = json.loads((BIN / f"attn_{variant}.manifest.json").read_text())
-    r = json.loads((BIN / f"attn_{variant}.report.json").read_text())
-    assert m["facts"] == {"block_q": 128, "head_dim": 128}
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_variant_placement(built, kernel):
+    variant = kernel.removeprefix("attn_").removesuffix("_d64")
+    m = json.loads((BIN / f"{kernel}.manifest.json").read_text())
+    r = json.loads((BIN / f"{kernel}.report.json").read_text())
+    assert m["facts"] == {"block_q": 128, "head_dim": 64 if kernel.endswith("_d64") else 128}
     assert m["block"] == [384, 1, 1]
     assert r["resource_usage"]["LOCAL"] == 0, "the linked kernel spills"
     assert r["rings"]["q"]["depth"] == 1 and 2 <= r["rings"]["kv"]["depth"] <= 6
@@ -118,33 +128,49 @@ def _gpu_reason() -> str | None:
 
 
 @pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_variant_matches_fp32_reference(variant):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_variant_matches_fp32_reference(kernel):
     sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "kernels" / "attention"), str(ROOT / "tools")]
     import attention_bench as ab
+    variant, D = kernel.removeprefix("attn_").removesuffix("_d64"), 64 if kernel.endswith("_d64") else 128
     shapes = [(2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode" else [(2, 3, 1024, 1024)]
     for control in (False, True):
         for shape in shapes:
-            ok, msg = ab.check_one(variant, *shape, control)
-            assert ok, f"{variant} {shape} control={control}: {msg}"
+            ok, msg = ab.check_one(variant, *shape, control, D)
+            assert ok, f"{kernel} {shape} control={control}: {msg}"
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_wgmma_not_serialised(built, variant):
+def _sass(cubin: Path) -> str:
+    sys.path.insert(0, str(ROOT / "tools"))
+    from pipelink.toolkit import find_toolkit
+    return subprocess.run([find_toolkit().tool("cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_wgmma_not_serialised(built, kernel):
     """ptxas serialises every wgmma of a kernel (C7514, a WARPGROUP.DEPBAR after each HGMMA) when
     non-wgmma code may touch accumulators inside a pipeline stage; it did while the core's last PV
     sat behind a data-dependent branch (24 HGMMA, 24 DEPBAR; FA3-level speed needs them async).
-    The core's loop: QK^T (8 HGMMA) before the loop, QK^T + PV (16) in it, the last PV (8) after:
-    32 HGMMA and 4 waits (wait<0> after the first QK^T, wait<1> + wait<0> in the loop, wait<0>
-    after the last PV); also the ping-pong barriers and no named barrier id computed at run time."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    from pipelink.toolkit import find_toolkit
-    cuobjdump = find_toolkit().tool("cuobjdump")
-    for cubin in (BIN / f"attn_{variant}.cubin", BIN / f"attn_{variant}.control.cubin"):
-        sass = subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    The core's loop: QK^T (d/16 HGMMA) before the loop, QK^T + PV (d/16 + 8) in it, the last PV
+    (8) after: 32 HGMMA at d = 128, 24 at d = 64, and 4 waits (wait<0> after the first QK^T,
+    wait<1> + wait<0> in the loop, wait<0> after the last PV); also the ping-pong barriers and no
+    named barrier id computed at run time."""
+    d = 64 if kernel.endswith("_d64") else 128
+    for cubin in (BIN / f"{kernel}.cubin", BIN / f"{kernel}.control.cubin"):
+        sass = _sass(cubin)
         hgmma = len(re.findall(r"\bHGMMA\.", sass))
         waits = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
-        assert hgmma == 32 and waits == 4, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
-        if variant != "decode":  # decode's q_len <= 16: one warpgroup computes, no ping-pong
+        assert hgmma == d // 8 + 16 and waits == 4, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
+        if kernel != "attn_decode":  # decode's q_len <= 16: one warpgroup computes, no ping-pong
             assert re.search(r"BAR\.SYNC(\.DEFER_BLOCKING)? 0x[1-9a-f], 0x100", sass), f"{cubin.name}: no ping-pong"
         assert not re.search(r"BAR\.(SYNC|ARV)(\.DEFER_BLOCKING)? R\d+", sass), f"{cubin.name}: run-time barrier id"
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_no_per_score_loads(built, kernel):
+    """Masks come per block (mask_bits: one or two aux words per row of a PARTIAL block), score
+    modifications' parameters per tile (mod_params): no variant loads aux per score. Before this
+    interface the linked SASS held 292 LDG (block_sparse), 132 (softcap), 103 (document)."""
+    ldg = len(re.findall(r"\bLDG\.", _sass(BIN / f"{kernel}.cubin")))
+    assert ldg <= 64, f"{kernel}: {ldg} LDG in the linked SASS (decode: 48, the combine)"

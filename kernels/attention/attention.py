@@ -7,6 +7,7 @@
     out = attention(q, k, v, variant="sliding", window=1024)
     out = attention(q, k, v, variant="document", doc_ids=ids)      # ids: [B, S] int32, non-decreasing
     out = attention(q, k, v, variant="softcap", softcap=30.0)      # causal + tanh soft-cap
+    out = attention(q, k, v, variant="alibi")                      # causal + ALiBi (slopes=[H] optional)
     out = attention(q1, k, v, variant="decode")                    # q1: [B, H, 1..16, 128], split-KV
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
@@ -33,9 +34,10 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 from attention_masks import BlockMask, create_block_mask, document_aux  # noqa: E402,F401
 
 BLOCK, HEAD_DIM, DECODE_ROWS = 128, 128, 16
-PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap")
+HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d64 (attn_<variant>_d64)
+PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi")
 VARIANTS = PREFILL + ("decode",)
-SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap")  # q_len == kv_len
+SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
 _cache: dict[tuple, Kernel] = {}
 _aux_cache: dict[tuple, object] = {}
 _lock = threading.Lock()
@@ -46,16 +48,17 @@ def kernel_dir_default() -> Path:
     return Path(d) if d else Path(__file__).resolve().parents[2] / "bazel-bin" / "kernels" / "attention"
 
 
-def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False) -> Kernel:
+def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM) -> Kernel:
     if variant not in VARIANTS:
         raise LaunchError("R-PARAM", f"unknown attention variant {variant!r}", hint=f"one of {', '.join(VARIANTS)}")
     d = Path(kernel_dir) if kernel_dir else kernel_dir_default()
-    cubin = d / f"attn_{variant}{'.control' if control else ''}.cubin"
+    name = f"attn_{variant}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
+    cubin = d / f"{name}{'.control' if control else ''}.cubin"
     key = (str(cubin), int(device))
     with _lock:
         k = _cache.get(key)
         if k is None:
-            k = _cache[key] = Kernel.load(cubin, d / f"attn_{variant}.manifest.json", device)
+            k = _cache[key] = Kernel.load(cubin, d / f"{name}.manifest.json", device)
     return k
 
 
@@ -76,9 +79,10 @@ def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
 
 
 def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = None, window: int | None = None,
-              doc_ids=None, softcap: float | None = None, scale: float | None = None, splits: int | None = None,
+              doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
+              splits: int | None = None,
               out=None, kernel_dir=None, control: bool = False, stream=None):
-    """softmax(q k^T * scale + mask) v for q [B, H, Lq, 128], k, v [B, H, Lkv, 128], bf16."""
+    """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, H, Lkv, D], bf16, D = 128 or 64."""
     import torch
     if variant not in VARIANTS:
         raise LaunchError("R-PARAM", f"unknown attention variant {variant!r}", hint=f"one of {', '.join(VARIANTS)}")
@@ -92,12 +96,12 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         if t.device != q.device:
             raise LaunchError("R-DEVICE", f"{name} is on {t.device}, q on {q.device}", hint=f"{name}.to(q.device)")
     B, H, Lq, D = q.shape
-    if D != HEAD_DIM:
-        raise LaunchError("R-SHAPE", f"head dim {D} is not supported (the core is built for d = {HEAD_DIM})",
-                          hint="d = 128 only in this build")
+    if D not in HEAD_DIMS or (variant == "decode" and D != HEAD_DIM):
+        raise LaunchError("R-SHAPE", f"head dim {D} is not supported by variant {variant!r}",
+                          hint="d = 128 or 64 (prefill variants); decode: d = 128")
     if tuple(k.shape[:2]) != (B, H) or k.shape[3] != D or k.shape != v.shape:
         raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
-                          hint="k and v: [B, H, Lkv, 128] with q's B and H (no GQA in this build)")
+                          hint="k and v: [B, H, Lkv, D] with q's B, H and D (no GQA in this build)")
     Lkv = k.shape[2]
     if Lkv == 0 or Lkv % BLOCK:
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
@@ -112,8 +116,10 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     if variant in SQUARE and Lq != Lkv:
         raise LaunchError("R-SHAPE", f"variant {variant!r} needs q_len == kv_len, got {Lq} and {Lkv}",
                           hint="self-attention over one sequence (pack documents and use variant='document')")
-    kern = load(variant, dev, kernel_dir=kernel_dir, control=control)
-    aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap)
+    kern = load(variant, dev, kernel_dir=kernel_dir, control=control, head_dim=D)
+    grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
+    aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
+                       slopes=slopes, grid=grid)
     if out is None:
         out = torch.empty_like(q)
     else:
@@ -133,8 +139,21 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     return out
 
 
-def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap):
+def alibi_slopes(H: int) -> list[float]:
+    """ALiBi's head slopes 2^(-8 (h + 1) / H) (Press et al., for H a power of two)."""
+    return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
+
+
+def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
     import torch
+    if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits]
+        sl = alibi_slopes(H) if slopes is None else slopes
+        if (not isinstance(sl, (list, tuple)) or len(sl) != H
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in sl)):
+            raise LaunchError("R-PARAM", f"slopes must be {H} finite numbers (one per head)",
+                              hint="attention(..., variant='alibi', slopes=None) uses 2^(-8 (h + 1) / H)")
+        words = torch.tensor([float(x) for x in sl], dtype=torch.float32).view(torch.int32).tolist()
+        return _aux(q, [H, *words])
     if variant == "sliding":
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise LaunchError("R-PARAM", f"window = {window!r}: the sliding variant needs an int window >= 1",
@@ -153,17 +172,17 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap):
         block_mask.check(B, H, S, S, q.device)
         return block_mask.aux
     if variant == "document":  # cached per ids tensor object and version: no host sync in a graph capture
-        key = ("doc", id(doc_ids), B, H, S)
+        key = ("doc", id(doc_ids), B, H, S, grid)
         hit = _aux_cache.get(key)  # holds the tensor itself, so its id and memory cannot be reused
         if hit is None or hit[0] is not doc_ids or hit[1] != getattr(doc_ids, "_version", None):
             hit = _aux_cache[key] = (doc_ids, getattr(doc_ids, "_version", None),
-                                     document_aux(doc_ids, B, H, S, q.device))
+                                     document_aux(doc_ids, B, H, S, q.device, grid))
         return hit[2]
     return _aux(q, [0])
 
 
 def reference(q, k, v, variant="full", *, block_mask_pred=None, window=None, doc_ids=None, softcap=None,
-              scale=None):
+              slopes=None, scale=None):
     """fp32 reference: the same function with a dense mask (rows with no key give 0)."""
     import torch
     B, H, Lq, D = q.shape
@@ -173,12 +192,15 @@ def reference(q, k, v, variant="full", *, block_mask_pred=None, window=None, doc
     qi = torch.arange(Lq, device=q.device)[:, None]
     ki = torch.arange(Lkv, device=q.device)[None, :]
     allow = torch.ones(Lq, Lkv, dtype=torch.bool, device=q.device)
-    if variant in ("causal", "softcap"):
+    if variant in ("causal", "softcap", "alibi"):
         allow = ki <= qi
     elif variant == "sliding":
         allow = (ki <= qi) & (qi - ki < window)
     if variant == "softcap":
         s = softcap * torch.tanh(s / softcap)
+    if variant == "alibi":
+        sl = torch.tensor(alibi_slopes(H) if slopes is None else slopes, dtype=torch.float32, device=q.device)
+        s = s + sl[None, :, None, None] * (ki - qi).float()[None, None]
     allow = allow.expand(B, H, Lq, Lkv)
     if variant == "block_sparse":
         b = torch.arange(B, device=q.device)[:, None, None, None]

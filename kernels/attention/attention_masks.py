@@ -70,9 +70,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
                 part = a & ~al
                 any_.append(a)
                 all_.append(al)
-                if part.any():
-                    pb = blk[part].reshape(-1, BLOCK, 4, 32).long()
-                    bits.append(((pb * weights).sum(-1) & 0xFFFFFFFF))
+                if part.any():  # mask_bits order: word (row, qd), bit 2 nt + e = column 8 nt + 2 qd + e
+                    pb = blk[part].reshape(-1, BLOCK, 16, 4, 2).permute(0, 1, 3, 2, 4).reshape(-1, BLOCK, 4, 32)
+                    bits.append(((pb.long() * weights).sum(-1) & 0xFFFFFFFF))
     kept = torch.cat(any_).view(mB * mH, QB, KB)
     full = torch.cat(all_).view(mB * mH, QB, KB)
     partial = kept & ~full
@@ -82,21 +82,41 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
     kind = torch.gather(partial, -1, order)
     idx = torch.where(kind, order - 2**31, order)
     slot = (torch.cumsum(partial.flatten().long(), 0) - 1).clamp(min=0).view_as(partial)
+    pslot = torch.gather(slot, -1, order)  # the bits slot of the i-th kept block
     bits_t = torch.cat(bits).flatten() if bits else torch.zeros(512, dtype=torch.int64, device=dev)
     bits_t = torch.where(bits_t >= 2**31, bits_t - 2**32, bits_t)
     off_counts = HEADER
     off_idx = off_counts + counts.numel()
-    off_slot = off_idx + idx.numel()
-    off_bits = off_slot + slot.numel()
-    header = torch.tensor([QB, KB, maxk, H or 1, mB, mH, off_counts, off_idx, off_slot, off_bits] + [0] * 6,
+    off_pslot = off_idx + idx.numel()
+    off_bits = off_pslot + pslot.numel()
+    header = torch.tensor([QB, KB, maxk, H or 1, mB, mH, off_counts, off_idx, off_pslot, off_bits] + [0] * 6,
                           dtype=torch.int64, device=dev)
-    aux = torch.cat([header, counts.flatten().long(), idx.flatten().long(), slot.flatten(), bits_t]).int()
+    aux = torch.cat([header, counts.flatten().long(), idx.flatten().long(), pslot.flatten(), bits_t]).int()
     n = kept.numel()
     return BlockMask(aux, mB, mH, Q_LEN, KV_LEN, float(kept.sum()) / n, float(partial.sum()) / n)
 
 
-def document_aux(doc_ids, B, H, S, device):
-    """aux for attn_document.cu: [S, H, QB, off_doc, off_lo, off_hi] + doc ids + KV block ranges."""
+def schedule(costs, G):
+    """A static schedule of persistent CTAs for tiles of uneven cost: longest first onto the least
+    loaded of G CTAs (LPT). Returns the [G + 1] list starts and the tile indices, CTA by CTA, each
+    CTA's longest first."""
+    import heapq
+    heap = [(0.0, c) for c in range(G)]
+    lists = [[] for _ in range(G)]
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):  # stable: ties keep index order
+        load, c = heapq.heappop(heap)
+        lists[c].append(i)
+        heapq.heappush(heap, (load + costs[i], c))
+    starts = [0]
+    for lst in lists:
+        starts.append(starts[-1] + len(lst))
+    return starts, [i for lst in lists for i in lst]
+
+
+def document_aux(doc_ids, B, H, S, device, G):
+    """aux for attn_document.cu: [S, H, QB, off_lo, off_hi, off_flo, off_fhi, off_start, off_end,
+    off_batch, off_starts, off_tiles] + the arrays; the tiles' schedule is made for a grid of G
+    persistent CTAs (the kernel's min(num_sms, tiles))."""
     import torch
     if not hasattr(doc_ids, "dtype") or doc_ids.dtype != torch.int32:
         raise LaunchError("R-DTYPE", f"doc_ids must be an int32 tensor, got {getattr(doc_ids, 'dtype', type(doc_ids))}",
@@ -111,9 +131,29 @@ def document_aux(doc_ids, B, H, S, device):
         raise LaunchError("R-PARAM", "doc_ids must be non-decreasing along the sequence (packed documents)",
                           hint="pack each document's tokens contiguously, ids in order")
     QB = S // BLOCK
+    start = torch.searchsorted(d, d, right=False)  # [B, S] first token of each token's document
+    end = torch.searchsorted(d, d, right=True)     # one past its last
     first, last = d[:, ::BLOCK].contiguous(), d[:, BLOCK - 1::BLOCK].contiguous()
-    start = torch.searchsorted(d, first, right=False)
-    end = torch.searchsorted(d, last, right=True)
-    lo, hi = start // BLOCK, (end + BLOCK - 1) // BLOCK
-    header = torch.tensor([S, H, QB, 16, 16 + B * S, 16 + B * S + B * QB] + [0] * 10, dtype=torch.int64, device=device)
-    return torch.cat([header, d.flatten().long(), lo.flatten(), hi.flatten()]).int()
+    lo = torch.searchsorted(d, first, right=False) // BLOCK
+    hi = (torch.searchsorted(d, last, right=True) + BLOCK - 1) // BLOCK
+    # FULL KV blocks of a Q block inside one document: wholly inside that document
+    one = first == last
+    s0, e0 = start[:, ::BLOCK], end[:, ::BLOCK]
+    flo, fhi = (s0 + BLOCK - 1) // BLOCK, e0 // BLOCK
+    empty = ~one | (fhi <= flo)
+    flo, fhi = torch.where(empty, 0, flo), torch.where(empty, 0, fhi)
+    # the host's schedule (ATTN_LISTED_TILE): a tile of b's Q block qb costs its KV blocks + ~0.5
+    # (its Q load, first QK^T and last PV are not overlapped)
+    if B * H > 0xFFFF or QB > 0xFFFF:
+        raise LaunchError("R-SHAPE", f"B*H = {B * H}, S/128 = {QB}: the document schedule packs each in 16 bits",
+                          hint="split the batch")
+    n = (hi - lo).cpu().tolist()  # [B][QB]
+    tiles = [(qb, b * H + h) for qb in range(QB) for b in range(B) for h in range(H)]
+    starts, order = schedule([n[bh // H][qb] + 0.5 for qb, bh in tiles], G)
+    packed = torch.tensor([tiles[i][0] << 16 | tiles[i][1] for i in order], dtype=torch.int64, device=device)
+    sizes = [B * QB] * 4 + [B * S] * 2 + [B * H, G + 1, len(order)]  # lo hi flo fhi start end batch starts tiles
+    offs = [16 + sum(sizes[:i]) for i in range(len(sizes))]
+    header = torch.tensor([S, H, QB, *offs] + [0] * (13 - len(offs)), dtype=torch.int64, device=device)
+    batch = torch.arange(B * H, device=device) // H
+    return torch.cat([header, lo.flatten(), hi.flatten(), flo.flatten(), fhi.flatten(), start.flatten(),
+                      end.flatten(), batch, torch.tensor(starts, dtype=torch.int64, device=device), packed]).int()

@@ -1,13 +1,14 @@
 """Attention variants: one variant package (built as package `attn_mask`) linked with the
 unchanged loader, core and an epilogue into its own fused_kernel target, plus its SASS test
-against the single-unit control.
+against the single-unit control; with d64 (default) also `<name>_d64`, the same variant package
+linked with attn_core_d64 (head dim 64).
 
     attention_variant(name = "attn_causal", src = "attn_causal.cu")
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
-def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml"):
+def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True):
     mask = name + "_mask"
     cuda_component(
         name = mask,
@@ -28,3 +29,15 @@ def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefil
         name = name + "_sass_test",
         kernel = ":" + name,
     )
+    if d64:  # the same variant package with the d = 64 build of the core
+        fused_kernel(
+            name = name + "_d64",
+            arch = "sm_90a",
+            components = [":attn_loader", ":attn_core_d64", ":" + mask, epilogue],
+            kernel = kernel,
+            visibility = ["//visibility:public"],
+        )
+        fused_kernel_sass_test(
+            name = name + "_d64_sass_test",
+            kernel = ":" + name + "_d64",
+        )

@@ -1,8 +1,9 @@
 // attn.h — what the attention components agree on (each side also states it in its contract).
 //
-// Tensors are [B, H, S, D] bf16 contiguous, read as 2-D [(B*H*S), D] through TMA boxes of
-// [128 rows, 64 cols] in SWIZZLE_128B order. A tile of 128 rows (Q block, K block or V
-// block) is one ring stage of 32 KiB: d-columns 0..63 in bytes [0, 16K), 64..127 in [16K, 32K).
+// Tensors are [B, H, S, D] bf16 contiguous (D = 128 or 64), read as 2-D [(B*H*S), D] through
+// TMA boxes of [128 rows, 64 cols] in SWIZZLE_128B order. A tile of 128 rows (Q block, K block
+// or V block) is one ring stage of D/64 chunks of 16 KiB: d-columns 0..63 in bytes [0, 16K),
+// 64..127 in [16K, 32K).
 // Ring `q` carries the Q block of a work tile; ring `kv` carries K_0, V_0, K_1, V_1, ... of the
 // KV blocks the variant's callables list, in that order.
 //
@@ -11,26 +12,42 @@
 //   unsigned tile(t, q_len, bh, info)   1 and info = {q_block, bh, split, n_splits} of this
 //                                       CTA's t-th work tile (persistent CTAs), 0: no more
 //   unsigned kv_count(q_block, bh, split, q_len, kv_len, aux)   KV blocks this tile visits
-//   unsigned kv_block(q_block, bh, split, i, q_len, kv_len, aux)  i-th block | kind << 31
-//   float    score(s, q, k, bh, aux)   the (scaled) score of query row q and key k of head bh,
-//                                      -inf to mask; called only on blocks of kind 1
+//   unsigned kv_block(q_block, bh, split, i, q_len, kv_len, aux)  i-th block | PARTIAL if some
+//                                       of its scores are masked (FULL blocks: no mask math)
+//   unsigned mask_bits(q, k0, kind, i, q_block, bh, aux)  once per PARTIAL block and row (two
+//                                       rows a thread): bit 2 nt + e set iff key k0 + 8 nt + e
+//                                       is visible to query q (k0 = 128 kb + 2 (t % 4); the 32
+//                                       keys one thread holds of the row, attn_o(2) layout)
+//   unsigned features(0)                a constant: SCORE_MOD if the variant modifies scores,
+//                                       EARLY_MASK if its mask_bits read memory (asked early)
+//   void     mod_params(bh, aux, prm)   once per tile (SCORE_MOD only): prm[0], prm[1]
+//   float    score_mod(x, q, k, prm0, prm1)  every visited score (SCORE_MOD only): x = the
+//                                       scaled score, returns the modified one
 // `aux` is one caller-lent pointer the core and loader pass along untouched (block lists,
-// document ids, window size, softcap: the variant's own data).
+// document ranges, window size, softcap, ALiBi slopes: the variant's own data). No per-element
+// call reads memory: whatever a mask or score needs is fetched once per block or per tile.
 #pragma once
 #include <stdint.h>
 
+#ifndef ATTN_HEAD_DIM
+#define ATTN_HEAD_DIM 128  // the core's build: 128 (attn_core) or 64 (attn_core_d64)
+#endif
+
 namespace attn {
 constexpr unsigned BLOCK = 128;        // rows of a Q / K / V tile
-constexpr unsigned HEAD_DIM = 128;     // d
+constexpr unsigned HEAD_DIM = ATTN_HEAD_DIM;  // d of the core's build (loader and store read the fact)
 constexpr unsigned CHUNK_BYTES = BLOCK * 128;   // one 64-column swizzle chunk of a tile
-constexpr unsigned TILE_BYTES = 2 * CHUNK_BYTES;  // 32 KiB
-constexpr unsigned PARTIAL = 1u << 31;            // kv_block's kind bit: call `score` per element
+constexpr unsigned TILE_BYTES = HEAD_DIM / 64 * CHUNK_BYTES;  // 32 KiB (d = 128), 16 KiB (d = 64)
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "the core is built for d = 64 or 128");
+constexpr unsigned PARTIAL = 1u << 31;            // kv_block's kind bit: mask_bits per row
+constexpr unsigned SCORE_MOD = 1u;                // features(): score_mod on every visited score
+constexpr unsigned EARLY_MASK = 2u;               // features(): mask_bits before the block's GEMM
 constexpr unsigned BLOCK_MASK = 0x7FFFFFFFu;
 
 // The core hands each work tile's result to the epilogue as one register fragment.
 // Layout "attn_o(2)": role thread t (wg = t / 128, w = (t / 32) % 4, g = (t % 32) / 4,
 // q = t % 4) holds o[nt * 4 + i] = unnormalised O at row 64 wg + 16 w + g + 8 (i / 2),
-// column 8 nt + 2 q + (i % 2); m[j], l[j] the running max (log2 units) and sum of its rows
+// column 8 nt + 2 q + (i % 2) (nt < D / 8: with D = 64 only o[0..31] are used); m[j], l[j] the running max (log2 units) and sum of its rows
 // 64 wg + 16 w + g + 8 j. info = the tile's {q_block, bh, split, n_splits}.
 struct OutFrag {
   float o[64];

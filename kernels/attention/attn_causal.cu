@@ -1,5 +1,5 @@
 // attn_causal.cu — variant: causal mask (key k visible to query q iff k <= q; q_len == kv_len).
-// KV blocks 0 .. q_block; only the diagonal block needs the per-element mask.
+// KV blocks 0 .. q_block; only the diagonal block is PARTIAL (its bits: keys k <= q).
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
@@ -8,4 +8,5 @@
 ATTN_PREFILL_TILE
 ATTN_KV_COUNT { return qb + 1; }
 ATTN_KV_BLOCK { return i == qb ? (i | attn::PARTIAL) : i; }
-ATTN_SCORE { return k <= q ? s : -INFINITY; }
+ATTN_MASK_BITS { return attn_variant::below(k0, (int)q + 1); }
+ATTN_NO_SCORE_MOD

@@ -23,16 +23,19 @@
 #include "attn_wgmma.h"
 
 PL_OWN_FACT(block_q, attn::BLOCK);
-PL_OWN_FACT(head_dim, attn::HEAD_DIM);
+PL_OWN_FACT(head_dim, attn::HEAD_DIM);  // 128, or 64 in the attn_core_d64 build
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
 PL_DECLARE_EXPORT(out);
 PL_DECLARE_BARRIER(wg0);
 PL_DECLARE_BARRIER(wg1);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, const void*, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
-PL_DECLARE_CALL_RET(float, score, float, unsigned, unsigned, unsigned, const void*);
+PL_DECLARE_CALL_RET(unsigned, mask_bits, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+PL_DECLARE_CALL_RET(unsigned, features, unsigned);
+PL_DECLARE_CALL(mod_params, unsigned, const void*, float*);
+PL_DECLARE_CALL_RET(float, score_mod, float, unsigned, unsigned, float, float);
 
 namespace attn_core {
 struct Params {  // the contract's [params]: aux = "ptr", q_len, kv_len = "u32", scale = "f32", bh = "u32"
@@ -56,12 +59,13 @@ struct Ring {
   }
 };
 
-// S = Q K^T for one K stage: 8 k16-steps over d = 128 (two 64-column swizzle chunks).
+constexpr unsigned OREGS = attn::HEAD_DIM / 2;       // O accumulators per thread
+// S = Q K^T for one K stage: d / 16 k16-steps over d (64-column swizzle chunks).
 __device__ __forceinline__ void issue_qk(float* s, uint64_t dq, uint32_t k_addr) {
   const uint64_t dk = attn_wgmma::desc_k_sw128(k_addr);
   attn_wgmma::fence();
 #pragma unroll
-  for (unsigned ks = 0; ks < 8; ++ks) {
+  for (unsigned ks = 0; ks < attn::HEAD_DIM / 16; ++ks) {
     const uint64_t off = (ks >> 2) * CHUNK16 + (ks & 3u) * 2u;
     attn_wgmma::ss(s, dq + off, dk + off, ks);
   }
@@ -71,8 +75,11 @@ __device__ __forceinline__ void issue_qk(float* s, uint64_t dq, uint32_t k_addr)
 __device__ __forceinline__ void issue_pv(float* o, const uint32_t* p, uint32_t v_addr) {
   attn_wgmma::fence();
 #pragma unroll
-  for (unsigned kk = 0; kk < 8; ++kk)
-    attn_wgmma::rs(o, p + 4 * kk, attn_wgmma::desc_mn_sw128(v_addr + kk * 2048u, attn::CHUNK_BYTES));
+  for (unsigned kk = 0; kk < 8; ++kk) {
+    const uint64_t dv = attn_wgmma::desc_mn_sw128(v_addr + kk * 2048u, attn::CHUNK_BYTES);
+    if constexpr (attn::HEAD_DIM == 128) attn_wgmma::rs(o, p + 4 * kk, dv);
+    else attn_wgmma::rs64(o, p + 4 * kk, dv);
+  }
   attn_wgmma::commit();
 }
 // exp2 on the SFU (ex2.approx.ftz: 2 ulp, flushes denormals; what FA3 uses).
@@ -108,6 +115,8 @@ PL_ENTRY(run) {
   // (Ids are PL_BARRIER(...) immediates, so the linked-SASS check sees them.)
   const bool idle = wg == 1 && p.q_len <= 64;  // decode: rows 64..127 are all past q_len
   const bool duo = p.q_len > 64;               // both warpgroups compute
+  const unsigned feat = PL_CALL(features, 0u);  // the variant's link-time constant
+  const bool mods = feat & attn::SCORE_MOD, early = feat & attn::EARLY_MASK;
   auto turn = [&]() {
     if (duo) {
       if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 256);
@@ -127,27 +136,53 @@ PL_ENTRY(run) {
   uint32_t pr[32];
   unsigned kvi = 0;  // ring kv index of the tile's first stage (the loader walks the same tiles)
   // Persistent: the variant's `tile` hands this CTA its t-th work tile until there is none.
-  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, f.info); ++it) {
+  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, f.info); ++it) {
     const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
 #pragma unroll
-    for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;
+    for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;  // d = 64: o[32..63] unused (the store skips them)
     f.m[0] = f.m[1] = -INFINITY;
     f.l[0] = f.l[1] = 0.f;
 
-    // Mask/modify S of KV block `kb` (kind bit from kv_block), then the online softmax:
-    // new row max, S := exp2(S - max) in place, rescale factor for O and the running sums.
-    auto softmax = [&](unsigned kb_kind, float* alpha) {
-      const unsigned kb = kb_kind & attn::BLOCK_MASK;
-      float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
+    // Modify and mask S of the i-th KV block (kind from kv_block), then the online softmax: new
+    // row max, S := exp2(S - max) in place, rescale factor for O and the running sums. FULL
+    // blocks of a variant without score_mod take none of this (features() is a link-time
+    // constant); a PARTIAL block costs two mask_bits calls and a select per score.
+    float prm[2] = {0.f, 0.f};
+    if (mods) PL_CALL(mod_params, bh, p.aux, prm);
+    // A PARTIAL block's mask words. A variant whose words come from memory (features() has
+    // EARLY_MASK: block_sparse, document) gets them asked for before the block's Q K^T is issued,
+    // so its aux loads complete under the GEMM; one that computes them from registers (causal,
+    // sliding, ...) gets them in the softmax (asked early they cost sliding ~3%: two more live
+    // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md).
+    auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
+      bits[0] = bits[1] = ~0u;
       if (kb_kind & attn::PARTIAL) {
+        const unsigned k0 = (kb_kind & attn::BLOCK_MASK) * attn::BLOCK + 2 * qd;
+        bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
+        bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
+      }
+    };
+    auto softmax = [&](unsigned kb_kind, unsigned ib, unsigned* bits, float* alpha) {
+      const unsigned kb = kb_kind & attn::BLOCK_MASK, k0 = kb * attn::BLOCK + 2 * qd;
+      float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
+      if (mods) {
 #pragma unroll
         for (unsigned i = 0; i < 64; ++i) {
-          const unsigned r = row0 + 8 * ((i / 2) % 2), c = kb * attn::BLOCK + 8 * (i / 4) + 2 * qd + (i % 2);
-          s[i] = PL_CALL(score, s[i] * p.scale, r, c, bh, p.aux) * LOG2E;
+          const unsigned r = row0 + 8 * ((i / 2) % 2), c = k0 + 8 * (i / 4) + (i % 2);
+          s[i] = PL_CALL(score_mod, s[i] * p.scale, r, c, prm[0], prm[1]) * LOG2E;
         }
         mul = 1.f;
+      }
+      if (kb_kind & attn::PARTIAL) {
+        if (!early) {
+          bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
+          bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
+        }
+#pragma unroll
+        for (unsigned i = 0; i < 64; ++i)
+          s[i] = (bits[(i / 2) % 2] >> (2 * (i / 4) + (i % 2))) & 1u ? s[i] : -INFINITY;
       }
 #pragma unroll
       for (unsigned j = 0; j < 2; ++j) {
@@ -176,7 +211,7 @@ PL_ENTRY(run) {
     };
     auto rescale = [&](const float* alpha) {
 #pragma unroll
-      for (unsigned i = 0; i < 64; ++i) f.o[i] *= alpha[(i / 2) % 2];
+      for (unsigned i = 0; i < OREGS; ++i) f.o[i] *= alpha[(i / 2) % 2];
     };
     auto kv_stage = [&](unsigned idx) { return rkv.buf + rkv.stage(idx) * attn::TILE_BYTES; };
 
@@ -193,7 +228,8 @@ PL_ENTRY(run) {
       // No data-dependent branch around a wgmma (the last PV is peeled after the loop): such
       // a branch made ptxas serialise every wgmma of the kernel (C7514).
       float alpha[2];
-      unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
+      unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux), bits[2];
+      if (early) mask_of(kind, 0, bits);
       rkv.wait(kvi);
       turn();
       issue_qk(s, dq, kv_stage(kvi));
@@ -201,11 +237,12 @@ PL_ENTRY(run) {
       attn_wgmma::wait<0>();
       attn_wgmma::fence_regs<64>(s);
       rkv.release(kvi, lane0);
-      softmax(kind, alpha);
+      softmax(kind, 0, bits, alpha);
       to_p();
       for (unsigned i = 1; i < n; ++i) {
         const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
         kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
+        if (early) mask_of(kind, i, bits);
         rkv.wait(ik);
         turn();
         issue_qk(s, dq, kv_stage(ik));
@@ -217,9 +254,9 @@ PL_ENTRY(run) {
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
         rkv.release(ik, lane0);
-        softmax(kind, alpha);
+        softmax(kind, i, bits, alpha);
         attn_wgmma::wait<0>();
-        attn_wgmma::fence_regs<64>(f.o);
+        attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);
         rkv.release(iv, lane0);
         to_p();
@@ -230,7 +267,7 @@ PL_ENTRY(run) {
       attn_wgmma::fence_regs<32>(pr);
       issue_pv(f.o, pr, kv_stage(kvi + 2 * n - 1));
       attn_wgmma::wait<0>();
-      attn_wgmma::fence_regs<64>(f.o);
+      attn_wgmma::fence_regs<OREGS>(f.o);
       rkv.release(kvi + 2 * n - 1, lane0);
     }
     kvi += 2 * n;

@@ -19,7 +19,7 @@ PL_DECLARE_FACT(block_q);
 PL_DECLARE_FACT(head_dim);
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, const void*, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 
@@ -87,7 +87,7 @@ PL_ENTRY(run) {
   uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
   const unsigned depth = PL_RING_DEPTH(kv);
   unsigned stage = 0, phase = 0, it = 0;
-  for (; PL_CALL(tile, it, p.q_len, p.bh, info); ++it) {
+  for (; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
     pl::mbar_wait(qempty, (it & 1u) ^ 1u);  // ring q has one stage; a fresh barrier passes parity 1
     pl::mbar_arrive_expect_tx(qfull, bytes);

@@ -1,12 +1,12 @@
 // attn_decode_split.cu — variant: split-KV decode. CTA (split, bh) of a grid [splits, B*H]
 // visits the split-th of `splits` equal contiguous ranges of the head's KV blocks; all
-// q_len (<= 16) query rows see every key. attn_combine merges the splits.
+// q_len (<= 16) query rows see every key (FULL blocks). attn_combine merges the splits.
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
 #include "attn_variant.h"
 
-PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh, unsigned* info) {
+ATTN_TILE_SIGNATURE {
   info[0] = 0;
   info[1] = blockIdx.y;
   info[2] = blockIdx.x;
@@ -18,4 +18,5 @@ ATTN_KV_COUNT {
   return (split + 1) * nkv / ns - split * nkv / ns;
 }
 ATTN_KV_BLOCK { return split * (kv_len / attn::BLOCK) / gridDim.x + i; }
-ATTN_SCORE { return s; }
+ATTN_MASK_BITS { return ~0u; }
+ATTN_NO_SCORE_MOD

@@ -1,4 +1,4 @@
-// attn_full.cu — variant: no mask; every KV block, none needing the per-element call.
+// attn_full.cu — variant: no mask; every KV block, all FULL (no mask or score math).
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
@@ -7,4 +7,5 @@
 ATTN_PREFILL_TILE
 ATTN_KV_COUNT { return kv_len / attn::BLOCK; }
 ATTN_KV_BLOCK { return i; }
-ATTN_SCORE { return s; }
+ATTN_MASK_BITS { return ~0u; }
+ATTN_NO_SCORE_MOD

@@ -14,7 +14,7 @@ PL_DECLARE_FACT(block_q);
 PL_DECLARE_FACT(head_dim);
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, unsigned*);
+PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, const void*, unsigned*);
 PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
 
@@ -31,9 +31,10 @@ static_assert(offsetof(AttnLoaderParams, q_len) == 32 && offsetof(AttnLoaderPara
                   sizeof(AttnLoaderParams) == 448, "params layout (docs/CONTRACTS.md)");
 
 namespace {
-__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar) {
+// d / 64 boxes of [128 rows, 64 cols] (d = head_dim: 128 or 64, a link-time constant).
+__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d) {
   pl::tma_load_2d(dst, map, 0, row, bar);
-  pl::tma_load_2d(dst + attn::CHUNK_BYTES, map, 64, row, bar);
+  if (d > 64) pl::tma_load_2d(dst + attn::CHUNK_BYTES, map, 64, row, bar);
 }
 }  // namespace
 
@@ -53,11 +54,11 @@ PL_ENTRY(run) {
   uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
   const unsigned depth = PL_RING_DEPTH(kv);
   unsigned stage = 0, phase = 0;
-  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, info); ++it) {
+  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
     pl::mbar_wait(qempty, (it & 1u) ^ 1u);  // ring q has one stage; a fresh barrier passes parity 1
     pl::mbar_arrive_expect_tx(qfull, bytes);
-    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull);
+    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull, PL_FACT(head_dim));
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
@@ -66,7 +67,7 @@ PL_ENTRY(run) {
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
         pl::mbar_wait(empty + stage, phase ^ 1u);
         pl::mbar_arrive_expect_tx(full + stage, bytes);
-        load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage);
+        load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage, PL_FACT(head_dim));
         if (++stage == depth) { stage = 0; phase ^= 1u; }
       }
     }

@@ -1,6 +1,6 @@
 // attn_sliding.cu — variant: causal sliding window of W keys (k <= q and q - k < W), W = aux
 // word 0 (q_len == kv_len). Visits the KV blocks that meet the band; blocks wholly inside it
-// skip the per-element mask.
+// are FULL, the others get the band's bits per row (one aux word per PARTIAL block).
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
@@ -20,4 +20,5 @@ ATTN_KV_BLOCK {
   const bool inside = kb < qb && (qb - kb + 1) * attn::BLOCK - 1 < w;  // (q0 + 127) - k0 < W
   return inside ? kb : (kb | attn::PARTIAL);
 }
-ATTN_SCORE { return k <= q && q - k < attn_variant::ld(aux, 0) ? s : -INFINITY; }
+ATTN_MASK_BITS { return attn_variant::range_bits(k0, (int)q + 1 - (int)attn_variant::ld(aux, 0), (int)q + 1); }
+ATTN_NO_SCORE_MOD

@@ -1,5 +1,6 @@
 // attn_softcap.cu — variant: causal attention with tanh soft-capping of the scores
-// (Gemma 2): score = cap * tanh(score / cap), cap = aux float 0. Every block is modified.
+// (Gemma 2): score = cap * tanh(score / cap), cap = aux float 0, read once per tile
+// (mod_params); the causal mask as attn_causal.cu (only the diagonal block is PARTIAL).
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
@@ -15,8 +16,12 @@ __device__ __forceinline__ float tanh_approx(float x) {
 
 ATTN_PREFILL_TILE
 ATTN_KV_COUNT { return qb + 1; }
-ATTN_KV_BLOCK { return i | attn::PARTIAL; }
-ATTN_SCORE {
+ATTN_KV_BLOCK { return i == qb ? (i | attn::PARTIAL) : i; }
+ATTN_MASK_BITS { return attn_variant::below(k0, (int)q + 1); }
+ATTN_FEATURES(attn::SCORE_MOD)
+ATTN_MOD_PARAMS {
   const float cap = attn_variant::ldf(aux, 0);
-  return k <= q ? cap * tanh_approx(s / cap) : -INFINITY;
+  prm[0] = cap;
+  prm[1] = 1.f / cap;
 }
+ATTN_SCORE_MOD { return p0 * tanh_approx(x * p1); }

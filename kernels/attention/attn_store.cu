@@ -1,4 +1,4 @@
-// attn_store.cu — prefill epilogue: O / l as bf16 into o [B, H, q_len, 128] (rows < q_len).
+// attn_store.cu — prefill epilogue: O / l as bf16 into o [B, H, q_len, d] (rows < q_len; d = 128 or 64).
 // Runs on the core's threads (import `out`, layout "attn_o(2)" of attn.h).
 #define PL_COMPONENT attn_store
 #include <pipelink.h>
@@ -34,8 +34,10 @@ PL_IMPORT(out) {
     const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;  // a fully masked row gives 0
     uint32_t* row = p.o + ((size_t)bh * p.q_len + r) * (d / 2);
 #pragma unroll
-    for (unsigned nt = 0; nt < 16; ++nt)
+    for (unsigned nt = 0; nt < 16; ++nt) {  // d / 8 column groups (d = 64: o[0..31])
+      if (nt >= d / 8) break;
       row[4 * nt + qd] = pack_bf16(f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv);
+    }
   }
   (void)PL_FACT(block_q);
 }

@@ -11,14 +11,45 @@
 // tile of each run of G, boustrophedon (t even: c, t odd: G - 1 - c), so a CTA that took a
 // long tile in one run takes a short one in the next: a causal grid's CTAs end within ~0.1%
 // of each other (round-robin c + tG: 6-11% apart at S = 4K..8K, H = 32).
+#define ATTN_TILE_SIGNATURE                                                                    \
+  PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh,    \
+                                  const void* aux, unsigned* info)
 #define ATTN_PREFILL_TILE                                                                       \
-  PL_CALLABLE_RET(unsigned, tile)(unsigned pl_inst, unsigned t, unsigned q_len, unsigned bh,     \
-                                  unsigned* info) {                                              \
+  ATTN_TILE_SIGNATURE {                                                                         \
     const unsigned qbs = q_len / attn::BLOCK, g = gridDim.x;                                     \
     const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
     if (lin >= qbs * bh) return 0u; /* later runs start past it too: this CTA is done */        \
     info[0] = qbs - 1 - lin / bh;                                                                \
     info[1] = lin % bh;                                                                          \
+    info[2] = 0;                                                                                 \
+    info[3] = 1;                                                                                 \
+    return 1u;                                                                                   \
+  }
+// The same boustrophedon, head-major: the G CTAs of a run share one or two heads, so those
+// heads' K and V stay in L2 while every Q block of them reads its KV blocks (block-sparse:
+// Q-block-major order re-read K/V from DRAM, 78% of DRAM bandwidth at S = 8K).
+#define ATTN_PREFILL_TILE_HEAD_MAJOR                                                            \
+  ATTN_TILE_SIGNATURE {                                                                         \
+    const unsigned qbs = q_len / attn::BLOCK, g = gridDim.x;                                     \
+    const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
+    if (lin >= qbs * bh) return 0u;                                                              \
+    info[0] = qbs - 1 - lin % qbs;                                                               \
+    info[1] = lin / qbs;                                                                         \
+    info[2] = 0;                                                                                 \
+    info[3] = 1;                                                                                 \
+    return 1u;                                                                                   \
+  }
+// A schedule the host made (aux words: [W] offset of the [G + 1] list starts, [W + 1] offset of
+// the tiles, each q_block << 16 | bh): CTA c takes tiles start[c] .. start[c + 1] - 1 in order
+// (attention_masks.schedule: longest first onto the least loaded CTA, for tiles of uneven length).
+#define ATTN_LISTED_TILE(W)                                                                     \
+  ATTN_TILE_SIGNATURE {                                                                         \
+    const unsigned* a = static_cast<const unsigned*>(aux);                                      \
+    const unsigned s = __ldg(a + __ldg(a + (W)) + blockIdx.x) + t;                               \
+    if (s >= __ldg(a + __ldg(a + (W)) + blockIdx.x + 1)) return 0u;                              \
+    const unsigned w = __ldg(a + __ldg(a + (W) + 1) + s);                                        \
+    info[0] = w >> 16;                                                                           \
+    info[1] = w & 0xFFFFu;                                                                       \
     info[2] = 0;                                                                                 \
     info[3] = 1;                                                                                 \
     return 1u;                                                                                   \
@@ -29,8 +60,21 @@
 #define ATTN_KV_BLOCK                                                                             \
   PL_CALLABLE_RET(unsigned, kv_block)(unsigned pl_inst, unsigned qb, unsigned bh, unsigned split,  \
                                       unsigned i, unsigned q_len, unsigned kv_len, const void* aux)
-#define ATTN_SCORE \
-  PL_CALLABLE_RET(float, score)(unsigned pl_inst, float s, unsigned q, unsigned k, unsigned bh, const void* aux)
+#define ATTN_MASK_BITS                                                                              \
+  PL_CALLABLE_RET(unsigned, mask_bits)(unsigned pl_inst, unsigned q, unsigned k0, unsigned kind, unsigned i, \
+                                       unsigned qb, unsigned bh, const void* aux)
+#define ATTN_FEATURES(value) \
+  PL_CALLABLE_RET(unsigned, features)(unsigned pl_inst, unsigned) { return (value); }
+#define ATTN_MOD_PARAMS PL_CALLABLE(mod_params)(unsigned pl_inst, unsigned bh, const void* aux, float* prm)
+#define ATTN_SCORE_MOD \
+  PL_CALLABLE_RET(float, score_mod)(unsigned pl_inst, float x, unsigned q, unsigned k, float p0, float p1)
+// A variant without a score modification (flags: 0, or attn::EARLY_MASK if its mask_bits read
+// aux memory: the core then asks for them before the block's GEMM).
+#define ATTN_NO_SCORE_MOD_WITH(flags)         \
+  ATTN_FEATURES(flags)                        \
+  ATTN_MOD_PARAMS { prm[0] = prm[1] = 0.f; }  \
+  ATTN_SCORE_MOD { return x; }
+#define ATTN_NO_SCORE_MOD ATTN_NO_SCORE_MOD_WITH(0u)
 
 namespace attn_variant {
 __device__ __forceinline__ unsigned ld(const void* aux, unsigned word) {
@@ -39,4 +83,21 @@ __device__ __forceinline__ unsigned ld(const void* aux, unsigned word) {
 __device__ __forceinline__ float ldf(const void* aux, unsigned word) {
   return __ldg(static_cast<const float*>(aux) + word);
 }
+// Bits of mask_bits (attn.h) for keys k < x: bit 2 nt + e iff k0 + 8 nt + e < x.
+__device__ __forceinline__ unsigned below(unsigned k0, int x) {
+  unsigned r = 0;
+#pragma unroll
+  for (unsigned e = 0; e < 2; ++e) {
+    const int n = min(max((x - (int)(k0 + e) + 7) >> 3, 0), 16);  // nt < n: keys below x
+    unsigned m = (1u << n) - 1u;                                 // 16 bits, spread to 2 nt + e
+    m = (m | (m << 8)) & 0x00FF00FFu;
+    m = (m | (m << 4)) & 0x0F0F0F0Fu;
+    m = (m | (m << 2)) & 0x33333333u;
+    m = (m | (m << 1)) & 0x55555555u;
+    r |= m << e;
+  }
+  return r;
+}
+// mask_bits for the keys lo <= k < hi (lo may be negative).
+__device__ __forceinline__ unsigned range_bits(unsigned k0, int lo, int hi) { return below(k0, hi) & ~below(k0, lo); }
 }  // namespace attn_variant
