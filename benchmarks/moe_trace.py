@@ -7,7 +7,9 @@ The trace build is moe_step's sources with MOE_TRACE: lane 0 of each warp folds 
 into phase slots of the kernel-scope `sync` workspace (kernels/moe/moe_shapes.h, moe::stamp;
 even slots the earliest, odd slots the latest). Per launch this script sets the slots, runs
 one warm launch, and prints each phase's first and last stamp in microseconds after the
-kernel's first stamp (medians over --reps launches on fresh random inputs).
+kernel's first stamp (medians over --reps launches on fresh random inputs). The gate/up and
+down phases' first stamps are taken as the expert enters each pass (before its first readiness
+wait: stamps inside the unit loop cost the expert registers it does not have).
 """
 
 from __future__ import annotations

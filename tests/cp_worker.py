@@ -3,6 +3,7 @@ started once per rank by `run_ranks`, prints one JSON line.
 
     python tests/cp_worker.py peers WORLD RANK NAME
     python tests/cp_worker.py attn WORLD RANK NAME S H SEED [KERNEL_DIR]
+    python tests/cp_worker.py moe WORLD RANK NAME T SEED [KERNEL_DIR]   (tests/moe_ep_worker.py)
 """
 
 from __future__ import annotations
@@ -140,7 +141,10 @@ class _Arr:
 
 if __name__ == "__main__":
     mode, world, rank, name, *rest = sys.argv[1:]
-    fn = {"peers": peers, "attn": attn}[mode]
+    if mode == "moe":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from moe_ep_worker import moe
+    fn = {"peers": peers, "attn": attn, "moe": moe if mode == "moe" else None}[mode]
     r = fn(int(world), int(rank), name, *[int(x) if x.lstrip("-").isdigit() else x for x in rest])
     print(json.dumps(r))
     sys.exit(0 if not r.get("errors") else 1)

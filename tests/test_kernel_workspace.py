@@ -65,3 +65,67 @@ def test_arena_lends_one_buffer_per_kernel_scope_name():
     c = Workspace("@ws:c.xs", "c", "xs", "t * 4", False, 256)
     assert arena.pointer(a, 64) == arena.pointer(b, 64) != arena.pointer(c, 64)
     assert len(allocs) == 2
+
+
+# ---- caller-lent workspaces (Kernel.open(..., workspaces={name: (ptr, bytes)}), issue 13) ----
+
+def _lend_manifest():
+    from pipelink.runtime import Manifest
+    fields = [{"instance": "a", "name": "t", "type": "u32", "offset": 0},
+              {"instance": "a", "name": "@ws:a.xs", "type": "ptr", "offset": 8},
+              {"instance": "b", "name": "@ws:b.xs", "type": "ptr", "offset": 16},
+              {"instance": "b", "name": "@ws:b.own", "type": "ptr", "offset": 24}]
+    return Manifest.from_dict({
+        "kernel": "k", "block": [128, 1, 1], "grid": [4, 1, 1],
+        "params": {"size": 32, "by_name": {f["name"]: f["type"] for f in fields}, "fields": fields},
+        "workspaces": [{"param": "@ws:a.xs", "instance": "a", "name": "xs", "bytes": "t * 4", "zero": True,
+                        "align": 256, "scope": "kernel"},
+                       {"param": "@ws:b.xs", "instance": "b", "name": "xs", "bytes": "t * 4", "zero": True,
+                        "align": 256, "scope": "kernel"},
+                       {"param": "@ws:b.own", "instance": "b", "name": "own", "bytes": "t", "zero": False,
+                        "align": 16}],
+    })
+
+
+def _plan(lent, t=100):
+    from pipelink.runtime import plan_launch
+    allocated = []
+    p = plan_launch(_lend_manifest(), {"t": t}, builtins={"num_sms": 1, "resident_ctas": 1},
+                    workspace=lambda w, n: allocated.append(w.key) or 0x7000, lent=lent)
+    ptr = lambda off: int.from_bytes(p.params[off:off + 8], "little")  # noqa: E731
+    return ptr(8), ptr(16), ptr(24), allocated
+
+
+def test_lent_kernel_scope_workspace_replaces_the_allocation():
+    a, b, own, allocated = _plan({"xs": (0x10000, 400)})
+    assert a == b == 0x10000 and own == 0x7000 and allocated == ["@ws:b.own"]
+    a, b, own, allocated = _plan({"b.own": (0x20010, 100)})  # an instance's own: "<instance>.<name>"
+    assert own == 0x20010 and a == b == 0x7000
+
+
+@pytest.mark.parametrize("lent, why", [
+    ({"xs": (0x10000, 399)}, "has 399 bytes; this launch needs 400"),
+    ({"xs": (0x10080, 4096)}, "not 256-byte aligned"),
+    ({"ys": (0x10000, 4096)}, "no workspace 'ys'"),
+    ({"own": (0x10000, 4096)}, "no workspace 'own'"),            # instance scope needs "b.own"
+    ({"xs": (0, 4096)}, "no device buffer"),
+    ({"xs": (0x10000, 0)}, "no device buffer"),
+    ({"xs": 0x10000}, "not (pointer, bytes)"),
+    ({"xs": (0x10000, True)}, "not (pointer, bytes)"),
+    ([("xs", (0x10000, 400))], "must be a dict"),
+])
+def test_bad_lent_workspaces_are_r_workspace(lent, why):
+    from pipelink.runtime import LaunchError
+    with pytest.raises(LaunchError) as e:
+        _plan(lent)
+    assert e.value.code == "R-WORKSPACE" and why in str(e.value) and e.value.diagnostics[0].hint
+
+
+def test_lent_tensor_counts_its_bytes():
+    class T:  # a stand-in for a contiguous CUDA tensor
+        is_cuda = True
+        def data_ptr(self): return 0x40000
+        def numel(self): return 100
+        def element_size(self): return 4
+        def is_contiguous(self): return True
+    assert _plan({"xs": T()})[:2] == (0x40000, 0x40000)

@@ -3,11 +3,13 @@
 // expert owner's block_m, so expert tiles never straddle experts), gathers each slot's x
 // row into `xs`, records the slot's row in `rows`, and counts the row on the expert's
 // READY counter (release), which the expert GEMMs wait on.
-// Ranks: experts are split evenly over `world` ranks; a slot whose expert lives on another
-// rank is written through that rank's peer-mapped buffers: `peers` holds, per rank r,
-// {xs base, sync base} (2 u64 each). With world = 1 (today's only tested case) `peers` may
-// be 0 and everything is local. Multi-rank also needs the per-expert counts exchanged
-// before the layout (not done yet: the Python entry refuses world != 1).
+// Ranks (moe_shapes.h): experts are split evenly over `world` ranks; a slot whose expert lives
+// on another rank is written through that rank's peer-mapped buffers: `peers` holds, per rank
+// r, {xs base, sync base, ys base} (PEER_WORDS u64 each). With world = 1 `peers` may be 0 and
+// everything is local, as before. With world > 1 this role's global warp 0 posts the rank's
+// per-expert counts to every rank (the count exchange), every warp lays out from the counts
+// of all ranks (the owner's rows of expert e: ranks in order, padded to block_m), and the
+// READY releases are system-scope.
 #define PL_COMPONENT moe_dispatch
 #include <pipelink.h>
 
@@ -40,7 +42,8 @@ PL_ENTRY(run) {
   const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k);
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
-  const unsigned set = moe::enter(sync, moe::DISPATCH, nw, lane, last);
+  unsigned gen;
+  const unsigned set = moe::enter(sync, moe::DISPATCH, nw, lane, last, gen);
   if (last) moe::finish_launch(sync, moe::DISPATCH, set, moe::READY, moe::EXPERTS, lane);
   unsigned* cur = sync + moe::SET(set);
   const unsigned T = p.t, S = T * top_k;
@@ -52,10 +55,23 @@ PL_ENTRY(run) {
   moe::wait_at_least(cur + moe::ROUTED, T);
   moe::stamp(sync, moe::DISPATCH_BEGIN, lane);
   unsigned padded[4], first[4], total;
+  const unsigned world = p.world, per_rank = moe::EXPERTS / world;
+  if (world == 1) {
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
-  moe::exclusive_scan4(padded, first, lane, total);
-  const unsigned per_rank = moe::EXPERTS / p.world;
+    for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
+    moe::exclusive_scan4(padded, first, lane, total);
+  } else {  // first[i]: this rank's first row of expert 4 lane + i on the expert's owner
+    if (gw == 0) moe::post_counts(cur, p.peers, set, gen + 1, p.rank, world, lane);
+    unsigned tot[4], below[4];
+    moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(tot[i], bm) * bm;
+    moe::exclusive_scan4(padded, first, lane, total);
+    const unsigned lanes = per_rank / 4;  // lanes per owner (per_rank >= 16)
+    const unsigned base = __shfl_sync(0xffffffffu, first[0], lane / lanes * lanes);
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) first[i] += below[i] - base;
+  }
 
   // One token per warp step: its x row is loaded once and stored to its top_k rows, then one
   // fence covers all of them before each slot's lane releases its expert's READY counter.
@@ -79,17 +95,23 @@ PL_ENTRY(run) {
       __nv_bfloat16* dst_xs = xs;
       unsigned* dst_sync = cur;
       if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
-        dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[2 * owner]);
-        dst_sync = reinterpret_cast<unsigned*>(p.peers[2 * owner + 1]) + moe::SET(set);
+        dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_XS]);
+        dst_sync = reinterpret_cast<unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set);
       }
       if (lane == k) rows[tok * top_k + k] = rk, ready = dst_sync + moe::READY + ek;
       uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)rk * moe::HIDDEN);
 #pragma unroll
       for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) __stcg(dst + j * 32 + lane, v[j]);
     }
-    __threadfence();
-    __syncwarp();
-    if (lane < top_k) moe::red_release(ready, 1);
+    if (world > 1) {  // the owner may be another GPU
+      moe::fence_sys();
+      __syncwarp();
+      if (lane < top_k) moe::red_release_sys(ready, 1);
+    } else {
+      __threadfence();
+      __syncwarp();
+      if (lane < top_k) moe::red_release(ready, 1);
+    }
   }
   moe::stamp(sync, moe::DISPATCH_END, lane);
 }

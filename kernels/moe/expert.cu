@@ -52,10 +52,10 @@ constexpr unsigned B_ROWS = 2 * BH > BN ? 2 * BH : BN;
 constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
 constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 8 * (block_m' + ...)
 
-struct Params {  // [params]: w13, w2 = "ptr", t = "u32", tmap_w13, tmap_w2 = "tmap"
+struct Params {  // [params]: w13, w2 = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
   const __nv_bfloat16* w2;
-  unsigned t;
+  unsigned t, rank, world;
   pl::TensorMap tmap_w13;  // [128 * 1536, 2048] bf16, box [block_h, 64], SWIZZLE_128B
   pl::TensorMap tmap_w2;   // [128 * 2048, 768] bf16, box [block_n, 64], SWIZZLE_128B
 };
@@ -233,21 +233,29 @@ PL_ENTRY(run) {
   }
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
-  const unsigned set = moe::enter(sync, moe::EXPERT, nw, lane, last);
-  if (last) moe::finish_launch(sync, moe::EXPERT, set, moe::HREADY, 2 * moe::EXPERTS, lane);
+  unsigned gen;
+  const unsigned set = moe::enter(sync, moe::EXPERT, nw, lane, last, gen);
   unsigned* cur = sync + moe::SET(set);
   const __nv_bfloat16* xs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(xs));
   const __nv_bfloat16* hs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(hs));
   __nv_bfloat16* ys = static_cast<__nv_bfloat16*>(PL_WORKSPACE(ys));
 
   if (PL_FACT(top_k) != moe::TOP_K) __trap();  // xs/hs/ys are sized for it (folds away)
-  moe::wait_at_least(cur + moe::ROUTED, p.t);
   unsigned count[4], padded[4], first_row[4], first[4], units[4], total;
+  if (p.world == 1) {
+    moe::wait_at_least(cur + moe::ROUTED, p.t);
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) {
-    count[i] = __ldcg(cur + moe::COUNTS + 4 * lane + i);
-    padded[i] = moe::ceil_div(count[i], BM) * BM;
+    for (unsigned i = 0; i < 4; ++i) count[i] = __ldcg(cur + moe::COUNTS + 4 * lane + i);
+  } else {  // this rank's experts only: their rows from every rank (the count exchange)
+    moe::gather_counts(sync, set, gen + 1, p.rank, p.world, lane, count, padded);
+    const bool mine = 4 * lane / (moe::EXPERTS / p.world) == p.rank;
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) count[i] = mine ? count[i] : 0u;
   }
+  // (after the exchange: no rank still reads this rank's other-set YDONE, moe_shapes.h)
+  if (last) moe::finish_launch(sync, moe::EXPERT, set, moe::HREADY, 2 * moe::EXPERTS, lane);
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
   moe::exclusive_scan4(padded, first_row, lane, total);
   const unsigned r0 = 16 * warp;  // this warp's rows of a tile (wgmma m64 layout)
 
@@ -260,16 +268,21 @@ PL_ENTRY(run) {
     if (u >= total) return Tile{0, 0, 0};
     const Unit w = locate(u, count, first, HBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
-    const bool ready = check && moe::ld_acquire(cur + moe::READY + w.e) >= cnt;
+    const bool ready = check && moe::ld_acquire_at(cur + moe::READY + w.e, p.world) >= cnt;
     return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0, min(BM, cnt - w.tile * BM) | VALID | (ready ? READY : 0u)};
   };
   prime<2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, gateup_tile(gwg, false));
+  moe::stamp(sync, moe::GATEUP_BEGIN, lane);  // (before the first readiness wait: the loop has no room)
   for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, HBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
     const unsigned valid = min(BM, cnt - w.tile * BM);
-    moe::wait_at_least(cur + moe::READY + w.e, cnt);
-    if (u == gwg) moe::stamp(sync, moe::GATEUP_BEGIN, lane);
+    if (p.world > 1) {  // rows from other GPUs: system scope
+      while (moe::ld_acquire_sys(cur + moe::READY + w.e) < cnt) __nanosleep(64);
+      __syncwarp();
+    } else {
+      moe::wait_at_least(cur + moe::READY + w.e, cnt);
+    }
     float acc[BH];  // m64 x n(2 BH): BH floats per thread
     mainloop<2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, xs, &p.tmap_w13, gateup_tile(u, false),
                                                       gateup_tile(u + nwg, true), wg_sync);
@@ -294,12 +307,12 @@ PL_ENTRY(run) {
     return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0, min(BM, cnt - w.tile * BM) | VALID | (ready ? READY : 0u)};
   };
   prime<BN, 1, 0>(ring, &p.tmap_w2, down_tile(gwg, false));
+  moe::stamp(sync, moe::DOWN_BEGIN, lane);
   for (unsigned u = gwg; u < total; u += nwg) {
     const Unit w = locate(u, count, first, NBLOCKS);
     const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
     const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
-    if (u == gwg) moe::stamp(sync, moe::DOWN_BEGIN, lane);
     float acc[BN / 2];
     mainloop<BN, moe::INTER, 1, 0>(acc, ring, hs, &p.tmap_w2, down_tile(u, false), down_tile(u + nwg, true), wg_sync);
 #pragma unroll
@@ -310,9 +323,13 @@ PL_ENTRY(run) {
       if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
       if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
     }
-    __threadfence();
+    if (p.world > 1) moe::fence_sys();  // combine may read ys from another GPU
+    else __threadfence();
     wg_sync();  // the whole tile is stored
-    if (ring.t == 0) moe::red_release(cur + moe::YDONE + w.e, 1);
+    if (ring.t == 0) {
+      if (p.world > 1) moe::red_release_sys(cur + moe::YDONE + w.e, 1);
+      else moe::red_release(cur + moe::YDONE + w.e, 1);
+    }
   }
   moe::stamp(sync, moe::DOWN_END, lane);
 }

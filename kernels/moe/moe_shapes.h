@@ -18,6 +18,19 @@
 // warp of every owner reads its owner's generation word (the set) and arrives once; the
 // last arrival of a launch resets the arrival count, zeroes the owner's counters of the
 // other set and bumps the generation. All CTAs must be resident (grid = resident_ctas).
+//
+// Expert parallelism (world > 1 ranks, one kernel per rank; issue 13): rank o owns experts
+// [o P, (o + 1) P), P = 128 / world. Each rank routes its own tokens. Its dispatch posts the
+// rank's 128 per-expert counts into slot `rank` of every rank's exchange area (EX_COUNTS of
+// this launch's set, then EX_TAG = epoch = generation + 1, release, system scope); dispatch,
+// expert and combine wait until all `world` tags show the epoch (the count exchange is the
+// launch's barrier across ranks: no rank gets more than one launch ahead of another). On the
+// owner, expert e's rows in xs/hs/ys are ordered by source rank (offset Σ counts of lower
+// ranks) and padded to block_m; READY[e] there reaches the total over sources. Dispatch
+// writes rows into the owner's xs and releases the owner's READY (system scope); combine
+// waits on the owner's YDONE[e] and reads the owner's ys rows. The `peers` table holds per
+// rank {xs, sync, ys} base addresses (PEER_WORDS u64). The expert zeroes its other-set
+// counters (HREADY, YDONE) only after the exchange, so no rank still reads them remotely.
 #pragma once
 #include <stdint.h>
 
@@ -37,7 +50,16 @@ constexpr unsigned ROUTED = 0, COUNTS = 128, READY = 256, HREADY = 384, YDONE = 
 // router tile completion counts (zero-kept by the tile's finisher)
 constexpr unsigned BLOCKCNT = 64 + 2 * SET_WORDS;
 constexpr unsigned SYNC_WORDS = BLOCKCNT + MAX_TOKENS / ROUTE_TOKENS;
-static_assert(SYNC_WORDS * 4 <= 32768, "sync workspace size (contracts: bytes = 32768)");
+constexpr unsigned SYNC_BYTES = 65536;  // contracts: [workspace.sync] bytes
+static_assert(SYNC_WORDS * 4 <= SYNC_BYTES, "sync workspace size");
+// Count exchange (world > 1): per set s, a tag word and 128 counts per source rank.
+constexpr unsigned MAX_WORLD = 8, EX = 6400;
+constexpr unsigned PEER_XS = 0, PEER_SYNC = 1, PEER_YS = 2, PEER_WORDS = 3;
+__host__ __device__ constexpr unsigned EX_TAG(unsigned s, unsigned r) { return EX + s * MAX_WORLD + r; }
+__host__ __device__ constexpr unsigned EX_COUNTS(unsigned s, unsigned r) {
+  return EX + 2 * MAX_WORLD + (s * MAX_WORLD + r) * EXPERTS;
+}
+static_assert((EX_COUNTS(1, MAX_WORLD - 1) + EXPERTS) * 4 <= SYNC_BYTES, "exchange area fits in sync");
 
 using pl::ld_acquire;   // pipelink.h: acquire load / release add of a global flag
 using pl::red_release;
@@ -64,10 +86,31 @@ __device__ __forceinline__ void signal(unsigned* p, unsigned v, unsigned lane) {
   if (lane == 0) red_release(p, v);
 }
 
+// System-scope flags (world > 1: the other side is another GPU).
+__device__ __forceinline__ unsigned ld_acquire_sys(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_sys(unsigned* p, unsigned v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_release_sys(unsigned* p, unsigned v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+// Acquire at the scope of the launch: GPU for one rank, system for several.
+__device__ __forceinline__ unsigned ld_acquire_at(const unsigned* p, unsigned world) {
+  return world > 1 ? ld_acquire_sys(p) : ld_acquire(p);
+}
+
 // The launch set of this warp's owner; `last` is true in the warp that arrived last this
-// launch (it then zeroes its owner's counters of the other set and calls finish_launch).
-__device__ __forceinline__ unsigned enter(unsigned* sync, unsigned owner, unsigned warps, unsigned lane, bool& last) {
-  unsigned gen = 0, old = 0;
+// launch (it then zeroes its owner's counters of the other set and calls finish_launch);
+// `gen` is the owner's generation (launches before this one).
+__device__ __forceinline__ unsigned enter(unsigned* sync, unsigned owner, unsigned warps, unsigned lane, bool& last,
+                                          unsigned& gen) {
+  unsigned old = 0;
+  gen = 0;
   if (lane == 0) {
     gen = ld_relaxed(sync + GEN(owner));
     old = atom_acq_rel(sync + ARR(owner), 1);  // release: the read above precedes the flip
@@ -76,6 +119,10 @@ __device__ __forceinline__ unsigned enter(unsigned* sync, unsigned owner, unsign
   old = __shfl_sync(0xffffffffu, old, 0);
   last = old == warps - 1;
   return gen & 1u;
+}
+__device__ __forceinline__ unsigned enter(unsigned* sync, unsigned owner, unsigned warps, unsigned lane, bool& last) {
+  unsigned gen;
+  return enter(sync, owner, warps, lane, last, gen);
 }
 // Zero words [from, from + n) of the other set; then reset the arrivals and bump the generation.
 __device__ __forceinline__ void finish_launch(unsigned* sync, unsigned owner, unsigned set, unsigned from,
@@ -94,7 +141,7 @@ __device__ __forceinline__ void finish_launch(unsigned* sync, unsigned owner, un
 // lane 0 of a warp folds %globaltimer into one of TRACE_SLOTS u64 slots after SYNC_WORDS
 // (even slots: earliest, odd slots: latest). The host sets the slots before one launch.
 constexpr unsigned TRACE = 6144, TRACE_SLOTS = 16;
-static_assert(TRACE >= SYNC_WORDS && (TRACE + 2 * TRACE_SLOTS) * 4 <= 32768, "trace slots fit in sync");
+static_assert(TRACE >= SYNC_WORDS && TRACE + 2 * TRACE_SLOTS <= EX, "trace slots fit in sync, before the exchange");
 enum Stamp : unsigned {
   ROUTER_BEGIN = 0, ROUTER_END = 1, DISPATCH_BEGIN = 2, DISPATCH_END = 3, GATEUP_BEGIN = 4, GATEUP_END = 5,
   DOWN_BEGIN = 6, DOWN_END = 7, COMBINE_BEGIN = 8, COMBINE_END = 9, KERNEL_BEGIN = 10, KERNEL_END = 11,
@@ -136,5 +183,38 @@ __device__ __forceinline__ unsigned pick4(const unsigned* v, unsigned e) {
   const unsigned c = __shfl_sync(0xffffffffu, v[2], e >> 2), d = __shfl_sync(0xffffffffu, v[3], e >> 2);
   const unsigned i = e & 3u;
   return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
+}
+
+// world > 1: one warp posts this rank's counts (cur + COUNTS, complete once ROUTED = T) into
+// slot `rank` of every rank's exchange area of set `set`, then each rank's tag = epoch.
+__device__ __forceinline__ void post_counts(const unsigned* cur, const unsigned long long* peers, unsigned set,
+                                            unsigned epoch, unsigned rank, unsigned world, unsigned lane) {
+  const uint4 c = __ldcg(reinterpret_cast<const uint4*>(cur + COUNTS) + lane);
+  for (unsigned o = 0; o < world; ++o) {
+    unsigned* s = reinterpret_cast<unsigned*>(peers[PEER_WORDS * o + PEER_SYNC]);
+    __stcg(reinterpret_cast<uint4*>(s + EX_COUNTS(set, rank)) + lane, c);
+  }
+  fence_sys();
+  __syncwarp();
+  if (lane == 0)
+    for (unsigned o = 0; o < world; ++o)
+      st_release_sys(reinterpret_cast<unsigned*>(peers[PEER_WORDS * o + PEER_SYNC]) + EX_TAG(set, rank), epoch);
+  __syncwarp();
+}
+// world > 1: every lane waits until all ranks' counts of this launch arrived (tags reach
+// epoch); -> tot[i]: expert 4 lane + i's rows over all ranks, below[i]: over ranks < rank.
+__device__ __forceinline__ void gather_counts(const unsigned* sync, unsigned set, unsigned epoch, unsigned rank,
+                                              unsigned world, unsigned lane, unsigned* tot, unsigned* below) {
+  for (unsigned r = 0; r < world; ++r)
+    while (static_cast<int>(ld_acquire_sys(sync + EX_TAG(set, r)) - epoch) < 0) __nanosleep(64);
+  __syncwarp();
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) tot[i] = below[i] = 0;
+  for (unsigned r = 0; r < world; ++r) {
+    const uint4 c = __ldcg(reinterpret_cast<const uint4*>(sync + EX_COUNTS(set, r)) + lane);
+    const unsigned v[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) tot[i] += v[i], below[i] += r < rank ? v[i] : 0u;
+  }
 }
 }  // namespace moe

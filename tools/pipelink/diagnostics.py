@@ -129,6 +129,7 @@ CODES: dict[str, str] = {
     "R-DEVICE": "the GPU or tensor device does not match the kernel (arch, device index, shared memory)",
     "R-MANIFEST": "the manifest is missing, damaged, or does not match the cubin",
     "R-CUDA": "a CUDA driver call failed (the driver's error is quoted)",
+    "R-WORKSPACE": "a caller-lent workspace buffer names no workspace of the kernel, is too small or misaligned",
     "R-RANK": "a world size or rank is out of range, or two processes claim one rank (pipelink.peers)",
     "R-PEER": "the ranks' symmetric buffers disagree (size) or a peer mapping or exchange failed (pipelink.peers)",
 }

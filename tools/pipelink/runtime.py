@@ -59,6 +59,7 @@ RUNTIME_CODES: dict[str, str] = {
     "R-MANIFEST": "the manifest is missing, damaged, or disagrees with the cubin",
     "R-CUDA": "a CUDA driver call failed",
     "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region",
+    "R-WORKSPACE": "a caller-lent workspace buffer names no workspace of the kernel, is too small or misaligned",
 }
 
 # type -> (struct code, size, int range or None for f32)
@@ -516,10 +517,11 @@ Validator = Callable[["Kernel | None", Mapping[str, Any]], None]
 def plan_launch(m: Manifest, params: Mapping[str, Any], *, grid=None, device: int | None = None,
                 validators: Iterable[Validator] = (), kernel: "Kernel | None" = None,
                 packer: Packer | None = None, builtins: Mapping[str, int] | None = None, host=None,
-                workspace=None) -> LaunchPlan:
+                workspace=None, lent=None) -> LaunchPlan:
     """Everything a launch decides: validation, grid, host providers, workspaces, packed
     parameters. Without a GPU, pass `builtins` (num_sms, resident_ctas), a `host` encoder
-    double, and `workspace(w, nbytes) -> pointer` for workspaces."""
+    double, and `workspace(w, nbytes) -> pointer` for workspaces. `lent` maps workspace
+    names to caller buffers (see `lent_workspaces`)."""
     values = coerce_params(m, params, device, need_grid_names=grid is None)
     for v in validators:
         v(kernel, params)
@@ -528,19 +530,69 @@ def plan_launch(m: Manifest, params: Mapping[str, Any], *, grid=None, device: in
     if m.host:
         values = {**values, **run_providers(m.host, values, m.facts, host or HostEncoder())}
     if m.workspaces:
-        values = {**values, **workspace_pointers(m, values, dims, workspace)}
+        values = {**values, **workspace_pointers(m, values, dims, workspace, lent)}
+    elif lent:
+        lent_workspaces(m, lent)
     data = (packer or Packer(m)).pack(values)
     return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, data, values)
 
 
-def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate) -> dict[str, int]:
+def lent_workspaces(m: Manifest, lent) -> dict[str, tuple[int, int]]:
+    """Check the caller's workspace buffers: {name: (device pointer, bytes) or a CUDA tensor}.
+    A name is a kernel-scope workspace's name ("xs") or "<instance>.<name>" for an instance's
+    own; unknown names and malformed buffers are R-WORKSPACE. -> {name: (pointer, bytes)}."""
+    if not lent:
+        return {}
+    if not isinstance(lent, Mapping):
+        raise LaunchError("R-WORKSPACE", f"workspaces must be a dict of name -> (pointer, bytes), got "
+                          f"{type(lent).__name__}", hint="workspaces={'xs': (ptr, nbytes)}")
+    known = {(w.name if w.scope == "kernel" else f"{w.instance}.{w.name}") for w in m.workspaces}
+    out = {}
+    for name, buf in lent.items():
+        if name not in known:
+            raise LaunchError("R-WORKSPACE", f"{m.kernel} has no workspace {name!r} to lend",
+                              hint=f"its workspaces: {', '.join(sorted(known)) or 'none'}")
+        if _is_tensor(buf):
+            ptr, nbytes = int(buf.data_ptr()), int(buf.numel()) * int(buf.element_size())
+            if not buf.is_contiguous():
+                raise LaunchError("R-WORKSPACE", f"lent workspace {name!r}: the tensor is not contiguous",
+                                  hint="lend a contiguous tensor or (pointer, bytes)")
+        elif (isinstance(buf, tuple) and len(buf) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                               for v in buf)):
+            ptr, nbytes = buf
+        else:
+            raise LaunchError("R-WORKSPACE", f"lent workspace {name!r} is a {type(buf).__name__}, not "
+                              "(pointer, bytes) or a CUDA tensor", hint="workspaces={'xs': (ptr, nbytes)}")
+        if not 0 < ptr < 2**64 or nbytes < 1:
+            raise LaunchError("R-WORKSPACE", f"lent workspace {name!r}: pointer {ptr:#x} / {nbytes} bytes is "
+                              "no device buffer", hint="lend a live device allocation and its size in bytes")
+        out[name] = (ptr, nbytes)
+    return out
+
+
+def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, lent=None) -> dict[str, int]:
+    """The hidden pointer field of every workspace: a caller-lent buffer (checked against the
+    launch's size and the declared alignment) or one from `allocate(w, nbytes)`."""
     env = {**_grid_env(m, values), "grid_x": dims[0]}
+    lent = lent_workspaces(m, lent)
     out = {}
     for w in m.workspaces:
         try:
             n = w.size(env)
         except ExprError as e:
             raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}") from None
+        key = w.name if w.scope == "kernel" else f"{w.instance}.{w.name}"
+        if key in lent:
+            ptr, have = lent[key]
+            if have < n:
+                raise LaunchError("R-WORKSPACE", f"lent workspace {key!r} has {have} bytes; this launch needs {n} "
+                                  f"({w.bytes} for {w.instance})", facts=[Fact("launch", _describe(w.bytes, env, m))],
+                                  hint="lend a larger buffer, or launch with smaller sizes")
+            if ptr % w.align:
+                raise LaunchError("R-WORKSPACE", f"lent workspace {key!r} at {ptr:#x} is not {w.align}-byte aligned",
+                                  hint=f"allocate it {w.align}-byte aligned (cudaMalloc / cuMemCreate are)")
+            out[w.param] = ptr
+            continue
         if allocate is None:
             raise LaunchError("R-DEVICE", f"workspace {w.instance}.{w.name} needs a device allocation",
                               hint="launch through Kernel, or pass workspace= to plan_launch")
@@ -795,8 +847,12 @@ class Kernel:
         self.validators.append(fn)
         return fn
 
-    def plan(self, params: Mapping[str, Any], grid=None) -> LaunchPlan:
-        """Validate and pack without launching (what `launch` would do)."""
+    def plan(self, params: Mapping[str, Any], grid=None, workspaces=None) -> LaunchPlan:
+        """Validate and pack without launching (what `launch` would do). `workspaces` lends
+        caller buffers for workspaces: {name: (device pointer, bytes) or a CUDA tensor}, the
+        name of a kernel-scope workspace or "<instance>.<name>" (R-WORKSPACE when unknown, too
+        small for this launch or misaligned). A lent buffer of a `zero = true` workspace must be
+        zero before its first launch; the kernel's protocol keeps it from then on."""
         m = self.manifest
         values = coerce_params(m, params, self.device, need_grid_names=grid is None)
         for v in self.validators:
@@ -813,7 +869,9 @@ class Kernel:
                 if m.host:
                     values = {**values, **run_providers(m.host, values, m.facts, self._host)}
                 if m.workspaces:
-                    values = {**values, **workspace_pointers(m, values, dims, self._workspace)}
+                    values = {**values, **workspace_pointers(m, values, dims, self._workspace, workspaces)}
+        elif workspaces:
+            lent_workspaces(m, workspaces)
         return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, self._packer.pack(values), values)
 
     def _workspace(self, w: Workspace, nbytes: int) -> int:
@@ -825,11 +883,12 @@ class Kernel:
                 lambda p, n: _check(drv, drv.cuMemsetD8(p, 0, n), "zeroing a workspace"))
         return self._arena.pointer(w, nbytes)
 
-    def open(self, grid=None, **params) -> "Session":
+    def open(self, grid=None, workspaces=None, **params) -> "Session":
         """Plan once (validation, grid, host providers) and keep the packed parameters:
         `session.launch()` then does no host work but the launch call, so a session can be
-        captured in a CUDA graph and replayed. The lent buffers must outlive the session."""
-        return Session(self, self.plan(params, grid))
+        captured in a CUDA graph and replayed. The lent buffers (parameters and `workspaces`,
+        see `plan`) must outlive the session."""
+        return Session(self, self.plan(params, grid, workspaces))
 
     def __call__(self, stream=None, **params) -> LaunchPlan:
         return self.launch_with(params, stream=stream)
@@ -837,11 +896,11 @@ class Kernel:
     def launch(self, grid=None, stream=None, **params) -> LaunchPlan:
         return self.launch_with(params, grid=grid, stream=stream)
 
-    def launch_with(self, params: Mapping[str, Any], *, grid=None, stream=None) -> LaunchPlan:
+    def launch_with(self, params: Mapping[str, Any], *, grid=None, stream=None, workspaces=None) -> LaunchPlan:
         """Launch with parameters from a dict (for parameter names like `grid` or `stream`)."""
         if self._module is None:
             raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
-        return self._launch_plan(self.plan(params, grid), stream)
+        return self._launch_plan(self.plan(params, grid, workspaces), stream)
 
     def _launch_plan(self, p: LaunchPlan, stream) -> LaunchPlan:
         if self._module is None:
