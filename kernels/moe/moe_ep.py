@@ -94,20 +94,24 @@ class EpStep:
         self.step = load(kernel_dir, self.device, control=control, name=name)
         self.block_m = int(self.step.kernel.manifest.facts["block_m"])
         rows = capacity_rows(self.world, self.max_tokens, self.block_m)
-        self._bufs = []
-        try:
+        self._bufs, self.table, self.hs = [], None, None
+        try:  # a failure anywhere leaves nothing open behind it
             for n in (SYNC_BYTES, rows * HIDDEN * 2, rows * HIDDEN * 2):  # sync, xs, ys
                 self._bufs.append(SymmetricBuffer.open(n, world=self.world, rank=self.rank, exchange=exchange,
                                                        device=self.device))
             self.sync, self.xs, self.ys = self._bufs
             self.table = peer_table([self.xs, self.sync, self.ys])  # moe_shapes.h PEER_XS, PEER_SYNC, PEER_YS
+            self.hs = torch.empty(rows * INTER, dtype=torch.bfloat16, device=torch.device("cuda", self.device))
+            torch.cuda.synchronize(self.device)
+            exchange.barrier()  # every rank's buffers are zero before any rank launches
         except BaseException:
+            if self.table is not None:
+                self.table.close()
+                self.table = None
             for b in reversed(self._bufs):
                 b.close()
+            self._bufs, self.hs = [], None
             raise
-        self.hs = torch.empty(rows * INTER, dtype=torch.bfloat16, device=torch.device("cuda", self.device))
-        torch.cuda.synchronize(self.device)
-        exchange.barrier()  # every rank's buffers are zero before any rank launches
 
     def workspaces(self) -> dict:
         return {"sync": (self.sync.local, self.sync.nbytes), "xs": (self.xs.local, self.xs.nbytes),
