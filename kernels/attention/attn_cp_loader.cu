@@ -38,19 +38,9 @@ __device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map
   pl::tma_load_2d(dst, map, 0, row, bar);
   pl::tma_load_2d(dst + attn::CHUNK_BYTES, map, 64, row, bar);
 }
-__device__ __forceinline__ unsigned ld_acquire_sys(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release_sys(unsigned* p, unsigned v) {
-  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned atom_acq_rel(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
+using pl::ld_acquire_sys;  // pipelink.h: system-scope flags (peers are other GPUs)
+using pl::red_release_sys;
+using pl::atom_acq_rel;
 __device__ __forceinline__ unsigned* flags_of(const AttnCpLoaderParams& p, unsigned s) {
   return reinterpret_cast<unsigned*>(p.kv + ((size_t)s * p.stride_rows + p.flags_row) * attn_cp::ROW_BYTES);
 }

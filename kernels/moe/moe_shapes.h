@@ -68,11 +68,7 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ unsigned atom_acq_rel(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
+using pl::atom_acq_rel;
 // Every lane of the warp waits until *p >= target (acquire: what the signaller wrote
 // before its release is visible to the whole warp afterwards).
 __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target) {
@@ -87,17 +83,9 @@ __device__ __forceinline__ void signal(unsigned* p, unsigned v, unsigned lane) {
 }
 
 // System-scope flags (world > 1: the other side is another GPU).
-__device__ __forceinline__ unsigned ld_acquire_sys(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release_sys(unsigned* p, unsigned v) {
-  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_release_sys(unsigned* p, unsigned v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+using pl::ld_acquire_sys;
+using pl::red_release_sys;
+using pl::st_release_sys;
 __device__ __forceinline__ void fence_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 // Acquire at the scope of the launch: GPU for one rank, system for several.
 __device__ __forceinline__ unsigned ld_acquire_at(const unsigned* p, unsigned world) {
