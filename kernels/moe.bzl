@@ -38,9 +38,10 @@ def moe_components():
 def moe_trace_step(name = "moe_step_trace"):
     """moe_step built with MOE_TRACE: every role folds %globaltimer into phase slots of the
     `sync` workspace (moe_shapes.h, moe::stamp); benchmarks/moe_trace.py reads them. A
-    diagnostic build of the same sources, not a product target."""
-    _moe_roles("_trace", ["MOE_TRACE"])
-    moe_expert(name = "moe_expert_trace", defines = ["MOE_TRACE"])
+    diagnostic build of the same sources, not a product target: `manual`, so `//...` (and CI)
+    skip it; build it by name."""
+    _moe_roles("_trace", ["MOE_TRACE"], tags = ["manual"])
+    moe_expert(name = "moe_expert_trace", defines = ["MOE_TRACE"], tags = ["manual"])
     moe_step(
         name = name,
         expert = ":moe_expert_trace",
@@ -48,9 +49,10 @@ def moe_trace_step(name = "moe_step_trace"):
         dispatch = ":moe_dispatch_trace",
         combine = ":moe_combine_trace",
         sass_test = False,
+        tags = ["manual"],
     )
 
-def _moe_roles(suffix, defines = []):
+def _moe_roles(suffix, defines = [], tags = []):
     cuda_component(
         name = "moe_router" + suffix,
         component = "moe_router",
@@ -59,6 +61,7 @@ def _moe_roles(suffix, defines = []):
         contract = "moe/router.contract.toml",
         copts = ["-O3"],
         defines = defines,
+        tags = tags,
     )
     cuda_component(
         name = "moe_dispatch" + suffix,
@@ -68,6 +71,7 @@ def _moe_roles(suffix, defines = []):
         contract = "moe/dispatch.contract.toml",
         copts = ["-O3"],
         defines = defines,
+        tags = tags,
     )
     cuda_component(
         name = "moe_combine" + suffix,
@@ -77,9 +81,10 @@ def _moe_roles(suffix, defines = []):
         contract = "moe/combine.contract.toml",
         copts = ["-O3"],
         defines = defines,
+        tags = tags,
     )
 
-def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = []):
+def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = [], tags = []):
     """The expert owner with one tile geometry: block_m in {16, 32, 64} (rows of a tile; the
     wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128}."""
     for what, value, ok in (("block_m", block_m, [16, 32, 64]), ("block_h", block_h, [32, 64]),
@@ -104,16 +109,18 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = []):
             "EXPERT_BLOCK_H=%d" % block_h,
             "EXPERT_BLOCK_N=%d" % block_n,
         ] + defines,
+        tags = tags,
     )
 
 def moe_step(name, expert = ":moe_expert", swiglu = ":moe_swiglu", router = ":moe_router",
-             dispatch = ":moe_dispatch", combine = ":moe_combine", sass_test = True):
+             dispatch = ":moe_dispatch", combine = ":moe_combine", sass_test = True, tags = []):
     fused_kernel(
         name = name,
         arch = "sm_90a",
         components = [router, dispatch, expert, swiglu, combine],
         kernel = "moe/moe_step.kernel.toml",
         visibility = ["//visibility:public"],
+        tags = tags,
     )
     if sass_test:
         # Known failure, not run by `bazel test //...`: for moe_step, nvJitLink's LTO and the
