@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
-from gpu_bench import interleaved, paired_ratio  # noqa: E402
+from gpu_bench import interleaved, paired_ratio, sanitizer  # noqa: E402
 from pipelink.runtime import LaunchError  # noqa: E402
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
@@ -302,9 +302,8 @@ def cmd_pair(a) -> int:
 
 
 def cmd_sanitize(a) -> int:
-    import shutil
-    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    if not Path(san).exists():
+    san = sanitizer()
+    if san is None:
         print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
         return 1
     import concurrent.futures as cf

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
-from gpu_bench import interleaved, paired_ratio  # noqa: E402  (ABBA rounds of graph replays)
+from gpu_bench import interleaved, paired_ratio, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
 from pipelink.runtime import LaunchError  # noqa: E402
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
@@ -234,10 +234,9 @@ def cmd_bench(a) -> int:
 def cmd_sanitize(a) -> int:
     """compute-sanitizer memcheck/racecheck/synccheck on every linked kernel (a small problem
     through gpu_bench.py's torch-free `target`, which checks the result too)."""
-    import shutil
     import subprocess
-    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    if not Path(san).exists():
+    san = sanitizer()
+    if san is None:
         print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
         return 1
     bad = 0

@@ -2,7 +2,9 @@
 
   graph_of, interleaved
                 CUDA graphs of launch functions, and their median time per call over rounds
-                in rotating order (the bench tables of gemm_swiglu_bench.py, attention_bench.py).
+                in rotating order (the bench tables of gemm_swiglu_bench.py, attention_bench.py,
+                moe_bench.py; `eager` ones, which cannot be captured, as loops of calls).
+  sanitizer     compute-sanitizer's path, or None: every sanitize gate fails without it.
   paired_ratio  A-over-B time of two launch functions as ABBA rounds of CUDA-graph replays
                 (benchmarks/gemm_swiglu_bench.py: linked / control, and the baselines).
   target        one launch of one cubin on a small problem, torch-free (driver API + numpy), with
@@ -45,20 +47,35 @@ def graph_of(fn, inner: int):
     return g
 
 
-def interleaved(fns: dict, inner: int, rounds: int, *, skip_failing: bool = False) -> dict[str, float]:
+def sanitizer() -> str | None:
+    """compute-sanitizer on PATH or in /usr/local/cuda, else None (a gate must then fail)."""
+    import shutil
+    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    return san if Path(san).exists() else None
+
+
+def interleaved(fns: dict, inner: int, rounds: int, *, skip_failing: bool = False,
+                eager: frozenset | set = frozenset()) -> dict[str, float]:
     """Median us per call of each fn: graphs replayed in rounds, order rotating and reversing
     every other round. skip_failing: a fn that cannot be captured (a baseline that does not
-    run on this machine) is reported and left out instead of raising."""
+    run on this machine) is reported and left out instead of raising. The fns named in `eager`
+    (ones that sync with the host, which a graph cannot hold) are timed as `inner` plain calls."""
     import torch
-    graphs = {}
+    runs = {}  # name -> one timed unit: a graph replay or `inner` eager calls
     for k, f in fns.items():
         try:
-            graphs[k] = graph_of(f, inner)
+            if k in eager:
+                for _ in range(2):
+                    f()
+                torch.cuda.synchronize()
+                runs[k] = lambda f=f: [f() for _ in range(inner)]
+            else:
+                runs[k] = graph_of(f, inner).replay
         except Exception as e:  # noqa: BLE001 - reported, not fatal, when asked
             if not skip_failing:
                 raise
             print(f"    ({k}: not timed: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-    names = list(graphs)
+    names = list(runs)
     ev = []
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
@@ -67,7 +84,7 @@ def interleaved(fns: dict, inner: int, rounds: int, *, skip_failing: bool = Fals
         for n in order:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            graphs[n].replay()
+            runs[n]()
             e1.record()
             ev.append((n, e0, e1))
     torch.cuda.synchronize()

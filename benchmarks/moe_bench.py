@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
-from gpu_bench import paired_ratio  # noqa: E402
+from gpu_bench import interleaved, paired_ratio, sanitizer  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
@@ -211,39 +211,6 @@ def cmd_check(a) -> int:
     return 1 if bad else 0
 
 
-def timed_rounds(fns: dict, graphable: set, inner: int, rounds: int) -> dict[str, float]:
-    """Median us per call: graphs replayed (or eager loops) in rounds, order rotating each round."""
-    import torch
-    runs = {}
-    for n, f in fns.items():
-        for _ in range(2):
-            f()
-        torch.cuda.synchronize()
-        if n in graphable:
-            gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr):
-                for _ in range(inner):
-                    f()
-            runs[n] = gr.replay
-        else:
-            runs[n] = (lambda f=f: [f() for _ in range(inner)])
-    torch.cuda.synchronize()
-    names, ev = list(runs), []
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for n in (reversed(order) if r % 2 else order):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            runs[n]()
-            e1.record()
-            ev.append((n, e0, e1))
-    torch.cuda.synchronize()
-    t: dict[str, list[float]] = {n: [] for n in names}
-    for n, e0, e1 in ev:
-        t[n].append(e0.elapsed_time(e1) * 1e3 / inner)
-    return {n: statistics.median(v) for n, v in t.items()}
-
-
 def cmd_bench(a) -> int:
     import torch
     router_w, w13, w2, g = weights()
@@ -279,7 +246,7 @@ def cmd_bench(a) -> int:
         if liger is not None:
             fns["liger"] = lambda: liger(x, router_w, w13, w2)
         inner = 10 if T <= 1024 else 3
-        t = timed_rounds(fns, graphable, inner, a.rounds)
+        t = interleaved(fns, inner, a.rounds, eager=set(fns) - graphable)
         row = {"T": T, **{k: round(v, 2) for k, v in t.items()}}
         base = [v for k, v in t.items() if not k.startswith("moe_step")]
         if "moe_step" in t:
@@ -322,10 +289,9 @@ def cmd_pair(a) -> int:
 
 
 def cmd_sanitize(a) -> int:
-    import shutil
     import subprocess
-    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    if not Path(san).exists():
+    san = sanitizer()
+    if san is None:
         print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
         return 1
     cubin = BIN / "moe_step.cubin"

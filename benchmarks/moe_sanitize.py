@@ -13,7 +13,6 @@ primary contexts) return errors by design.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,8 +53,9 @@ def main() -> int:
     a = ap.parse_args()
     if a.cmd == "worker":
         return worker(a.name, a.tokens)
-    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-    if not Path(san).exists():
+    from gpu_bench import sanitizer  # (here: the worker runs under the sanitizer, torch-only)
+    san = sanitizer()
+    if san is None:
         print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
         return 1
     bad = runs = 0

@@ -53,36 +53,18 @@ def moe_trace_step(name = "moe_step_trace"):
     )
 
 def _moe_roles(suffix, defines = [], tags = []):
-    cuda_component(
-        name = "moe_router" + suffix,
-        component = "moe_router",
-        srcs = ["moe/router.cu"],
-        hdrs = MOE_HDRS,
-        contract = "moe/router.contract.toml",
-        copts = ["-O3"],
-        defines = defines,
-        tags = tags,
-    )
-    cuda_component(
-        name = "moe_dispatch" + suffix,
-        component = "moe_dispatch",
-        srcs = ["moe/dispatch.cu"],
-        hdrs = MOE_HDRS,
-        contract = "moe/dispatch.contract.toml",
-        copts = ["-O3"],
-        defines = defines,
-        tags = tags,
-    )
-    cuda_component(
-        name = "moe_combine" + suffix,
-        component = "moe_combine",
-        srcs = ["moe/combine.cu"],
-        hdrs = ["moe/moe_shapes.h"],
-        contract = "moe/combine.contract.toml",
-        copts = ["-O3"],
-        defines = defines,
-        tags = tags,
-    )
+    """Router (R), dispatch (D) and combine (C): one package each, named <package><suffix>."""
+    for role, hdrs in (("router", MOE_HDRS), ("dispatch", MOE_HDRS), ("combine", ["moe/moe_shapes.h"])):
+        cuda_component(
+            name = "moe_" + role + suffix,
+            component = "moe_" + role,
+            srcs = ["moe/%s.cu" % role],
+            hdrs = hdrs,
+            contract = "moe/%s.contract.toml" % role,
+            copts = ["-O3"],
+            defines = defines,
+            tags = tags,
+        )
 
 def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = [], tags = []):
     """The expert owner with one tile geometry: block_m in {16, 32, 64} (rows of a tile; the

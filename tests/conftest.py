@@ -76,6 +76,23 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def torch_gpu_reason(cubins=(), *, sm90: bool = True, not_built: str = "") -> str | None:
+    """None when torch sees a usable GPU (sm_90 unless sm90=False) and every path in `cubins`
+    exists, else why not (`not_built` for a missing cubin): the skip reason of torch-driven
+    GPU tests."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "needs an sm_90 GPU" if sm90 else "no CUDA GPU"
+    if sm90 and torch.cuda.get_device_capability() != (9, 0):
+        return "needs an sm_90 GPU"
+    if not all(c.exists() for c in cubins):
+        return not_built
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     marked = [it for it in items if it.get_closest_marker("requires_gpu")]
     if not marked:

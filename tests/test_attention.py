@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
@@ -115,16 +116,8 @@ def test_kernel_without_a_variant_is_refused(built, tmp_path):
     assert {d.code for d in e.value.diagnostics} & {"L-INSTANCE", "L-CALL-UNBOUND"}
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        return "needs an sm_90 GPU"
-    if not (BIN / "attn_causal.cubin").exists():
-        return "bazel-bin/kernels/attention is not built"
-    return None
+def _gpu_reason():
+    return torch_gpu_reason([BIN / "attn_causal.cubin"], not_built="bazel-bin/kernels/attention is not built")
 
 
 @pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")

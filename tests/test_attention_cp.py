@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
@@ -61,15 +62,8 @@ def test_cp_links_the_unchanged_core():
 
 
 def _gpu_reason():
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        return "needs an sm_90 GPU"
-    if not (BIN / "attn_cp.cubin").exists() or not (BIN / "attn_causal.cubin").exists():
-        return "bazel-bin/kernels/attention is not built"
-    return None
+    return torch_gpu_reason([BIN / "attn_cp.cubin", BIN / "attn_causal.cubin"],
+                            not_built="bazel-bin/kernels/attention is not built")
 
 
 @pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "bazel-bin" / "kernels"
@@ -142,15 +143,7 @@ def test_owner_layout_is_disjoint_and_padded(world):
 
 
 def _gpu_reason():
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        return "needs an sm_90 GPU"
-    if not (BIN / "moe_step.cubin").exists():
-        return "bazel-bin/kernels/moe_step.cubin is not built"
-    return None
+    return torch_gpu_reason([BIN / "moe_step.cubin"], not_built="bazel-bin/kernels/moe_step.cubin is not built")
 
 
 @pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")

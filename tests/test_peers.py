@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -250,13 +251,7 @@ def test_open_and_close_with_fake_driver():
 
 
 def _gpu_reason():
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    return None
+    return torch_gpu_reason(sm90=False)
 
 
 @pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
