@@ -39,7 +39,7 @@ def test_links_with_four_owners_and_shared_workspaces(name):
     for w in m["workspaces"]:
         if w.get("scope") == "kernel":
             shared.setdefault(w["name"], set()).add((w["bytes"], w["zero"]))
-    assert set(shared) == {"sync", "route", "rows", "xs", "hs", "ys"}
+    assert set(shared) == {"sync", "route", "rows", "xs", "xrow", "hs", "ys"}
     assert all(len(v) == 1 for v in shared.values())  # one declaration form per buffer
     assert m["grid"] == ["resident_ctas", "1", "1"]
     report = json.loads((BIN / f"{name}.report.json").read_text())

@@ -1,7 +1,8 @@
 // combine.cu — owner C. Role: out[t] = Σ_k weight_k · ys[row(t, k)] (ys bf16, the sum in
-// f32), rounded to bf16, one warp per token. A token waits (YDONE, acquire) until the expert owner has
-// finished every down-projection tile of each of its experts: ceil(count / block_m) row
-// tiles × 2048 / block_n column blocks (the expert owner's geometry, read as facts).
+// f32), rounded to bf16, one warp per token. A token is ready (YDONE, acquire) once the expert
+// owner has finished every down-projection tile of each of its experts: ceil(count / block_m)
+// row tiles × 2048 / block_n column blocks (the expert owner's geometry, read as facts). Each
+// warp combines its tokens in the order they become ready (a sweep that skips the others).
 // With world > 1 ranks (moe_shapes.h) the expert's rank may be another GPU: the count is the
 // total over ranks (the count exchange), and YDONE and the ys rows are the owner's, read
 // through `peers` (per rank {xs, sync, ys}) with system-scope acquires.
@@ -34,6 +35,7 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
+  if (PL_FACT(top_k) != moe::TOP_K) __trap();  // readiness groups of 32 / top_k tokens (folds away)
   const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = moe::HIDDEN / PL_FACT(block_n);
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
@@ -54,33 +56,30 @@ PL_ENTRY(run) {
     unsigned tot[4], below[4];
     moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);
   }
-  for (unsigned tok = gw; tok < T; tok += nw) {
-    unsigned e = 0;
-    float w = 0.f;
-    const __nv_bfloat16* src = ys;  // lane k: its expert's ys (this rank's or the owner's)
-    if (lane < top_k) {  // lane k waits for its expert's tiles (all top_k waits at once)
-      e = __ldcg(route_e + tok * top_k + lane), w = __ldcg(route_w + tok * top_k + lane);
-      if (world == 1) {
-        const unsigned tiles = moe::ceil_div(__ldcg(cur + moe::COUNTS + e), bm);
-        while (moe::ld_acquire(cur + moe::YDONE + e) < tiles * blocks) __nanosleep(64);
-      } else {
-        unsigned cnt = 0;
-        for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
-        const unsigned owner = e / (moe::EXPERTS / world);
-        const unsigned* done = cur + moe::YDONE + e;
-        if (owner != p.rank) {
-          done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) +
-                 moe::SET(set) + moe::YDONE + e;
-          src = reinterpret_cast<const __nv_bfloat16*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_YS]);
-        }
-        const unsigned tiles = moe::ceil_div(cnt, bm);
-        while (moe::ld_acquire_sys(done) < tiles * blocks) __nanosleep(64);
-      }
-    }
-    __syncwarp();
-    if (first) moe::stamp(sync, moe::COMBINE_BEGIN, lane), first = false;
+  // Lane k's expert of choice k is done: all its down tiles counted on its owner's YDONE.
+  const auto choice_done = [&](unsigned e) {
+    if (world == 1) return moe::ld_acquire(cur + moe::YDONE + e) >= moe::ceil_div(__ldcg(cur + moe::COUNTS + e), bm) * blocks;
+    unsigned cnt = 0;
+    for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
+    const unsigned owner = e / (moe::EXPERTS / world);
+    const unsigned* done = cur + moe::YDONE + e;
+    if (owner != p.rank)
+      done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
+    return moe::ld_acquire_sys(done) >= moe::ceil_div(cnt, bm) * blocks;
+  };
+  // out[tok] from its top_k ys rows (every choice's expert done, acquired by this warp).
+  const auto combine = [&](unsigned tok) {
+    // Lane k < top_k: choice k's weight and ys row (this rank's ys or the owner's); the
+    // other lanes hold lane 0's, so every lane computes the same way before the shuffles.
+    const unsigned k = lane < top_k ? lane : 0u;
+    const unsigned e = __ldcg(route_e + tok * top_k + k);
+    const float w = __ldcg(route_w + tok * top_k + k);
+    const __nv_bfloat16* src = ys;
+    if (world > 1 && e / (moe::EXPERTS / world) != p.rank)
+      src = reinterpret_cast<const __nv_bfloat16*>(p.peers[moe::PEER_WORDS * (e / (moe::EXPERTS / world)) + moe::PEER_YS]);
     // rows[] was written before the READY release that the expert acquired: visible now.
-    if (lane < top_k) src += (size_t)__ldcg(rows + tok * top_k + lane) * moe::HIDDEN;
+    src += (size_t)__ldcg(rows + tok * top_k + k) * moe::HIDDEN;
+    __syncwarp();
 #pragma unroll
     for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) {
       const unsigned c = j * 256 + lane * 8;
@@ -103,6 +102,38 @@ PL_ENTRY(run) {
       o.x = *reinterpret_cast<unsigned*>(&h0), o.y = *reinterpret_cast<unsigned*>(&h1);
       o.z = *reinterpret_cast<unsigned*>(&h2), o.w = *reinterpret_cast<unsigned*>(&h3);
       *reinterpret_cast<uint4*>(p.out + (size_t)tok * moe::HIDDEN + c) = o;
+    }
+  };
+  // This warp's tokens gw + j nw, j < n, in the order their experts finish: sweep them,
+  // combining every token whose top_k experts are done and skipping the others, until none is
+  // left (in token order, a warp would wait on a token whose last expert finishes late while
+  // tokens behind it are ready; experts finish over the whole down pass). Readiness is tested
+  // 32 / top_k tokens at a time, lane g top_k + k testing choice k of token g. Windows of 1024
+  // tokens: lane l keeps bit m for window token l + 32 m.
+  constexpr unsigned GROUP = 32 / moe::TOP_K;
+  const unsigned n = T > gw ? moe::ceil_div(T - gw, nw) : 0u;
+  for (unsigned w0 = 0; w0 < n; w0 += 1024) {
+    const unsigned wn = min(1024u, n - w0);
+    unsigned done = 0, left = wn;
+    while (left) {
+      unsigned progressed = 0;
+      for (unsigned j0 = 0; j0 < wn; j0 += GROUP) {
+        const unsigned j = j0 + lane / top_k;
+        const unsigned seen = __shfl_sync(0xffffffffu, done, j % 32);  // (every lane: a full-warp shuffle)
+        const bool pending = j < wn && !(seen >> (j / 32) & 1u);
+        const bool ok = pending && choice_done(__ldcg(route_e + (gw + (w0 + j) * nw) * top_k + lane % top_k));
+        const unsigned pend = __ballot_sync(0xffffffffu, pending), bad = __ballot_sync(0xffffffffu, pending && !ok);
+        for (unsigned g = 0; g < GROUP; ++g) {
+          const unsigned bits = (1u << top_k) - 1u;
+          if (!(pend >> (g * top_k) & bits) || (bad >> (g * top_k) & bits)) continue;
+          const unsigned jg = j0 + g;
+          if (first) moe::stamp(sync, moe::COMBINE_BEGIN, lane), first = false;
+          combine(gw + (w0 + jg) * nw);
+          if (lane == jg % 32) done |= 1u << (jg / 32);
+          --left, ++progressed;
+        }
+      }
+      if (!progressed) __nanosleep(256);
     }
   }
   moe::stamp(sync, moe::COMBINE_END, lane);

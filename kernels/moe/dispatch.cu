@@ -1,15 +1,19 @@
 // dispatch.cu — owner D. Communication role: once every token is routed (counter ROUTED),
 // it lays the slots out expert-contiguous (each expert's rows padded to whole tiles of the
-// expert owner's block_m, so expert tiles never straddle experts), gathers each slot's x
-// row into `xs`, records the slot's row in `rows`, and counts the row on the expert's
-// READY counter (release), which the expert GEMMs wait on.
+// expert owner's block_m, so expert tiles never straddle experts), records each slot's row
+// in `rows` and counts the row on the expert's READY counter (release), which the expert
+// GEMMs wait on.
+// One rank (world = 1): no row is copied. Each row's token goes into `xrow` (u32 per row) and
+// the expert reads its A rows straight from x through it: the gather was a 4 KB store and a
+// 4 KB reload per slot (537 MB each way at T = 16384), and it had to finish before any
+// expert could start. One slot per lane; the lane's own release covers its two stores.
 // Ranks (moe_shapes.h): experts are split evenly over `world` ranks; a slot whose expert lives
 // on another rank is written through that rank's peer-mapped buffers: `peers` holds, per rank
-// r, {xs base, sync base, ys base} (PEER_WORDS u64 each). With world = 1 `peers` may be 0 and
-// everything is local, as before. With world > 1 this role's global warp 0 posts the rank's
-// per-expert counts to every rank (the count exchange), every warp lays out from the counts
-// of all ranks (the owner's rows of expert e: ranks in order, padded to block_m), and the
-// READY releases are system-scope.
+// r, {xs base, sync base, ys base} (PEER_WORDS u64 each). With world > 1 this role's global
+// warp 0 posts the rank's per-expert counts to every rank (the count exchange), every warp
+// lays out from the counts of all ranks (the owner's rows of expert e: ranks in order,
+// padded to block_m), gathers each slot's x row into the owner's `xs`, and the READY
+// releases are system-scope.
 #define PL_COMPONENT moe_dispatch
 #include <pipelink.h>
 
@@ -24,6 +28,7 @@ PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(rows);
 PL_DECLARE_WORKSPACE(xs);
+PL_DECLARE_WORKSPACE(xrow);
 
 namespace moe_dispatch {
 struct Params {  // [params]: x = "ptr", t, rank, world = "u32", peers = "ptr"
@@ -73,6 +78,21 @@ PL_ENTRY(run) {
     for (unsigned i = 0; i < 4; ++i) first[i] += below[i] - base;
   }
 
+  if (world == 1) {  // one slot per lane: its row, the row's token, READY
+    unsigned* xrow = static_cast<unsigned*>(PL_WORKSPACE(xrow));
+    for (unsigned base = gw * 32; base < S; base += nw * 32) {  // (warp-uniform: pick4 shuffles)
+      const unsigned slot = base + lane;
+      const unsigned e = slot < S ? __ldcg(route_e + slot) : 0u;
+      const unsigned rk = moe::pick4(first, e) + (slot < S ? __ldcg(route_pos + slot) : 0u);
+      if (slot < S) {
+        rows[slot] = rk;
+        xrow[rk] = slot / top_k;
+        moe::red_release(cur + moe::READY + e, 1);
+      }
+    }
+    moe::stamp(sync, moe::DISPATCH_END, lane);
+    return;
+  }
   // One token per warp step: its x row is loaded once and stored to its top_k rows, then one
   // fence covers all of them before each slot's lane releases its expert's READY counter.
   for (unsigned tok = gw; tok < T; tok += nw) {

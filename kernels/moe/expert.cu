@@ -3,7 +3,7 @@
 // over the grid so consecutive units land on different SMs) in two passes (every
 // warpgroup finishes its pass-1 units before any pass-2 unit, so waits never form a cycle):
 //  1. gate/up: unit (expert e, h block hb, row tile rb): [64 x 2*block_h] = x·[gate;up]ᵀ over
-//     K = 2048, once the expert's rows are gathered (READY[e] = count). Each warp hands its
+//     K = 2048, once all the expert's rows are laid out (READY[e] = count). Each warp hands its
 //     16 rows to the importer of `acc` (the SwiGLU library, layout "moe_gu16"), which
 //     writes h = silu(gate) * up to `hs`; then the warp adds its valid rows × block_h to
 //     HREADY[e].
@@ -13,10 +13,11 @@
 // Main loop per unit (one warpgroup): a ring of STAGES shared-memory stages; a stage holds
 // the A tile (64 rows × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
 // B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
-// for the lent w13/w2, completing the stage's mbarrier (expect-tx). A (rows of the
-// kernel-scope workspaces xs/hs, whose addresses no host provider sees) comes by cp.async
-// (16 B per thread, zero-filled beyond the tile's valid rows). wgmma m64nNk16 reads both
-// from shared memory (kernels/gemm/wgmma.h).
+// for the lent w13/w2, completing the stage's mbarrier (expect-tx). A comes by cp.async (16 B
+// per thread, zero-filled beyond the tile's valid rows): gate/up's rows straight from x, row
+// r being token xrow[r] (one rank: dispatch copies nothing), or from xs (world > 1: dispatch
+// gathered them there); down's from hs. Rows are scattered, so no tensor map can describe
+// them. wgmma m64nNk16 reads both from shared memory (kernels/gemm/wgmma.h).
 // Owns the tile geometry: block_m (EXPERT_BLOCK_M: the tile's rows, ≤ 64; the wgmma is
 // always m64 and rows ≥ block_m are zero), block_h (EXPERT_BLOCK_H, 32 or 64), block_n
 // (EXPERT_BLOCK_N, 64 or 128); the contract's `own` values come from the same defines.
@@ -52,9 +53,10 @@ constexpr unsigned B_ROWS = 2 * BH > BN ? 2 * BH : BN;
 constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
 constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 8 * (block_m' + ...)
 
-struct Params {  // [params]: w13, w2 = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
+struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
   const __nv_bfloat16* w2;
+  const __nv_bfloat16* x;
   unsigned t, rank, world;
   pl::TensorMap tmap_w13;  // [128 * 1536, 2048] bf16, box [block_h, 64], SWIZZLE_128B
   pl::TensorMap tmap_w2;   // [128 * 2048, 768] bf16, box [block_n, 64], SWIZZLE_128B
@@ -92,12 +94,16 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // k-steps this warpgroup consumed (stage it % STAGES, mbarrier parity it / STAGES % 2);
 // `primed_b` / `primed_a`: the weight (B) tiles / this thread's row (A) chunks of the next
 // unit's first STAGES - 1 k-steps are in flight (the A chunks as one cp.async group each).
+// `row[j]`: the A-operand row of this thread's tile row t / 8 + 16 j in the unit being loaded
+// (NO_ROW past its valid rows); resolved once per unit, so the k-loop does no index loads.
 struct Ring {
   uint8_t* smem;
   uint64_t* full;
   unsigned it, t;
   bool primed_b, primed_a;
+  unsigned row[4];
 };
+constexpr unsigned NO_ROW = ~0u;
 // One unit's operands, in three words (registers are tight): the weight tile's first row b
 // (`parts` boxes of the map at rows b and b + part_stride), the first of its rows in the A
 // workspace, and `meta` = valid rows | VALID (the unit exists) | READY (its readiness counter
@@ -135,31 +141,45 @@ __device__ __forceinline__ void prime(Ring& r, const pl::TensorMap* map, const T
   r.primed_b = true;
 }
 
+// Ring rows of unit t: row0 + i, or xrow[row0 + i] when `xrow` is given (after the unit's
+// readiness acquire by this thread: plain L2 loads, the rows were written in this launch).
+__device__ __forceinline__ void resolve_rows(Ring& r, const Tile& t, const unsigned* xrow) {
+#pragma unroll
+  for (unsigned j = 0; j < 4; ++j) {
+    const unsigned i = r.t / 8 + 16 * j;
+    r.row[j] = i >= (t.meta & 0xFFFFu) ? NO_ROW : xrow ? __ldcg(xrow + t.row0 + i) : t.row0 + i;
+  }
+}
+
 template <unsigned N, unsigned K, unsigned PARTS, int PART_STRIDE, class Sync>
-__device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, const pl::TensorMap* map,
-                                         const Tile& w, const Tile& next, const Sync& sync) {
+__device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, const unsigned* xrow,
+                                         const pl::TensorMap* map, const Tile& w, const Tile& next, const Sync& sync) {
   constexpr unsigned KT = K / 64;
   static_assert(KT >= STAGES, "the ring is filled from one unit");
-  auto load_a = [&](unsigned kt, const Tile& t) {  // this thread's chunks of the rows
+  auto load_a = [&](unsigned kt) {  // this thread's chunks of the rows in r.row
     const unsigned k = kt < KT ? kt : kt - KT;
     const uint32_t base = pl::smem_addr(r.smem + (r.it + kt) % STAGES * STAGE);
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j) {  // 64 rows x 8 chunks of 16 B over 128 threads
       const unsigned c = r.t + 128 * j, row = c / 8, ch = c % 8;
-      const bool ok = row < (t.meta & 0xFFFFu);
-      const __nv_bfloat16* src = ok ? a + (size_t)(t.row0 + row) * K + k * 64 + ch * 8 : a;
+      const bool ok = r.row[j] != NO_ROW;
+      const __nv_bfloat16* src = ok ? a + (size_t)r.row[j] * K + k * 64 + ch * 8 : a;
       cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
     }
   };
   auto load = [&](unsigned kt) {
-    if (kt >= KT) {  // the next unit's first k-steps
+    if (kt >= KT) {  // the next unit's first k-steps (this unit's last row load was kt - 1)
       if (next.meta & VALID) load_b<N, PARTS, PART_STRIDE>(r, kt, kt - KT, map, next);
-      if (next.meta & READY) load_a(kt, next);
+      if (next.meta & READY) {
+        if (kt == KT) resolve_rows(r, next, xrow);
+        load_a(kt);
+      }
       return;
     }
     if (!(r.primed_b && kt < STAGES - 1)) load_b<N, PARTS, PART_STRIDE>(r, kt, kt, map, w);
-    if (!(r.primed_a && kt < STAGES - 1)) load_a(kt, w);
+    if (!(r.primed_a && kt < STAGES - 1)) load_a(kt);
   };
+  if (!r.primed_a) resolve_rows(r, w, xrow);
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   sync();  // every warp's wgmma of the last unit read its stages
@@ -202,6 +222,7 @@ PL_DECLARE_FACT(top_k);
 PL_DECLARE_EXPORT(acc);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(xs);
+PL_DECLARE_WORKSPACE(xrow);
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_WORKSPACE(ys);
 PL_DECLARE_SMEM(stages);
@@ -218,7 +239,7 @@ PL_ENTRY(run) {
   const unsigned nw = gridDim.x * warps;
   const unsigned gwg = wg * gridDim.x + blockIdx.x, nwg = 2 * gridDim.x;  // unit u -> SM u % grid
   Ring ring{pl::smem_base() + PL_SMEM(stages) + wg * WG_BYTES,
-            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128, false, false};
+            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128, false, false, {}};
   // Each warpgroup's barrier by its own handle, so the linked SASS names the placed ids.
   const auto wg_sync = [&]() {
     if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 128);
@@ -237,6 +258,7 @@ PL_ENTRY(run) {
   const unsigned set = moe::enter(sync, moe::EXPERT, nw, lane, last, gen);
   unsigned* cur = sync + moe::SET(set);
   const __nv_bfloat16* xs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(xs));
+  const unsigned* xrow = static_cast<const unsigned*>(PL_WORKSPACE(xrow));
   const __nv_bfloat16* hs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(hs));
   __nv_bfloat16* ys = static_cast<__nv_bfloat16*>(PL_WORKSPACE(ys));
 
@@ -258,6 +280,7 @@ PL_ENTRY(run) {
   for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
   moe::exclusive_scan4(padded, first_row, lane, total);
   const unsigned r0 = 16 * warp;  // this warp's rows of a tile (wgmma m64 layout)
+  const bool one_rank = p.world == 1;
 
   // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
 #pragma unroll
@@ -284,8 +307,9 @@ PL_ENTRY(run) {
       moe::wait_at_least(cur + moe::READY + w.e, cnt);
     }
     float acc[BH];  // m64 x n(2 BH): BH floats per thread
-    mainloop<2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, xs, &p.tmap_w13, gateup_tile(u, false),
-                                                      gateup_tile(u + nwg, true), wg_sync);
+    mainloop<2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr,
+                                                      &p.tmap_w13, gateup_tile(u, false), gateup_tile(u + nwg, true),
+                                                      wg_sync);
     if (r0 < BM) {  // rows >= block_m belong to the next tile
       PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
       if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
@@ -314,7 +338,8 @@ PL_ENTRY(run) {
     const unsigned valid = min(BM, cnt - w.tile * BM);
     moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
     float acc[BN / 2];
-    mainloop<BN, moe::INTER, 1, 0>(acc, ring, hs, &p.tmap_w2, down_tile(u, false), down_tile(u + nwg, true), wg_sync);
+    mainloop<BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, down_tile(u, false), down_tile(u + nwg, true),
+                                   wg_sync);
 #pragma unroll
     for (unsigned j = 0; j < BN / 8; ++j) {
       const float* d = acc + 4 * j;

@@ -135,7 +135,21 @@ PL_ENTRY(run) {
 
   const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS), ks = splits_for(tiles, nw);
   const unsigned krange = moe::HIDDEN / ks;
+  // x comes from DRAM once; router_w stays in L2. Each k-step waits on both, so the warp
+  // asks L2 for the x lines of unit v ahead of its k-loop (the next unit's while it works).
+  const auto prefetch_x = [&](unsigned v) {
+    if (v >= tiles * ks) return;
+    const unsigned lines = moe::ceil_div(krange * 2, 128);  // 128 B lines per token
+    const unsigned t0 = v / ks * moe::ROUTE_TOKENS;
+    for (unsigned i = lane; i < moe::ROUTE_TOKENS * lines; i += 32) {
+      if (t0 + i / lines >= T) break;
+      const char* line = reinterpret_cast<const char*>(p.x + (size_t)(t0 + i / lines) * moe::HIDDEN + v % ks * krange);
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line + i % lines * 128));
+    }
+  };
+  prefetch_x(gw);
   for (unsigned u = gw; u < tiles * ks; u += nw) {
+    prefetch_x(u + nw);
     const unsigned tile = u / ks, split = u % ks;
     const unsigned t0 = tile * moe::ROUTE_TOKENS;
     const bool v0 = t0 + g < T, v1 = t0 + g + 8 < T;
