@@ -7,7 +7,9 @@
 //   sync   u32 counters (layout below)                      router, dispatch, expert, combine
 //   route  u32 expert[S], f32 weight[S], u32 pos[S]        router -> dispatch, combine
 //   rows   u32 row[S]: the slot's row in xs/ys             dispatch -> combine
-//   xs     bf16 [S + 128 * block_m, 2048] gathered x rows  dispatch -> expert
+//   xrow   u32 [S + 128 * block_m]: each row's token       dispatch -> expert (world = 1: the
+//          expert reads its rows from x through it; nothing is copied)
+//   xs     bf16 [S + 128 * block_m, 2048] gathered x rows  dispatch -> expert (world > 1 only)
 //   hs     bf16 [same rows, 768]  silu(gate) * up          swiglu (in expert warps) -> expert
 //   ys     bf16 [same rows, 2048] expert outputs           expert -> combine
 // xs/hs/ys rows are expert-contiguous, each expert's range padded to whole block_m tiles
