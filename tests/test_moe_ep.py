@@ -72,7 +72,8 @@ def test_manifest_has_the_ep_parameters_and_world_sized_workspaces():
                         "comb": ("rank", "world", "peers")}.items():
         assert all((inst, n) in fields for n in names), inst
     sizes = {w["name"]: w["bytes"] for w in m["workspaces"] if w.get("scope") == "kernel"}
-    assert sizes["xs"] == sizes["ys"] == "(world * t * top_k + 128 * block_m) * 4096"
+    assert sizes["ys"] == "(world * t * top_k + 128 * block_m) * 4096"
+    assert sizes["xs"] == "max(min(world - 1, 1) * (world * t * top_k + 128 * block_m) * 4096, 4096)"
     assert sizes["sync"] == str(SYNC_BYTES)
 
 
@@ -155,3 +156,28 @@ def test_ep_matches_reference_on_every_rank(world, T):
         assert not r["errors"] and r["launches"] == 4, r
         assert max(r["max_err"]) < 2e-2 and min(r["ok_frac"]) >= (0.75 if T < 64 else 0.9), r  # near-ties skipped
         assert max(r["vs_single"]) < 2e-2, r  # the same kernel at world 1 on the union of tokens
+
+
+def test_one_rank_allocates_one_row_of_xs():
+    """world = 1 reads rows from x through xrow: xs (unused there) is one row, not t * 8 rows."""
+    from pipelink.runtime import Manifest, plan_launch
+
+    class Host:
+        def require(self, cond, msg):
+            assert cond, msg
+
+        def tensor_map_2d(self, *a, **k):
+            return bytes(128)
+    sizes = {}
+
+    def alloc(w, n):
+        sizes[w.name] = n
+        return 1 << 30
+    m = Manifest.from_dict(_manifest())
+    t = 16384
+    params = {"x": 1 << 20, "router_w": 1 << 20, "w13": 1 << 20, "w2": 1 << 20, "out": 1 << 20, "t": t,
+              "rank": 0, "world": 1, "peers": 0}
+    plan_launch(m, params, builtins={"num_sms": 132, "resident_ctas": 132}, host=Host(), workspace=alloc)
+    assert sizes["xs"] == 4096
+    assert sizes["xrow"] == 4 * (t * 8 + 128 * 64)
+    assert sizes["ys"] == (t * 8 + 128 * 64) * 4096
