@@ -253,8 +253,13 @@ PL_ENTRY(run) {
         pass();
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
-        rkv.release(ik, lane0);
         softmax(kind, i, bits, alpha);
+        // K_i's stage is released after the softmax, on a predicate that reads its row sums
+        // (never negative, so always lane 0's): ptxas keeps the wait for PV_{i-1} after that
+        // arrive, so the softmax runs under PV_{i-1}. Released before it, ptxas hoisted the
+        // wait above the whole softmax (SASS: WARPGROUP.DEPBAR before the first MUFU.EX2),
+        // which left only the ping-pong to hide it.
+        rkv.release(ik, lane0 && !(f.l[0] + f.l[1] < 0.f));
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);
