@@ -108,7 +108,6 @@ PL_ENTRY(run) {
                  reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv)), PL_RING_DEPTH(kv)};
 
   const float scale_log2 = p.scale * LOG2E;
-  const uint64_t dq = attn_wgmma::desc_k_sw128(rq.buf + 64 * wg * 128);
   // Ping-pong (FA3): a warpgroup waits for its turn before issuing a KV block's GEMMs and
   // passes the turn on after them; warpgroup 1 lets warpgroup 0 go first, and warpgroup 0
   // takes warpgroup 1's last pass at exit, so each barrier sees as many arrivals as syncs.
@@ -140,6 +139,8 @@ PL_ENTRY(run) {
     const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
+    // This warpgroup's 64 Q rows in the tile's stage of ring q (tile it: stage it % depth).
+    const uint64_t dq = attn_wgmma::desc_k_sw128(rq.buf + rq.stage(it) * attn::TILE_BYTES + 64 * wg * 128);
 #pragma unroll
     for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;  // d = 64: o[32..63] unused (the store skips them)
     f.m[0] = f.m[1] = -INFINITY;
