@@ -7,8 +7,10 @@
 // Per KV block, FA3's intra-warpgroup pipelining: S_{i} = Q K_i^T (wgmma SS) is issued before
 // O += P_{i-1} V_{i-1} (wgmma RS, P from registers), so the softmax of block i overlaps the
 // PV product of block i-1; online softmax in log2 units (exp2 with the scale folded in).
-// The loop has no data-dependent branch around a wgmma (the last PV is peeled): a branch made
-// ptxas serialise every wgmma (C7514). Inter-warpgroup ping-pong (FA3): named barriers wg0 /
+// A tile's last PV goes out with the next tile's first Q K^T (and that block's softmax runs
+// under it); O is exported after both, so the tensor cores do not wait for an epilogue.
+// No data-dependent branch around a wgmma: a branch made ptxas serialise every wgmma (C7514);
+// without a next tile, that Q K^T runs on held stages and is dropped. Inter-warpgroup ping-pong (FA3): named barriers wg0 /
 // wg1 hand the tensor cores from one warpgroup's GEMMs to the other's, so one warpgroup's
 // softmax runs under the other's GEMMs. A warpgroup whose 64 rows all lie past q_len (decode:
 // q_len <= 16) issues no MMA at all and only releases the ring stages.
