@@ -125,7 +125,8 @@ def cmd_check(a) -> int:
     for vd in a.variants:
         variant, D = split_dim(vd)
         shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode"
-                  else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048)])
+                  else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048),
+                        (1, 32, 2048, 2048)])  # 512 tiles: persistent CTAs take 3-4 each (tile boundaries)
         if variant == "full":
             shapes.append((1, 2, 256, 1024))
         for kind in ("linked", "control"):
@@ -215,6 +216,9 @@ def cmd_bench(a) -> int:
             fns = {"pipelink": lambda: attention(q, k, v, variant, out=outs["pl"], kernel_dir=BIN, **kw),
                    "pipelink:control": lambda: attention(q, k, v, variant, out=outs["ctl"], control=True,
                                                         kernel_dir=BIN, **kw)}
+            for name, bdir in a.builds:  # other builds: column pipelink_<name>
+                fns[f"pipelink_{name}"] = (lambda o=torch.empty_like(q), d=bdir:
+                                           attention(q, k, v, variant, out=o, kernel_dir=d, **kw))
             if sdpa:
                 fns.update(sdpa())
             if flex and (variant != "causal" or a.flex_causal):
@@ -342,7 +346,8 @@ def cmd_sanitize(a) -> int:
 
 def cmd_one(a) -> int:
     """One small checked launch (what the sanitizer runs)."""
-    shape = (2, 2, 3, 1024) if a.variant == "decode" else (1, 2, 512, 512)
+    # prefill: 288 tiles on the 132 SMs, so each CTA crosses tile boundaries under the sanitizer
+    shape = (2, 2, 3, 1024) if a.variant == "decode" else (1, 36, 1024, 1024)
     ok, msg = check_one(a.variant, *shape, control=False, D=a.dim)
     print(("RESULT OK " if ok else "RESULT WRONG ") + msg)
     return 0 if ok else 1
@@ -386,11 +391,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=7, help="sanitize: runs at once")
     ap.add_argument("--timeout", type=int, default=150, help="sanitize: seconds per run")
+    ap.add_argument("--builds", default="", help="bench: name=dir,... more builds (columns pipelink_<name>)")
     ap.add_argument("--json")
     a = ap.parse_args()
     a.variants = [v for v in a.variants.split(",") if v]
     a.seqs = [int(s) for s in a.seqs.split(",") if s]
     a.prefill = [v for v in a.prefill.split(",") if v]
+    a.builds = [tuple(b.split("=", 1)) for b in a.builds.split(",") if b]
     a.decode = [tuple(int(x) for x in s.split("x")) for s in a.decode.split(",") if s]
     if a.cmd == "one":
         return cmd_one(a)

@@ -166,6 +166,10 @@ def cmd_bench(a) -> int:
                 fns["pipelink_v2"] = lambda: attention(q, k, v, variant, out=outs["v2"], kernel_dir=a.v2, **kw)
             elif a.v2 and variant != "document":
                 fns["pipelink_v2"] = v2_launch(a.v2, variant, q, k, v, outs["v2"], kw)
+            for name, bdir in a.builds:  # other builds with this tree's aux layouts: column pipelink_<name>
+                outs[name] = torch.empty_like(q)
+                fns[f"pipelink_{name}"] = (lambda o=outs[name], d=bdir:
+                                           attention(q, k, v, variant, out=o, kernel_dir=d, **kw))
             notes = {}
             t0 = time.time()
             try:
@@ -213,7 +217,7 @@ def cmd_bench(a) -> int:
         flex = r.get("flex_compiled")
         flex_s = f"{flex:9.1f}" if isinstance(flex, float) else f"{r.get('flex_compiled', 'n/a')!s:>9}"
         cols = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and
-                         (n.startswith("sdpa") or n in ("pipelink:control", "pipelink_v2")))
+                         (n.startswith("sdpa") or n.startswith("pipelink_") or n == "pipelink:control"))
         print(f"  {r['variant']:<13} S={r['S']:<6} pipelink {r.get('pipelink', float('nan')):9.1f}  flex {flex_s}  "
               f"vs flex {r.get('vs_flex', float('nan')):.3f}x  | {cols}")
     if a.json:
@@ -235,11 +239,14 @@ def main() -> int:
     ap.add_argument("--sdpa-causal", action="store_true", help="bench: add SDPA causal columns (flash, cuDNN)")
     ap.add_argument("--v2", help="bench: a directory with an earlier build's cubins (column pipelink_v2)")
     ap.add_argument("--v2-same-aux", action="store_true", help="bench: --v2 takes this tree's aux layouts (all variants)")
+    ap.add_argument("--builds", default="", help="bench: name=dir,... more builds with this tree's aux layouts "
+                    "(columns pipelink_<name>)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--json")
     a = ap.parse_args()
     a.variants = [v for v in a.variants.split(",") if v]
     a.seqs = [int(s) for s in a.seqs.split(",") if s]
+    a.builds = [tuple(b.split("=", 1)) for b in a.builds.split(",") if b]
     return {"warm": cmd_warm, "compile": cmd_compile, "bench": cmd_bench}[a.cmd](a)
 
 

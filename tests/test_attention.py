@@ -97,7 +97,8 @@ def test_variant_placement(built, kernel):
     assert m["facts"] == {"block_q": 128, "head_dim": 64 if kernel.endswith("_d64") else 128}
     assert m["block"] == [384, 1, 1]
     assert r["resource_usage"]["LOCAL"] == 0, "the linked kernel spills"
-    assert r["rings"]["q"]["depth"] == 1 and 2 <= r["rings"]["kv"]["depth"] <= 6
+    # ring q: 2 stages (the next tile's Q loads under this one); kv: what is left (5 at d = 128)
+    assert r["rings"]["q"]["depth"] == 2 and 2 <= r["rings"]["kv"]["depth"] <= 6
     names = {i["name"]: i["package"] for i in m["instances"]}
     assert names["core"] == "attn_core" and names["mask"] == "attn_mask"
     if variant == "decode":
@@ -145,16 +146,19 @@ def test_wgmma_not_serialised(built, kernel):
     """ptxas serialises every wgmma of a kernel (C7514, a WARPGROUP.DEPBAR after each HGMMA) when
     non-wgmma code may touch accumulators inside a pipeline stage; it did while the core's last PV
     sat behind a data-dependent branch (24 HGMMA, 24 DEPBAR; FA3-level speed needs them async).
-    The core's loop: QK^T (d/16 HGMMA) before the loop, QK^T + PV (d/16 + 8) in it, the last PV
-    (8) after: 32 HGMMA at d = 128, 24 at d = 64, and 4 waits (wait<0> after the first QK^T,
-    wait<1> + wait<0> in the loop, wait<0> after the last PV); also the ping-pong barriers and no
-    named barrier id computed at run time."""
+    The core: a tile's first QK^T (d/16 HGMMA) when the previous tile did not issue it, QK^T + PV
+    (d/16 + 8) in the loop, and the last PV with the next tile's first QK^T (d/16 + 8): 40 HGMMA
+    at d = 128, 28 at d = 64, and 5 waits (wait<0> after the first QK^T, wait<1> + wait<0> in the
+    loop and at the tile boundary). Decode (one tile per CTA: LTO drops the boundary's unused
+    QK^T; ptxas puts an empty 64x8 HGMMA for its commit group): 8 + 16 + 1 + 8. Also the ping-pong
+    barriers and no named barrier id computed at run time."""
     d = 64 if kernel.endswith("_d64") else 128
+    want = 33 if kernel == "attn_decode" else d // 16 + 2 * (d // 16 + 8)
     for cubin in (BIN / f"{kernel}.cubin", BIN / f"{kernel}.control.cubin"):
         sass = _sass(cubin)
         hgmma = len(re.findall(r"\bHGMMA\.", sass))
         waits = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
-        assert hgmma == d // 8 + 16 and waits == 4, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
+        assert hgmma == want and waits == 5, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
         if kernel != "attn_decode":  # decode's q_len <= 16: one warpgroup computes, no ping-pong
             assert re.search(r"BAR\.SYNC(\.DEFER_BLOCKING)? 0x[1-9a-f], 0x100", sass), f"{cubin.name}: no ping-pong"
         assert not re.search(r"BAR\.(SYNC|ARV)(\.DEFER_BLOCKING)? R\d+", sass), f"{cubin.name}: run-time barrier id"
@@ -164,6 +168,10 @@ def test_wgmma_not_serialised(built, kernel):
 def test_no_per_score_loads(built, kernel):
     """Masks come per block (mask_bits: one or two aux words per row of a PARTIAL block), score
     modifications' parameters per tile (mod_params): no variant loads aux per score. Before this
-    interface the linked SASS held 292 LDG (block_sparse), 132 (softcap), 103 (document)."""
+    interface the linked SASS held 292 LDG (block_sparse), 132 (softcap), 103 (document). The core
+    walks a tile's blocks at three sites (the tile's first block, the loop, the next tile's first
+    block at the boundary) and starts tiles at two, so the variant's kv_block / mask_bits / tile
+    loads appear two or three times: 99 LDG in document (57 with one boundary site), 67 in
+    block_sparse (38), 52 in decode (48 of them the combine's)."""
     ldg = len(re.findall(r"\bLDG\.", _sass(BIN / f"{kernel}.cubin")))
-    assert ldg <= 64, f"{kernel}: {ldg} LDG in the linked SASS (decode: 48, the combine)"
+    assert ldg <= 112, f"{kernel}: {ldg} LDG in the linked SASS"

@@ -7,8 +7,10 @@
 // Per KV block, FA3's intra-warpgroup pipelining: S_{i} = Q K_i^T (wgmma SS) is issued before
 // O += P_{i-1} V_{i-1} (wgmma RS, P from registers), so the softmax of block i overlaps the
 // PV product of block i-1; online softmax in log2 units (exp2 with the scale folded in).
-// The loop has no data-dependent branch around a wgmma (the last PV is peeled): a branch made
-// ptxas serialise every wgmma (C7514). Inter-warpgroup ping-pong (FA3): named barriers wg0 /
+// A tile's last PV goes out with the next tile's first Q K^T (and that block's softmax runs
+// under it); O is exported after both, so the tensor cores do not wait for an epilogue.
+// No data-dependent branch around a wgmma: a branch made ptxas serialise every wgmma (C7514);
+// without a next tile, that Q K^T runs on held stages and is dropped. Inter-warpgroup ping-pong (FA3): named barriers wg0 /
 // wg1 hand the tensor cores from one warpgroup's GEMMs to the other's, so one warpgroup's
 // softmax runs under the other's GEMMs. A warpgroup whose 64 rows all lie past q_len (decode:
 // q_len <= 16) issues no MMA at all and only releases the ring stages.
@@ -108,7 +110,6 @@ PL_ENTRY(run) {
                  reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv)), PL_RING_DEPTH(kv)};
 
   const float scale_log2 = p.scale * LOG2E;
-  const uint64_t dq = attn_wgmma::desc_k_sw128(rq.buf + 64 * wg * 128);
   // Ping-pong (FA3): a warpgroup waits for its turn before issuing a KV block's GEMMs and
   // passes the turn on after them; warpgroup 1 lets warpgroup 0 go first, and warpgroup 0
   // takes warpgroup 1's last pass at exit, so each barrier sees as many arrivals as syncs.
@@ -134,118 +135,155 @@ PL_ENTRY(run) {
   attn::OutFrag f;
   float s[64];
   uint32_t pr[32];
+  float alpha[2];
   unsigned kvi = 0;  // ring kv index of the tile's first stage (the loader walks the same tiles)
-  // Persistent: the variant's `tile` hands this CTA its t-th work tile until there is none.
-  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, f.info); ++it) {
-    const unsigned qb = f.info[0], bh = f.info[1], split = f.info[2];
-    const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
-    const unsigned row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
+  // The tile this warpgroup works on (begin_tile sets them from the variant's info).
+  unsigned qb = 0, bh = 0, split = 0, n = 0, row0 = 0;
+  float prm[2] = {0.f, 0.f};
+  auto begin_tile = [&](const unsigned* info) {
+    qb = info[0];
+    bh = info[1];
+    split = info[2];
+    n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+    row0 = qb * attn::BLOCK + 64 * wg + 16 * w + g;  // this thread's rows: row0, row0 + 8
+    if (mods) PL_CALL(mod_params, bh, p.aux, prm);
+  };
+  // This warpgroup's 64 Q rows in tile it's stage of ring q (stage it % depth).
+  auto q_desc = [&](unsigned it) {
+    return attn_wgmma::desc_k_sw128(rq.buf + rq.stage(it) * attn::TILE_BYTES + 64 * wg * 128);
+  };
+
+  // Modify and mask S of the i-th KV block (kind from kv_block), then the online softmax (into
+  // running max m and sum l): new row max, S := exp2(S - max) in place, rescale factor for O.
+  // FULL blocks of a variant without score_mod take none of this (features() is a link-time
+  // constant); a PARTIAL block costs two mask_bits calls and a select per score.
+  // A PARTIAL block's mask words. A variant whose words come from memory (features() has
+  // EARLY_MASK: block_sparse, document) gets them asked for before the block's Q K^T is issued,
+  // so its aux loads complete under the GEMM; one that computes them from registers (causal,
+  // sliding, ...) gets them in the softmax (asked early they cost sliding ~3%: two more live
+  // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md).
+  auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
+    bits[0] = bits[1] = ~0u;
+    if (kb_kind & attn::PARTIAL) {
+      const unsigned k0 = (kb_kind & attn::BLOCK_MASK) * attn::BLOCK + 2 * qd;
+      bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
+      bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
+    }
+  };
+  auto softmax = [&](unsigned kb_kind, unsigned ib, unsigned* bits, float* alpha, float* m, float* l) {
+    const unsigned kb = kb_kind & attn::BLOCK_MASK, k0 = kb * attn::BLOCK + 2 * qd;
+    float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
+    if (mods) {
+#pragma unroll
+      for (unsigned i = 0; i < 64; ++i) {
+        const unsigned r = row0 + 8 * ((i / 2) % 2), c = k0 + 8 * (i / 4) + (i % 2);
+        s[i] = PL_CALL(score_mod, s[i] * p.scale, r, c, prm[0], prm[1]) * LOG2E;
+      }
+      mul = 1.f;
+    }
+    if (kb_kind & attn::PARTIAL) {
+      if (!early) {
+        bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
+        bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
+      }
+#pragma unroll
+      for (unsigned i = 0; i < 64; ++i)
+        s[i] = (bits[(i / 2) % 2] >> (2 * (i / 4) + (i % 2))) & 1u ? s[i] : -INFINITY;
+    }
+#pragma unroll
+    for (unsigned j = 0; j < 2; ++j) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
+      const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
+      alpha[j] = ex2(m[j] - use);
+      m[j] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (unsigned nt = 0; nt < 16; ++nt) {
+        s[nt * 4 + 2 * j] = ex2(fmaf(s[nt * 4 + 2 * j], mul, -use));
+        s[nt * 4 + 2 * j + 1] = ex2(fmaf(s[nt * 4 + 2 * j + 1], mul, -use));
+        sum += s[nt * 4 + 2 * j] + s[nt * 4 + 2 * j + 1];
+      }
+      l[j] = l[j] * alpha[j] + sum;  // this thread's columns; the quad adds up at the end
+    }
+  };
+  auto to_p = [&]() {
+#pragma unroll
+    for (unsigned i = 0; i < 32; ++i) pr[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+  };
+  auto rescale = [&](const float* alpha) {
+#pragma unroll
+    for (unsigned i = 0; i < OREGS; ++i) f.o[i] *= alpha[(i / 2) % 2];
+  };
+  auto fresh = [&]() {  // O, max and sum of a tile before its first block
 #pragma unroll
     for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;  // d = 64: o[32..63] unused (the store skips them)
     f.m[0] = f.m[1] = -INFINITY;
     f.l[0] = f.l[1] = 0.f;
+  };
+  auto kv_stage = [&](unsigned idx) { return rkv.buf + rkv.stage(idx) * attn::TILE_BYTES; };
+  auto export_tile = [&](unsigned eqb, unsigned ebh) {
+#pragma unroll
+    for (unsigned j = 0; j < 2; ++j) {
+      f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 1);
+      f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 2);
+    }
+    PL_EXPORT(out, &f, eqb * attn::BLOCK, ebh);
+  };
 
-    // Modify and mask S of the i-th KV block (kind from kv_block), then the online softmax: new
-    // row max, S := exp2(S - max) in place, rescale factor for O and the running sums. FULL
-    // blocks of a variant without score_mod take none of this (features() is a link-time
-    // constant); a PARTIAL block costs two mask_bits calls and a select per score.
-    float prm[2] = {0.f, 0.f};
-    if (mods) PL_CALL(mod_params, bh, p.aux, prm);
-    // A PARTIAL block's mask words. A variant whose words come from memory (features() has
-    // EARLY_MASK: block_sparse, document) gets them asked for before the block's Q K^T is issued,
-    // so its aux loads complete under the GEMM; one that computes them from registers (causal,
-    // sliding, ...) gets them in the softmax (asked early they cost sliding ~3%: two more live
-    // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md).
-    auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
-      bits[0] = bits[1] = ~0u;
-      if (kb_kind & attn::PARTIAL) {
-        const unsigned k0 = (kb_kind & attn::BLOCK_MASK) * attn::BLOCK + 2 * qd;
-        bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
-        bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
-      }
-    };
-    auto softmax = [&](unsigned kb_kind, unsigned ib, unsigned* bits, float* alpha) {
-      const unsigned kb = kb_kind & attn::BLOCK_MASK, k0 = kb * attn::BLOCK + 2 * qd;
-      float mul = scale_log2;  // raw scores: exp2(s * scale * log2e - max) as one FFMA
-      if (mods) {
-#pragma unroll
-        for (unsigned i = 0; i < 64; ++i) {
-          const unsigned r = row0 + 8 * ((i / 2) % 2), c = k0 + 8 * (i / 4) + (i % 2);
-          s[i] = PL_CALL(score_mod, s[i] * p.scale, r, c, prm[0], prm[1]) * LOG2E;
-        }
-        mul = 1.f;
-      }
-      if (kb_kind & attn::PARTIAL) {
-        if (!early) {
-          bits[0] = PL_CALL(mask_bits, row0, k0, kb_kind, ib, qb, bh, p.aux);
-          bits[1] = PL_CALL(mask_bits, row0 + 8, k0, kb_kind, ib, qb, bh, p.aux);
-        }
-#pragma unroll
-        for (unsigned i = 0; i < 64; ++i)
-          s[i] = (bits[(i / 2) % 2] >> (2 * (i / 4) + (i % 2))) & 1u ? s[i] : -INFINITY;
-      }
-#pragma unroll
-      for (unsigned j = 0; j < 2; ++j) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(f.m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
-        const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
-        alpha[j] = ex2(f.m[j] - use);
-        f.m[j] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (unsigned nt = 0; nt < 16; ++nt) {
-          s[nt * 4 + 2 * j] = ex2(fmaf(s[nt * 4 + 2 * j], mul, -use));
-          s[nt * 4 + 2 * j + 1] = ex2(fmaf(s[nt * 4 + 2 * j + 1], mul, -use));
-          sum += s[nt * 4 + 2 * j] + s[nt * 4 + 2 * j + 1];
-        }
-        f.l[j] = f.l[j] * alpha[j] + sum;  // this thread's columns; the quad adds up at the end
-      }
-    };
-    auto to_p = [&]() {
-#pragma unroll
-      for (unsigned i = 0; i < 32; ++i) pr[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-    };
-    auto rescale = [&](const float* alpha) {
-#pragma unroll
-      for (unsigned i = 0; i < OREGS; ++i) f.o[i] *= alpha[(i / 2) % 2];
-    };
-    auto kv_stage = [&](unsigned idx) { return rkv.buf + rkv.stage(idx) * attn::TILE_BYTES; };
-
-    rq.wait(it);
-    if (idle) {
-      for (unsigned i = 0; i < 2 * n; ++i) {  // stages must still be consumed, in order
+  // Persistent: the variant's `tile` hands this CTA its t-th work tile until there is none.
+  // Across tiles: the next tile's first Q K^T (and its softmax) is issued with this tile's last
+  // P V, and this tile's O is exported after both (`ahead`: the tile's block 0 is done), so the
+  // tensor cores do not wait for a tile's epilogue and first softmax.
+  bool ahead = false;
+  unsigned it = 0;
+  bool have = PL_CALL(tile, 0u, p.q_len, p.bh, p.aux, f.info);
+  if (have) begin_tile(f.info);
+  while (have) {
+    if (!ahead) fresh();
+    const unsigned eqb = qb, ebh = bh;  // this tile's (begin_tile moves them to the next one)
+    unsigned ninfo[4];
+    bool more, go = false;
+    float nm[2] = {-INFINITY, -INFINITY}, nl[2] = {0.f, 0.f}, nalpha[2];
+    if (idle || n == 0) {
+      rq.wait(it);
+      for (unsigned i = 0; i < 2 * n; ++i) {  // idle (decode rows past q_len): consumed in order
         rkv.wait(kvi + i);
         rkv.release(kvi + i, lane0);
       }
       rq.release(it, lane0);
-    } else if (n == 0) {
-      rq.release(it, lane0);
+      kvi += 2 * n;
+      more = PL_CALL(tile, it + 1, p.q_len, p.bh, p.aux, ninfo);
+      if (more) begin_tile(ninfo);
     } else {
       // No data-dependent branch around a wgmma (the last PV is peeled after the loop): such
       // a branch made ptxas serialise every wgmma of the kernel (C7514).
-      float alpha[2];
-      unsigned kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux), bits[2];
-      if (early) mask_of(kind, 0, bits);
-      rkv.wait(kvi);
-      turn();
-      issue_qk(s, dq, kv_stage(kvi));
-      pass();
-      attn_wgmma::wait<0>();
-      attn_wgmma::fence_regs<64>(s);
-      rkv.release(kvi, lane0);
-      softmax(kind, 0, bits, alpha);
-      to_p();
+      unsigned kind, bits[2];
+      if (!ahead) {
+        rq.wait(it);
+        kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
+        if (early) mask_of(kind, 0, bits);
+        rkv.wait(kvi);
+        turn();
+        issue_qk(s, q_desc(it), kv_stage(kvi));
+        pass();
+        attn_wgmma::wait<0>();
+        attn_wgmma::fence_regs<64>(s);
+        rkv.release(kvi, lane0);
+        softmax(kind, 0, bits, alpha, f.m, f.l);
+        to_p();
+      }
       for (unsigned i = 1; i < n; ++i) {
         const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
         kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
         if (early) mask_of(kind, i, bits);
         rkv.wait(ik);
         turn();
-        issue_qk(s, dq, kv_stage(ik));
+        issue_qk(s, q_desc(it), kv_stage(ik));
         rescale(alpha);  // O to block i-1's max while S_i is computed (FA3's order)
         rkv.wait(iv);
         attn_wgmma::fence_regs<32>(pr);
@@ -253,30 +291,72 @@ PL_ENTRY(run) {
         pass();
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
-        rkv.release(ik, lane0);
-        softmax(kind, i, bits, alpha);
+        softmax(kind, i, bits, alpha, f.m, f.l);
+        // K_i's stage is released after the softmax, on a predicate that reads its row sums
+        // (never negative, so always lane 0's): ptxas keeps the wait for PV_{i-1} after that
+        // arrive, so the softmax runs under PV_{i-1}. Released before it, ptxas hoisted the
+        // wait above the whole softmax (SASS: WARPGROUP.DEPBAR before the first MUFU.EX2),
+        // which left only the ping-pong to hide it.
+        rkv.release(ik, lane0 && !(f.l[0] + f.l[1] < 0.f));
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);
         rkv.release(iv, lane0);
         to_p();
       }
-      rq.release(it, lane0);  // every Q K^T is done: the loader may bring the next tile's Q
+      rq.release(it, lane0);  // every Q K^T of the tile is done: the loader may refill the stage
+      // The last P V with the next tile's first Q K^T. Without a next tile with blocks, that
+      // Q K^T reads stages this warpgroup still holds (the next tile's Q, else this one's;
+      // V_{n-1} as K) and its result is dropped: one instruction stream, no branch around a wgmma.
+      const unsigned ik = kvi + 2 * n, iv = ik - 1;
+      more = PL_CALL(tile, it + 1, p.q_len, p.bh, p.aux, ninfo);
+      if (more) begin_tile(ninfo);  // qb, bh, split, n, row0, prm: the next tile's
+      go = more && n > 0;
+      unsigned nkind = 0, nbits[2];
+      if (more) rq.wait(it + 1);
+      if (go) {
+        nkind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
+        if (early) mask_of(nkind, 0, nbits);
+        rkv.wait(ik);
+      }
+      const uint64_t dqn = q_desc(more ? it + 1 : it);
+      const uint32_t kn = kv_stage(go ? ik : iv);
+      turn();
+      issue_qk(s, dqn, kn);
       rescale(alpha);
-      rkv.wait(kvi + 2 * n - 1);
+      rkv.wait(iv);
       attn_wgmma::fence_regs<32>(pr);
-      issue_pv(f.o, pr, kv_stage(kvi + 2 * n - 1));
+      issue_pv(f.o, pr, kv_stage(iv));
+      pass();
+      attn_wgmma::wait<1>();  // the next tile's S_0 is ready; this tile's last PV may still run
+      attn_wgmma::fence_regs<64>(s);
+      if (go) softmax(nkind, 0, nbits, nalpha, nm, nl);
+      rkv.release(ik, go && lane0 && !(nl[0] + nl[1] < 0.f));  // as in the loop: the wait stays below
       attn_wgmma::wait<0>();
       attn_wgmma::fence_regs<OREGS>(f.o);
-      rkv.release(kvi + 2 * n - 1, lane0);
+      attn_wgmma::fence_regs<32>(pr);
+      rkv.release(iv, lane0);
+      to_p();  // the next tile's P_0 (unused without one)
+      kvi = ik;
     }
-    kvi += 2 * n;
+    export_tile(eqb, ebh);
+    ++it;
+    have = more;
+    ahead = go;
+    if (more) {
 #pragma unroll
-    for (unsigned j = 0; j < 2; ++j) {
-      f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 1);
-      f.l[j] += __shfl_xor_sync(0xffffffffu, f.l[j], 2);
+      for (unsigned j = 0; j < 4; ++j) f.info[j] = ninfo[j];
     }
-    PL_EXPORT(out, &f, qb * attn::BLOCK, bh);
+    if (go) {
+#pragma unroll
+      for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;
+#pragma unroll
+      for (unsigned j = 0; j < 2; ++j) {
+        f.m[j] = nm[j];
+        f.l[j] = nl[j];
+        alpha[j] = nalpha[j];
+      }
+    }
   }
   if (duo && wg == 0) pl::named_barrier_sync(PL_BARRIER(wg0), 256);  // warpgroup 1's last pass
 }

@@ -49,6 +49,7 @@ PL_ENTRY(run) {
   const unsigned blk = PL_FACT(block_q), bytes = blk * PL_FACT(head_dim) * 2;  // one tile (attn.h)
   uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
   uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
+  const unsigned qdepth = PL_RING_DEPTH(q);  // 2: tile t + 1's Q loads while the core works on tile t
   uint8_t* buf = base + PL_RING_BUFFER(kv);
   uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
   uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
@@ -56,9 +57,11 @@ PL_ENTRY(run) {
   unsigned stage = 0, phase = 0;
   for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
-    pl::mbar_wait(qempty, (it & 1u) ^ 1u);  // ring q has one stage; a fresh barrier passes parity 1
-    pl::mbar_arrive_expect_tx(qfull, bytes);
-    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull, PL_FACT(head_dim));
+    const unsigned qs = it % qdepth;
+    pl::mbar_wait(qempty + qs, ((it / qdepth) & 1u) ^ 1u);  // a fresh barrier passes parity 1
+    pl::mbar_arrive_expect_tx(qfull + qs, bytes);
+    load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull + qs,
+              PL_FACT(head_dim));
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
