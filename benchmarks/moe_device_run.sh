@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device-tool call for issue 9's moe_step gates, every step under its own time limit (a hung
+# persistent kernel must not take the whole call: it cost 767 device-seconds once), logs in $OUT.
+#   device run, carry ["bazel-bin/kernels", ".whl"]:  bash benchmarks/moe_device_run.sh
+#   STEPS="tests check trace pair bench sanitize ep cx"   (default: all, in this order)
+#   needs //kernels:moe_step, :moe_step_swiglu2 (+control), :moe_step_trace (manual) and the
+#   counterexample's mutations (//kernels/... builds them) in bazel-bin.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/moe_out}; mkdir -p "$OUT"
+STEPS=${STEPS:-tests check trace pair bench sanitize ep cx}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+rc=0
+# step NAME SECONDS CMD...: run CMD under a limit into $OUT/NAME.log, print its tail, count failures
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local r=$?
+  [[ $r -eq 124 ]] && echo "!! $name: killed after ${limit}s (hang?)"
+  [[ $r -ne 0 ]] && rc=1
+  echo "== $name: exit $r in $((SECONDS - t0))s"; tail -n "${TAIL:-4}" "$OUT/$name.log"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
+has tests && step tests 240 python3 -m pytest -q tests/test_moe_step.py tests/test_moe_ep.py
+has check && step check 150 python3 benchmarks/moe_bench.py check
+has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3
+has pair && TAIL=8 step pair 200 python3 benchmarks/moe_bench.py pair --rounds ${ROUNDS:-10}
+has bench && TAIL=9 step bench 300 python3 benchmarks/moe_bench.py bench --rounds ${ROUNDS:-10}
+has sanitize && TAIL=7 step sanitize 420 python3 benchmarks/moe_sanitize.py --tokens 8
+has ep && step ep 120 python3 benchmarks/moe_ep_check.py check
+has ep && step ep_memcheck 180 python3 benchmarks/moe_ep_check.py sanitize memcheck 16 2
+has cx && TAIL=8 step cx 240 python3 benchmarks/symbol_link_counterexample.py --kernel moe_step --watchdog 4
+exit $rc
