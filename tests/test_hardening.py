@@ -486,3 +486,20 @@ def test_spills_are_an_error_or_a_warning(packer, component):
     assert "L-REGS" in e.codes and "--spills=warning" in diagnostic(e, "L-REGS").hint
     res = link(comp, spills="warning")
     assert [w.code for w in res.warnings] == ["L-REGS"] and res.warnings[0].severity == "warning"
+
+
+def test_trial_registers_over_budget_are_a_fact_of_a_spill_not_a_warning(monkeypatch):
+    """ptxas takes the registers an uncapped trial compile offers: a count over the budget is
+    no finding unless the linked kernel spills; then it names the likely spiller."""
+    from types import SimpleNamespace as NS
+
+    import pipelink.sass
+    from pipelink.linked_checks import check_linked
+
+    monkeypatch.setattr(pipelink.sass, "disassemble", lambda cubin, home: {})
+    role = NS(inst=NS(name="ffn", contract=NS(role=NS(origin="expert.contract.toml:31"))), regs=(128, 168),
+              measured_regs=234)
+    ch, pl, tk = NS(comp=NS(name="k"), roles=[role]), NS(budgets={"ffn": 128}, barrier_ids={}), NS(home="")
+    assert check_linked(ch, pl, b"", {"REG": 128, "LOCAL": 0, "STACK": 0}, tk) == []
+    (w,) = check_linked(ch, pl, b"", {"REG": 128, "LOCAL": 64, "STACK": 0}, tk, spills="warning")
+    assert w.code == "L-REGS" and "ffn: its trial compile used 234 registers, over its budget 128" in w.render()
