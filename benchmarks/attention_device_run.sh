@@ -8,12 +8,11 @@
 #   STEPS="check sanitize pair masks ncu cache"
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/device_env.sh
 OUT=${OUT:-/tmp/attn_out}; mkdir -p "$OUT"
 STEPS=${STEPS:-check sanitize pair masks ncu cache}
 CACHE=/tmp/flexcache; mkdir -p $CACHE
 [ -n "${FLEXCACHE:-}" ] && [ -f "$FLEXCACHE" ] && tar -xzf "$FLEXCACHE" -C $CACHE && echo "flex cache: $(du -sh $CACHE | cut -f1)"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
 P=(python3 benchmarks/attention_bench.py)
 F=(python3 benchmarks/attention_flex_bench.py)
 D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode

@@ -7,11 +7,7 @@
 #   counterexample's mutations (//kernels/... builds them) in bazel-bin.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/tools${PYTHONPATH:+:$PYTHONPATH}
+source benchmarks/device_env.sh
 OUT=${OUT:-/tmp/moe_out}; mkdir -p "$OUT"
 STEPS=${STEPS:-tests check trace pair bench sanitize ep cx}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -26,7 +22,6 @@ step() {
   [[ $r -ne 0 ]] && rc=1
   echo "== $name: exit $r in $((SECONDS - t0))s"; tail -n "${TAIL:-4}" "$OUT/$name.log"
 }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
 has tests && step tests 240 python3 -m pytest -q tests/test_moe_step.py tests/test_moe_ep.py
 has check && step check 150 python3 benchmarks/moe_bench.py check
 has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3

@@ -77,7 +77,7 @@ def test_manifest_has_the_ep_parameters_and_world_sized_workspaces():
     assert sizes["sync"] == str(SYNC_BYTES)
 
 
-def _plan(lent, t=100, world=2):
+def _plan(lent, t=100, world=2, workspace=lambda w, n: 1 << 30):
     from pipelink.runtime import Manifest, plan_launch
 
     class Host:
@@ -90,7 +90,7 @@ def _plan(lent, t=100, world=2):
     params = {"x": 1 << 20, "router_w": 1 << 20, "w13": 1 << 20, "w2": 1 << 20, "out": 1 << 20, "t": t,
               "rank": 0, "world": world, "peers": 1 << 20}
     return plan_launch(m, params, builtins={"num_sms": 132, "resident_ctas": 132}, host=Host(),
-                       workspace=lambda w, n: 1 << 30, lent=lent)
+                       workspace=workspace, lent=lent)
 
 
 def test_lent_workspaces_are_checked_against_the_launch():
@@ -160,24 +160,13 @@ def test_ep_matches_reference_on_every_rank(world, T):
 
 def test_one_rank_allocates_one_row_of_xs():
     """world = 1 reads rows from x through xrow: xs (unused there) is one row, not t * 8 rows."""
-    from pipelink.runtime import Manifest, plan_launch
-
-    class Host:
-        def require(self, cond, msg):
-            assert cond, msg
-
-        def tensor_map_2d(self, *a, **k):
-            return bytes(128)
     sizes = {}
 
     def alloc(w, n):
         sizes[w.name] = n
         return 1 << 30
-    m = Manifest.from_dict(_manifest())
     t = 16384
-    params = {"x": 1 << 20, "router_w": 1 << 20, "w13": 1 << 20, "w2": 1 << 20, "out": 1 << 20, "t": t,
-              "rank": 0, "world": 1, "peers": 0}
-    plan_launch(m, params, builtins={"num_sms": 132, "resident_ctas": 132}, host=Host(), workspace=alloc)
+    _plan(None, t=t, world=1, workspace=alloc)
     assert sizes["xs"] == 4096
     assert sizes["xrow"] == 4 * (t * 8 + 128 * 64)
     assert sizes["ys"] == (t * 8 + 128 * 64) * 4096

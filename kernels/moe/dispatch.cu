@@ -93,8 +93,9 @@ PL_ENTRY(run) {
     moe::stamp(sync, moe::DISPATCH_END, lane);
     return;
   }
-  // One token per warp step: its x row is loaded once and stored to its top_k rows, then one
-  // fence covers all of them before each slot's lane releases its expert's READY counter.
+  // world > 1. One token per warp step: its x row is loaded once and stored to its top_k rows
+  // (on their owners), then one system-scope fence covers all of them before each slot's lane
+  // releases its expert's READY counter.
   for (unsigned tok = gw; tok < T; tok += nw) {
     const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)tok * moe::HIDDEN);
     uint4 v[moe::HIDDEN / 256];
@@ -123,15 +124,9 @@ PL_ENTRY(run) {
 #pragma unroll
       for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) __stcg(dst + j * 32 + lane, v[j]);
     }
-    if (world > 1) {  // the owner may be another GPU
-      moe::fence_sys();
-      __syncwarp();
-      if (lane < top_k) moe::red_release_sys(ready, 1);
-    } else {
-      __threadfence();
-      __syncwarp();
-      if (lane < top_k) moe::red_release(ready, 1);
-    }
+    moe::fence_sys();  // the owner may be another GPU
+    __syncwarp();
+    if (lane < top_k) moe::red_release_sys(ready, 1);
   }
   moe::stamp(sync, moe::DISPATCH_END, lane);
 }
