@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/test.sh — run every test: pytest over tests/ with the repo's venv, then `bazel test //...`.
+# tools/test.sh — run every test: build //... (the tests read bazel-bin), pytest over tests/ with the repo's venv, then `bazel test //...`.
 # Exits nonzero if either fails. CI=true machines have no GPU: tests that need one skip.
 # Run bash tools/setup.sh first.
 set -uo pipefail
@@ -12,6 +12,16 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 rc=0
 T0=$SECONDS
+
+# The tests read bazel-bin. Bazel's output root outlives a clone (a fresh clone at the same
+# path gets the old bazel-bin), so build every target first: a test never reads a stale output.
+echo "== bazel build //... --output_groups=+control"
+"$WS/tools/bazel" build //... --output_groups=+control
+if [[ $? -ne 0 ]]; then
+  echo "test: bazel build FAILED; the tests would read stale or missing outputs" >&2
+  "$WS/tools/bazel" shutdown >/dev/null 2>&1 || true
+  exit 1
+fi
 
 echo "== pytest tests/"
 "$VENV/bin/python" -m pytest tests/ -q -rs -p no:cacheprovider
