@@ -5,7 +5,8 @@
 # in $PIPELINK_ATTENTION_DIR (default bazel-bin/kernels/attention); optional:
 #   V2=dir       an earlier build's cubins (column pipelink_v2)
 #   FLEXCACHE=f  a flexcache.tgz an earlier call brought back (warm inductor/triton caches)
-#   STEPS="check sanitize pair masks ncu cache"
+#   STEPS="check sanitize pair masks ncu cache"   (default), or add `cx`: the geometry mutations
+#   (bazel-bin/kernels/attention/attn_{causal,decode}_mutations*, plain link vs pipelink, watchdog)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/device_env.sh
@@ -35,6 +36,13 @@ if has ncu; then
     timeout ${NCU_TIMEOUT:-60} ncu --clock-control none --section SpeedOfLight --section WarpStateStats -k regex:attn_ --launch-skip 2 \
       --launch-count 1 "${P[@]}" prof --variant $v --seqs 8192 2>&1 | grep -E "attn_|Duration|Throughput|Stall|Warp Cycles|prof:" 
   done > "$OUT/ncu.log"; head -60 "$OUT/ncu.log"
+fi
+if has cx; then
+  for k in attn_causal attn_decode; do
+    timeout ${CX_TIMEOUT:-240} python3 benchmarks/symbol_link_counterexample.py --kernel $k --watchdog 5 \
+      --json "$OUT/cx_$k.json" > "$OUT/cx_$k.log" 2>&1 || rc=1
+    tail -14 "$OUT/cx_$k.log"
+  done
 fi
 has cache && tar -czf "$OUT/flexcache.tgz" -C $CACHE . && ls -la "$OUT/flexcache.tgz"
 exit $rc

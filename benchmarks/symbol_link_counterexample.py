@@ -11,6 +11,7 @@ correct, and each (b) as propagated-and-correct or rejected <codes>.
 
     tools/bazel build //kernels:gemm_swiglu_tma_mutations          # CPU machine
     python3 benchmarks/symbol_link_counterexample.py --kernel gemm_swiglu_tma [--json out.json]
+    (attention: //kernels/attention:attn_causal_mutations, --kernel attn_causal; attn_decode likewise)
 
 Every launch runs in a child process (torch-free: numpy + the pipelink runtime over
 cuda.bindings) in its own process session; a job that does not finish within --watchdog
@@ -96,6 +97,30 @@ def moe_step_problem(rng, T=16, E=128, H=2048, I=768, top_k=8):
             ("out", (T, H)), ref)
 
 
+def _attention_ref(q, k, v, scale, causal):
+    import numpy as np
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
+
+
+def attention_problem(rng, *, head_dim=128, decode=False):
+    """attn_causal (B=2, H=2, S=640: 5 Q blocks, tiles of 1..5 KV blocks) or attn_decode (8 query
+    rows over 2048 keys in 4 splits); head_dim from the linked kernel's facts (a propagated d = 64
+    core computes d = 64 attention). Names follow kernels/attention (q, k, v, aux, o, ...)."""
+    import numpy as np
+    B, H, Lq, Lkv = (2, 2, 8, 2048) if decode else (2, 2, 640, 640)
+    qb, qf = bf16(rng.uniform(-1, 1, (B, H, Lq, head_dim)))
+    kb, kf = bf16(rng.uniform(-1, 1, (B, H, Lkv, head_dim)))
+    vb, vf = bf16(rng.uniform(-1, 1, (B, H, Lkv, head_dim)))
+    scale = 1.0 / head_dim**0.5
+    scalars = {"q_len": Lq, "kv_len": Lkv, "bh": B * H, "scale": scale, **({"splits": 4} if decode else {})}
+    return ({"q": qb, "k": kb, "v": vb, "aux": np.zeros(4, np.int32)}, scalars, ("o", (B, H, Lq, head_dim)),
+            _attention_ref(qf, kf, vf, scale, causal=not decode))
+
+
 # Kernel name -> (problem maker, tol, floor): correct iff max |out - ref| / (|ref| + floor *
 # rms(ref)) <= tol (gemm: as gemm_swiglu_bench; moe: as moe_bench, whose bf16 intermediate h
 # gives errors of ~1e-2 rms on every element). moe_step's names follow kernels/moe/ (x,
@@ -103,7 +128,15 @@ def moe_step_problem(rng, T=16, E=128, H=2048, I=768, top_k=8):
 CASES = {
     "gemm_swiglu_tma": (gemm_swiglu_problem, 2e-2, 0.01),
     "moe_step": (moe_step_problem, 2e-2, 1.0),
+    # attention: normwise (floor 1: |err| <= tol (|ref| + rms)); decode's outputs average 2048 keys
+    # (rms ~0.02), so a per-element relative test would judge bf16 P's rounding near zeros
+    "attn_causal": (attention_problem, 2e-2, 1.0),
+    "attn_decode": (lambda rng, **f: attention_problem(rng, decode=True, **f), 2e-2, 1.0),
 }
+# Kernel name -> the facts its problem depends on: each launch gets the problem of its manifest's
+# facts (a plain link runs with the original's; a propagated head_dim = 64 link with d = 64 data).
+PROBLEM_FACTS = {"attn_causal": ("head_dim",), "attn_decode": ("head_dim",)}
+INDEX_DIRS = ("kernels", "kernels/attention")  # where symbol_link_mutations targets live in bazel-bin
 
 
 def classify(out, ref, tol, floor=0.01) -> tuple[str, str]:
@@ -268,33 +301,42 @@ def run(index_path: Path, watchdog: float, seed: int | None) -> dict:
     if kernel not in CASES:
         raise SystemExit(f"no problem defined for kernel {kernel!r} (CASES has {sorted(CASES)})")
     make, tol, floor = CASES[kernel]
+    keys = PROBLEM_FACTS.get(kernel, ())
     rng = np.random.default_rng(seed)
-    inputs, scalars, out, ref = make(rng)
     f = lambda rel: str(BIN / rel)  # noqa: E731
-    jobs = [{"label": "original", "cubin": f(index["original"]["cubin"]), "manifest": f(index["original"]["manifest"])}]
+    original_facts = json.loads(Path(f(index["original"]["manifest"])).read_text())["facts"]
+    pkey = lambda facts: tuple(facts[k] for k in keys)  # noqa: E731  the problem a launch gets
+    jobs = [({"label": "original", "cubin": f(index["original"]["cubin"]), "manifest": f(index["original"]["manifest"])},
+             pkey(original_facts))]
     pipelink = {}
     for m in index["mutations"]:
         files = m["files"]
-        jobs.append({"label": f"{m['name']}.plain", "cubin": f(files["plain.cubin"]),
-                     "manifest": f(files["plain.manifest.json"])})
+        jobs.append(({"label": f"{m['name']}.plain", "cubin": f(files["plain.cubin"]),
+                      "manifest": f(files["plain.manifest.json"])}, pkey(original_facts)))  # the original's host code
         pipelink[m["name"]] = json.loads(Path(f(files["pipelink.json"])).read_text())
         if pipelink[m["name"]]["outcome"] == "linked":
-            jobs.append({"label": f"{m['name']}.pipelink", "cubin": f(files["pipelink.cubin"]),
-                         "manifest": f(files["pipelink.manifest.json"])})
+            jobs.append(({"label": f"{m['name']}.pipelink", "cubin": f(files["pipelink.cubin"]),
+                          "manifest": f(files["pipelink.manifest.json"])}, pkey(pipelink[m["name"]]["facts"])))
     with tempfile.TemporaryDirectory(prefix="symlink-cx-") as td:
         tmp = Path(td)
-        np.savez(tmp / "problem.npz", **inputs)
+        res, refs = {}, {}
         t0 = time.monotonic()
-        res = run_jobs(jobs, str(tmp / "problem.npz"), scalars, out, tmp, watchdog)
+        for n, key in enumerate(dict.fromkeys(k for _, k in jobs)):  # one problem (and child) per fact set
+            inputs, scalars, out, ref = make(rng, **dict(zip(keys, key)))
+            sub = tmp / f"p{n}"
+            sub.mkdir()
+            np.savez(sub / "problem.npz", **inputs)
+            group = [j for j, k in jobs if k == key]
+            res.update(run_jobs(group, str(sub / "problem.npz"), scalars, out, sub, watchdog))
+            refs.update({j["label"]: ref for j in group})
         wall = time.monotonic() - t0
 
         def outcome(label):
             kind, info = res.get(label, ("fault", "not run"))
             if kind != "done":
                 return kind, info
-            return classify(np.load(info), ref, tol, floor)
+            return classify(np.load(info), refs[label], tol, floor)
         orig = outcome("original")
-        original_facts = json.loads(Path(f(index["original"]["manifest"])).read_text())["facts"]
         rows = []
         for m in index["mutations"]:
             plain = outcome(f"{m['name']}.plain")
@@ -310,6 +352,12 @@ def run(index_path: Path, watchdog: float, seed: int | None) -> dict:
             rows.append({"mutation": m["name"], "owner": m["owner"], "what": m["what"],
                          "plain": plain[0], "plain_detail": plain[1], "pipelink": b[0], "pipelink_detail": b[1]})
     return {"kernel": kernel, "original": orig, "watchdog_s": watchdog, "wall_s": round(wall, 1), "rows": rows}
+
+
+def default_index(kernel: str) -> Path:
+    """bazel-bin/<dir>/<kernel>_mutations.json for the first of INDEX_DIRS that has it."""
+    paths = [BIN / d / f"{kernel}_mutations.json" for d in INDEX_DIRS]
+    return next((p for p in paths if p.exists()), paths[0])
 
 
 def main() -> int:
@@ -328,9 +376,9 @@ def main() -> int:
         return worker(a.jobfile)
     if a.cmd == "target":
         return target(a.kernel, a.cubin, a.manifest, a.seed)
-    index = Path(a.index) if a.index else BIN / "kernels" / f"{a.kernel}_mutations.json"
+    index = Path(a.index) if a.index else default_index(a.kernel)
     if not index.exists():
-        print(f"FAIL {index} is missing: tools/bazel build //kernels:{a.kernel}_mutations")
+        print(f"FAIL {index} is missing: tools/bazel build //{index.parent.relative_to(BIN)}:{a.kernel}_mutations")
         return 1
     r = run(index, a.watchdog, a.seed)
     print(f"{r['kernel']}: original (pipelink) {r['original'][0]} ({r['original'][1]}); watchdog {r['watchdog_s']} s, "

@@ -401,6 +401,25 @@ def test_export_with_two_importers_gives_no_spurious_l_role(packer, toy):
     assert "L-TENSOR-UNBOUND" in e.codes and "L-ROLE" not in e.codes
 
 
+@pytest.mark.parametrize("old,new,code", [
+    ("shape = [32, 4]", "shape = [32, 8]", "L-TENSOR-SHAPE"),  # an epilogue mutated to another tile shape
+    ('dtype = "f32"', 'dtype = "bf16"', "L-TENSOR-DTYPE"),
+    ('layout = "blocked"', 'layout = "mma_acc(2,4)"', "L-TENSOR-LAYOUT"),
+])
+def test_rejected_binding_gives_no_spurious_l_role(packer, toy, old, new, code):
+    """A library that reads its warp range and whose one import was rejected (shape, dtype,
+    layout) is reported once: its caller is unknown, not missing (attn_store's mutated tile shape
+    gave L-TENSOR-SHAPE and 'called by 0 roles')."""
+    import dataclasses
+    m = toy.sink.measured
+    sink = dataclasses.replace(toy.sink, measured=dataclasses.replace(
+        m, handles=tuple(sorted(set(m.handles) | {"pl_sink__role__warp_begin"}))))
+    plan(packer.compose(TOY_K, [toy.producer, toy.consumer, sink], name="warps_ok"))  # one caller: fine
+    bad = packer.variant(sink, sink.contract_text.replace(old, new), check_object=False)
+    e = rejected(plan, packer.compose(TOY_K, [toy.producer, toy.consumer, bad], name="warps_bad"))
+    assert e.codes == [code]
+
+
 def test_component_name_differing_from_pl_component(packer, lto, toy):
     text = (TOY / "sink.contract.toml").read_text().replace('name = "sink"', 'name = "drain"')
     e = rejected(packer.pack, text, [toy.objects["sink"]])

@@ -55,6 +55,8 @@ def test_contracted_link_propagates_or_rejects(toy, lto, packer):
     result, cubin, manifest = contracted_link(str(toy.kernel), toy.packages, _mutant_consumer(lto, packer, 48))
     assert result["outcome"] == "rejected" and "L-FACT-ACCEPT" in result["codes"]
     assert cubin == b"" and manifest == {}
+    d = result["diagnostics"][result["codes"].index("L-FACT-ACCEPT")]  # the whole diagnostic, as data
+    assert d["clause"] and d["hint"] and len(d["facts"]) == 2 and all(f["origin"] for f in d["facts"])
 
 
 def test_mutant_must_replace_an_owner(toy):
@@ -145,11 +147,11 @@ def test_classify():
 
 
 @pytest.mark.requires_gpu
-@pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step"])
+@pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step", "attn_causal", "attn_decode"])
 def test_counterexample_on_the_gpu(kernel):
-    index = ROOT / "bazel-bin" / "kernels" / f"{kernel}_mutations.json"
+    index = _harness().default_index(kernel)
     if not index.exists():
-        pytest.skip(f"build it first: tools/bazel build //kernels:{kernel}_mutations")
+        pytest.skip(f"build it first: tools/bazel build //{index.parent.relative_to(ROOT / 'bazel-bin')}:{kernel}_mutations")
     r = _harness().run(index, watchdog=8.0, seed=None)
     assert r["original"][0] == "correct", r["original"]
     for row in r["rows"]:

@@ -32,10 +32,17 @@
 #ifndef ATTN_HEAD_DIM
 #define ATTN_HEAD_DIM 128  // the core's build: 128 (attn_core) or 64 (attn_core_d64)
 #endif
+#ifndef ATTN_BLOCK_Q
+#define ATTN_BLOCK_Q 128   // the core's build (fact block_q); the interfaces below assume 128
+#endif
 
 namespace attn {
-constexpr unsigned BLOCK = 128;        // rows of a Q / K / V tile
-constexpr unsigned HEAD_DIM = ATTN_HEAD_DIM;  // d of the core's build (loader and store read the fact)
+// BLOCK, HEAD_DIM, CHUNK_BYTES and TILE_BYTES are the core's build: it owns them as facts
+// block_q and head_dim (PL_OWN_FACT). Every other component reads the linked facts through
+// PL_FACT (tests/test_attention_mutations.py checks no other source names these constants), so
+// a reader cannot hold a value the link did not check.
+constexpr unsigned BLOCK = ATTN_BLOCK_Q;  // rows of a Q / K / V tile
+constexpr unsigned HEAD_DIM = ATTN_HEAD_DIM;  // d of the core's build
 constexpr unsigned CHUNK_BYTES = BLOCK * 128;   // one 64-column swizzle chunk of a tile
 constexpr unsigned TILE_BYTES = HEAD_DIM / 64 * CHUNK_BYTES;  // 32 KiB (d = 128), 16 KiB (d = 64)
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "the core is built for d = 64 or 128");

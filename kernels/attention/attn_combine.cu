@@ -23,7 +23,7 @@ struct Params {  // o = "ptr"; q_len, bh, splits = "u32"
   uint4* o;      // 8 bf16 per uint4
   uint32_t q_len, bh, splits;
 };
-constexpr unsigned ROWS = 16, D = attn::HEAD_DIM, SLOT = ROWS * D + ROWS;  // floats per slot
+constexpr unsigned ROWS = 16;  // decode rows (attention.py: q_len <= 16); this component's own
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -44,6 +44,9 @@ PL_IMPORT(out) {
   const unsigned g = (t % 32) / 4, qd = t % 4;
   const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];
   const unsigned rows = min(p.q_len, ROWS);
+  // A slot's row stride is the linked head_dim (the core's fact; the contract accepts 128: the
+  // merge below covers 16 groups of 8 columns), never a compile-time copy of it.
+  const unsigned D = PL_FACT(head_dim), SLOT = ROWS * D + ROWS;  // floats per slot
   float* ws = static_cast<float*>(PL_WORKSPACE(partials));
   unsigned* counters = static_cast<unsigned*>(PL_WORKSPACE(counters));
   float* slot = ws + ((size_t)bh * splits + split) * SLOT;
@@ -94,5 +97,4 @@ PL_IMPORT(out) {
       make_uint4(pack_bf16(acc[0] * inv, acc[1] * inv), pack_bf16(acc[2] * inv, acc[3] * inv),
                  pack_bf16(acc[4] * inv, acc[5] * inv), pack_bf16(acc[6] * inv, acc[7] * inv));
   (void)PL_FACT(block_q);
-  (void)PL_FACT(head_dim);
 }

@@ -27,7 +27,7 @@ ATTN_PREFILL_TILE
 ATTN_KV_COUNT { return ld(aux, 8 + qb * ld(aux, 7)); }
 ATTN_KV_BLOCK {
   const unsigned b = ld(aux, 9 + qb * ld(aux, 7) + i);
-  return b == attn_cp_causal::global_row(aux, qb * attn::BLOCK) / attn::BLOCK ? (b | attn::PARTIAL) : b;
+  return b == attn_cp_causal::global_row(aux, qb * ATTN_BLOCK) / ATTN_BLOCK ? (b | attn::PARTIAL) : b;
 }
 // q: local row; k0: global key (the block index kv_block returned, times 128, plus the column)
 ATTN_MASK_BITS { return attn_variant::below(k0, (int)attn_cp_causal::global_row(aux, q) + 1); }

@@ -34,9 +34,10 @@ static_assert(offsetof(AttnCpLoaderParams, q_len) == 24 && offsetof(AttnCpLoader
                   sizeof(AttnCpLoaderParams) == 320, "params layout (docs/CONTRACTS.md)");
 
 namespace {
-__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar) {
+// Two boxes of [blk rows, 64 cols] (head_dim 128: the contract accepts only that), blk * 128 bytes each.
+__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned blk) {
   pl::tma_load_2d(dst, map, 0, row, bar);
-  pl::tma_load_2d(dst + attn::CHUNK_BYTES, map, 64, row, bar);
+  pl::tma_load_2d(dst + blk * 128, map, 64, row, bar);
 }
 using pl::ld_acquire_sys;  // pipelink.h: system-scope flags (peers are other GPUs)
 using pl::red_release_sys;
@@ -81,7 +82,7 @@ PL_ENTRY(run) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
     pl::mbar_wait(qempty, (it & 1u) ^ 1u);  // ring q has one stage; a fresh barrier passes parity 1
     pl::mbar_arrive_expect_tx(qfull, bytes);
-    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull);
+    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull, blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned gb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
@@ -98,7 +99,7 @@ PL_ENTRY(run) {
         const int row = (int)(region + ((size_t)part * p.bh + bh) * p.kv_len + j);
         pl::mbar_wait(empty + stage, phase ^ 1u);
         pl::mbar_arrive_expect_tx(full + stage, bytes);
-        load_tile(buf + stage * bytes, &p.tmap_kv, row, full + stage);
+        load_tile(buf + stage * bytes, &p.tmap_kv, row, full + stage, blk);
         if (++stage == depth) { stage = 0; phase ^= 1u; }
       }
     }

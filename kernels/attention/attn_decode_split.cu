@@ -14,9 +14,9 @@ ATTN_TILE_SIGNATURE {
   return t == 0;  // one tile per CTA
 }
 ATTN_KV_COUNT {
-  const unsigned nkv = kv_len / attn::BLOCK, ns = gridDim.x;
+  const unsigned nkv = kv_len / ATTN_BLOCK, ns = gridDim.x;
   return (split + 1) * nkv / ns - split * nkv / ns;
 }
-ATTN_KV_BLOCK { return split * (kv_len / attn::BLOCK) / gridDim.x + i; }
+ATTN_KV_BLOCK { return split * (kv_len / ATTN_BLOCK) / gridDim.x + i; }
 ATTN_MASK_BITS { return ~0u; }
 ATTN_NO_SCORE_MOD

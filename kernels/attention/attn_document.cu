@@ -19,6 +19,7 @@ __device__ __forceinline__ unsigned batch(unsigned bh, const void* aux) { return
 
 ATTN_LISTED_TILE(10)  // tiles of uneven length (document sizes): the host's schedule
 ATTN_KV_COUNT {
+  (void)ATTN_BLOCK;  // the host's tables count blocks of block_q = 128 rows (attention_masks.py)
   const unsigned r = batch(bh, aux) * ld(aux, 2) + qb;
   return ld(aux, ld(aux, 4) + r) - ld(aux, ld(aux, 3) + r);
 }

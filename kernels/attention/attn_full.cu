@@ -5,7 +5,7 @@
 #include "attn_variant.h"
 
 ATTN_PREFILL_TILE
-ATTN_KV_COUNT { return kv_len / attn::BLOCK; }
+ATTN_KV_COUNT { return kv_len / ATTN_BLOCK; }
 ATTN_KV_BLOCK { return i; }
 ATTN_MASK_BITS { return ~0u; }
 ATTN_NO_SCORE_MOD

@@ -31,10 +31,12 @@ static_assert(offsetof(AttnLoaderParams, q_len) == 32 && offsetof(AttnLoaderPara
                   sizeof(AttnLoaderParams) == 448, "params layout (docs/CONTRACTS.md)");
 
 namespace {
-// d / 64 boxes of [128 rows, 64 cols] (d = head_dim: 128 or 64, a link-time constant).
-__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d) {
+// d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 128 or 64; blk =
+// block_q: link-time constants, the core's facts).
+__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d,
+                                          unsigned blk) {
   pl::tma_load_2d(dst, map, 0, row, bar);
-  if (d > 64) pl::tma_load_2d(dst + attn::CHUNK_BYTES, map, 64, row, bar);
+  if (d > 64) pl::tma_load_2d(dst + blk * 128, map, 64, row, bar);
 }
 }  // namespace
 
@@ -61,7 +63,7 @@ PL_ENTRY(run) {
     pl::mbar_wait(qempty + qs, ((it / qdepth) & 1u) ^ 1u);  // a fresh barrier passes parity 1
     pl::mbar_arrive_expect_tx(qfull + qs, bytes);
     load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull + qs,
-              PL_FACT(head_dim));
+              PL_FACT(head_dim), blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
@@ -70,7 +72,7 @@ PL_ENTRY(run) {
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
         pl::mbar_wait(empty + stage, phase ^ 1u);
         pl::mbar_arrive_expect_tx(full + stage, bytes);
-        load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage, PL_FACT(head_dim));
+        load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage, PL_FACT(head_dim), blk);
         if (++stage == depth) { stage = 0; phase ^= 1u; }
       }
     }

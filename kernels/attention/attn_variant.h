@@ -6,6 +6,11 @@
 
 #include "attn.h"
 
+// The tile rows: the core's fact (every variant contract reads it, accept = [128]: mask_bits
+// hands 32 bits of a row to each of 4 threads, 128 keys). pl_inst is in scope in a callable.
+PL_DECLARE_FACT(block_q);
+#define ATTN_BLOCK PL_FACT(block_q)
+
 // Prefill, persistent: the (q_len / 128) x bh tiles in the order last Q block first (the most
 // KV blocks, for causal masks), every head's before the next Q block's; CTA c of G takes one
 // tile of each run of G, boustrophedon (t even: c, t odd: G - 1 - c), so a CTA that took a
@@ -16,7 +21,7 @@
                                   const void* aux, unsigned* info)
 #define ATTN_PREFILL_TILE                                                                       \
   ATTN_TILE_SIGNATURE {                                                                         \
-    const unsigned qbs = q_len / attn::BLOCK, g = gridDim.x;                                     \
+    const unsigned qbs = q_len / ATTN_BLOCK, g = gridDim.x;                                      \
     const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
     if (lin >= qbs * bh) return 0u; /* later runs start past it too: this CTA is done */        \
     info[0] = qbs - 1 - lin / bh;                                                                \
@@ -30,7 +35,7 @@
 // Q-block-major order re-read K/V from DRAM, 78% of DRAM bandwidth at S = 8K).
 #define ATTN_PREFILL_TILE_HEAD_MAJOR                                                            \
   ATTN_TILE_SIGNATURE {                                                                         \
-    const unsigned qbs = q_len / attn::BLOCK, g = gridDim.x;                                     \
+    const unsigned qbs = q_len / ATTN_BLOCK, g = gridDim.x;                                      \
     const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
     if (lin >= qbs * bh) return 0u;                                                              \
     info[0] = qbs - 1 - lin % qbs;                                                               \

@@ -118,7 +118,7 @@ def _side(inst: Instance) -> str:
 class _Diags:
     def __init__(self):
         self.items: list[Diagnostic] = []
-        self.unbound_importers: set[str] = set()  # instances with an import that found no export
+        self.unbound_importers: set[str] = set()  # instances with an import that found no (valid) export
 
     def add(self, code, message, *, clause="", facts=(), hint=""):
         self.items.append(Diagnostic(code, message, clause, tuple(facts), hint))
@@ -446,6 +446,7 @@ def _check_tensors(comp: Composition, d: _Diags, ev, binds: BindPlan) -> list[Tr
         es = [ev(x, ei, f"export.{et.name}.shape", et.origin) for x in et.shape]
         is_ = [ev(x, ii, f"import.{it.name}.shape", it.origin) for x in it.shape]
         if None in es or None in is_:
+            d.unbound_importers.add(ii.name)  # C-EXPR said why: no L-ROLE cascade
             continue
         ok = True
         if es != is_:
@@ -465,7 +466,8 @@ def _check_tensors(comp: Composition, d: _Diags, ev, binds: BindPlan) -> list[Tr
                   facts=both("space/scope", f"{et.space}/{et.scope}", f"{it.space}/{it.scope}"),
                   hint="generated transfers move register tiles between the same threads of one block")
             ok = False
-        if not ok:
+        if not ok:  # a rejected binding: its importer's caller is unknown, not missing (no L-ROLE)
+            d.unbound_importers.add(ii.name)
             continue
         kind = "direct"
         if et.layout != it.layout:
@@ -475,6 +477,7 @@ def _check_tensors(comp: Composition, d: _Diags, ev, binds: BindPlan) -> list[Tr
                 d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: layout {et.layout!r} cannot be converted to {it.layout!r}",
                       clause=f"import.{it.name}.layout", facts=both("layout", et.layout, it.layout),
                       hint=f"the linker stages between {sorted(STAGEABLE_LAYOUTS)}; otherwise use the same layout on both sides")
+                d.unbound_importers.add(ii.name)
                 continue
         threads = _scope_threads(ei, et)
         n = 1
@@ -486,12 +489,14 @@ def _check_tensors(comp: Composition, d: _Diags, ev, binds: BindPlan) -> list[Tr
                   f"{_side(ii)} imports {it.layout!r}; only a role's exports can be staged",
                   clause=f"import.{it.name}.layout", facts=both("layout", et.layout, it.layout),
                   hint="use the same layout on both sides, or export from a role component")
+            d.unbound_importers.add(ii.name)
             continue
         if kind == "staged" and (threads == 0 or n % threads):
             d.add("L-TENSOR-LAYOUT", f"tensor {it.name!r}: {n} elements do not divide among {threads} threads",
                   clause=f"export.{et.name}.shape", facts=both("shape", es, is_),
                   hint="a staged transfer gives every thread of the scope the same number of elements: "
                        "make the tile a multiple of the thread count, or use the same layout on both sides")
+            d.unbound_importers.add(ii.name)
             continue
         out.append(Transfer(ei, et, ii, it, kind, tuple(es), threads))
     for ei, et in exports:

@@ -84,7 +84,8 @@ def contracted_link(kernel: str, packages: list, mutant, *, arch: str | None = N
     except Rejected as e:
         diags = list(e.diagnostics)
         return ({"format": RESULT_FORMAT, "outcome": "rejected", "codes": [d.code for d in diags],
-                 "messages": [d.message for d in diags]}, b"", {})
+                 "messages": [d.message for d in diags],
+                 "diagnostics": [d.to_json() for d in diags]}, b"", {})  # clause, facts (file:line), hint
     return ({"format": RESULT_FORMAT, "outcome": "linked", "codes": [], "facts": dict(res.manifest["facts"]),
              "ring_depths": dict(res.placement.depths),
              "dynamic_smem": res.placement.dynamic_smem}, res.cubin, res.manifest)
