@@ -277,7 +277,7 @@ def _dev_index(v) -> int | None:
 
 
 def _pointer(name: str, v, device: int | None) -> int:
-    if isinstance(v, bool):
+    if _is_bool(v):
         raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) got a bool",
                           hint="pass a CUDA tensor or a device pointer (int)")
     if _is_tensor(v):
@@ -306,7 +306,11 @@ def _pointer(name: str, v, device: int | None) -> int:
             if tuple(strides) != tuple(reversed(want)) and math.prod(shape) > 1:
                 raise LaunchError("R-LAYOUT", f"parameter {name!r}: array with strides {tuple(strides)} is not "
                                   "C-contiguous", hint="pass a contiguous copy")
-        return int(cai["data"][0])
+        try:
+            return int(cai["data"][0])
+        except (TypeError, ValueError, KeyError, IndexError):
+            raise LaunchError("R-PARAM", f"parameter {name!r}: __cuda_array_interface__ has no data pointer",
+                              hint="pass a non-empty device array") from None
     try:
         p = operator.index(v)
     except TypeError:
@@ -318,28 +322,39 @@ def _pointer(name: str, v, device: int | None) -> int:
     return p
 
 
+def _is_bool(v) -> bool:
+    """A Python or numpy bool (which `operator.index` / `float` would turn into 0 or 1)."""
+    return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"
+
+
 def _scalar(name: str, t: str, v) -> int | float:
-    if isinstance(v, bool) or _is_tensor(v):
+    if _is_bool(v) or _is_tensor(v) or isinstance(v, (str, bytes)):
         raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__}",
                           hint=f"pass a Python {'number' if t == 'f32' else 'int'}"
                                + (" (for a tensor's size, use e.g. x.shape[0])" if _is_tensor(v) else ""))
     if t == "f32":
         try:
             f = float(v)
+        except OverflowError:
+            f = _FLT_MAX * 2
         except (TypeError, ValueError):
             raise LaunchError("R-PARAM", f"parameter {name!r} (f32) got {type(v).__name__}",
                               hint="pass a float") from None
+        if f != f:
+            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) is NaN", hint="pass a number")
         if math.isfinite(f) and abs(f) > _FLT_MAX:
-            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} overflows a float")
+            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} overflows a float",
+                              hint=f"pass a value of magnitude <= {_FLT_MAX:.4g} (or inf)")
         return f
     try:
         i = operator.index(v)
     except TypeError:
-        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__} {v!r}",
+        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__} {v!r:.60}",
                           hint="pass an int (floats are not rounded for you)") from None
     lo, hi = _TYPES[t][2]  # type: ignore[misc]
     if not lo <= i <= hi:
-        raise LaunchError("R-PARAM", f"parameter {name!r} = {i} is out of range for {t} [{lo}, {hi}]")
+        raise LaunchError("R-PARAM", f"parameter {name!r} = {i} is out of range for {t} [{lo}, {hi}]",
+                          hint="the kernel's parameter holds only that range: split the problem or check the value")
     return i
 
 
@@ -449,6 +464,8 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
     else:
         g = [grid] if isinstance(grid, int) else list(grid)
         try:
+            if any(_is_bool(x) for x in g):
+                raise TypeError("bool")
             dims = [operator.index(x) for x in g]
         except TypeError:
             raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints") from None
@@ -605,31 +622,10 @@ def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, l
 # --------------------------------------------------------------------------------------
 
 
-def expect_tensor(name: str, t, *, shape: Iterable[int | None] | None = None, dtype=None,
-                  device: int | None = None, contiguous: bool = True, align: int = 0) -> None:
-    """Raise R-* if tensor `t` is not what a wrapper needs (None in `shape` = any size)."""
-    if not _is_tensor(t):
-        raise LaunchError("R-PARAM", f"{name} must be a CUDA tensor, got {type(t).__name__}")
-    if not t.is_cuda:
-        raise LaunchError("R-DEVICE", f"{name} is on {t.device}, not on a GPU", hint=f"{name}.cuda()")
-    idx = _dev_index(t)
-    if device is not None and idx != device:
-        raise LaunchError("R-DEVICE", f"{name} is on cuda:{idx}, expected cuda:{device}",
-                          hint="put all operands on one device")
-    if dtype is not None and t.dtype != dtype:
-        raise LaunchError("R-DTYPE", f"{name} has dtype {t.dtype}, expected {dtype}", hint=f"{name}.to({dtype})")
-    if shape is not None:
-        shape = tuple(shape)
-        got = tuple(t.shape)
-        if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape)):
-            want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
-            raise LaunchError("R-SHAPE", f"{name} has shape {list(got)}, expected {want}")
-    if contiguous and not t.is_contiguous():
-        raise LaunchError("R-LAYOUT", f"{name} (shape {list(t.shape)}, strides {list(t.stride())}) is not "
-                          "contiguous row-major", hint=f"pass {name}.contiguous()")
-    if align and t.data_ptr() % align:
-        raise LaunchError("R-LAYOUT", f"{name}'s data pointer {t.data_ptr():#x} is not {align}-byte aligned",
-                          hint="pass a tensor that starts at an aligned address (e.g. not an odd slice)")
+def expect_tensor(name: str, t, **kw) -> None:
+    """Raise R-* if tensor `t` is not what a wrapper needs: `pipelink.entry.expect_tensor`."""
+    from pipelink.entry import expect_tensor as check
+    check(name, t, **kw)
 
 
 # --------------------------------------------------------------------------------------
@@ -941,9 +937,13 @@ class Kernel:
             if torch is not None and torch.cuda.is_initialized():  # torch.cuda.graph); else the default
                 return int(torch.cuda.current_stream(self.device).cuda_stream)
             return 0
-        if isinstance(stream, bool):
-            raise LaunchError("R-PARAM", "stream must be a stream object or handle, not a bool")
+        if _is_bool(stream) or isinstance(stream, (float, str, bytes)) or _is_tensor(stream):
+            raise LaunchError("R-PARAM", f"stream must be a stream object or handle, not a {type(stream).__name__}",
+                              hint="pass a torch.cuda.Stream, an object with __cuda_stream__, or a handle (int)")
         if isinstance(stream, int):
+            if not 0 <= stream < 2**64:
+                raise LaunchError("R-PARAM", f"stream handle {stream} is not a 64-bit handle",
+                                  hint="pass torch.cuda.Stream().cuda_stream or None (the current stream)")
             return stream
         if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
             dev = getattr(stream, "device", None)
