@@ -6,6 +6,7 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
   integer(name, v, lo, hi)        an int (numpy ints too; never a bool, float, str or tensor) in [lo, hi]
   real(name, v, positive=...)     a finite real number that fits a float32 (never a bool, str or tensor)
   flag(name, v)                   True or False (not 0/1, not a string)
+  device_index(v), expect_stream(s), tensor_device(t)
   optional_dir(name, v)           None, or a non-empty str / os.PathLike
   expect_tensor(name, t, ...)     a strided tensor on the GPU: dtype, shape, no zero-size dims
                                   (nonempty=), dense row-major, aligned, not a lazy negated/
@@ -99,6 +100,29 @@ def device_index(v) -> int:
     return integer("device", v, 0, I32_MAX, code="R-DEVICE", hint="device= is a GPU index: 0, 1, ...")
 
 
+def tensor_device(t) -> int:
+    """The GPU index of a tensor that passed expect_tensor (cuda without an index: 0)."""
+    idx = _dev_index(t)
+    return 0 if idx is None else int(idx)
+
+
+def expect_stream(stream) -> None:
+    """None (torch's current stream), a handle (int in 0 .. 2^64-1), or a stream object
+    (torch.cuda.Stream, __cuda_stream__, cuda.bindings CUstream); the device is the runtime's check."""
+    if stream is None or hasattr(stream, "cuda_stream") or hasattr(stream, "__cuda_stream__"):
+        return
+    if is_bool(stream) or isinstance(stream, (float, str, bytes)) or _is_tensor(stream):
+        ok = False
+    else:
+        try:
+            ok = 0 <= int(stream) < 2**64
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+    if not ok:
+        raise LaunchError("R-PARAM", f"stream = {_show(stream)} ({type(stream).__name__}) is not a CUDA stream",
+                          hint="pass None (torch's current stream), a torch.cuda.Stream, or a stream handle")
+
+
 def expect_tensor(name: str, t, *, shape=None, dtype=None, device: int | None = None, contiguous: bool = True,
                   align: int = 0, nonempty: bool = False) -> None:
     """Raise R-* if `t` is not what a wrapper needs (None in `shape` = any size). Works on
@@ -170,13 +194,14 @@ def _span(t) -> tuple[int | None, int, int] | None:
 
 
 def expect_disjoint(out_name: str, out, inputs: Mapping[str, Any]) -> None:
-    """R-LAYOUT if the memory `out` spans meets the memory of any (tensor) input: the kernel
-    reads the inputs while it writes the output, so an overlap gives wrong results."""
+    """R-LAYOUT if the memory `out` spans meets the memory of any input (a tensor, or a span
+    (device, first byte, end)): the kernel reads the inputs while it writes the output, so an
+    overlap gives wrong results."""
     o = _span(out)
     if o is None:
         return
     for name, t in inputs.items():
-        s = _span(t) if t is not None else None
+        s = t if isinstance(t, tuple) else _span(t) if t is not None else None
         if s is not None and s[0] == o[0] and s[1] < o[2] and o[1] < s[2]:
             raise LaunchError("R-LAYOUT", f"{out_name} shares memory with {name} (bytes {o[1]:#x}..{o[2]:#x} and "
                               f"{s[1]:#x}..{s[2]:#x}): the kernel reads {name} while it writes {out_name}",
