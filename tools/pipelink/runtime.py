@@ -155,7 +155,7 @@ class Manifest:
                               hint="pass manifest_path=, or keep <kernel>.manifest.json beside the cubin "
                                    "(`pipelink link --out-dir` writes both)") from None
         except (OSError, ValueError) as e:
-            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}") from None
+            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}", hint="relink it") from None
         return cls.from_dict(data, str(p))
 
     @classmethod
@@ -318,7 +318,7 @@ def _pointer(name: str, v, device: int | None) -> int:
                           hint="pass a CUDA tensor, an object with __cuda_array_interface__, or a device "
                                "pointer as an int") from None
     if not 0 <= p < 2**64:
-        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) = {p} is not a 64-bit address")
+        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) = {p} is not a 64-bit address", hint="0 .. 2^64-1")
     return p
 
 
@@ -340,11 +340,9 @@ def _scalar(name: str, t: str, v) -> int | float:
         except (TypeError, ValueError):
             raise LaunchError("R-PARAM", f"parameter {name!r} (f32) got {type(v).__name__}",
                               hint="pass a float") from None
-        if f != f:
-            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) is NaN", hint="pass a number")
-        if math.isfinite(f) and abs(f) > _FLT_MAX:
-            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} overflows a float",
-                              hint=f"pass a value of magnitude <= {_FLT_MAX:.4g} (or inf)")
+        if f != f or (math.isfinite(f) and abs(f) > _FLT_MAX):
+            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} is NaN or overflows a float",
+                              hint=f"pass a number of magnitude <= {_FLT_MAX:.4g} (or inf)")
         return f
     try:
         i = operator.index(v)
@@ -387,7 +385,7 @@ def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = N
         if n in params:
             v = _scalar(n, "i32", params[n])
             if v < 0:
-                raise LaunchError("R-PARAM", f"launch size {n!r} = {v} is negative")
+                raise LaunchError("R-PARAM", f"launch size {n!r} = {v} is negative", hint="pass a size >= 0")
             out[n] = v
     return out
 
@@ -467,10 +465,11 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
             if any(_is_bool(x) for x in g):
                 raise TypeError("bool")
             dims = [operator.index(x) for x in g]
+            if not 1 <= len(dims) <= 3:
+                raise TypeError("length")
         except TypeError:
-            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints") from None
-        if not 1 <= len(dims) <= 3:
-            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints")
+            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints", hint="grid=(x, y, z) of ints, or "
+                              "None for the manifest's grid") from None
         dims += [1] * (3 - len(dims))
         origin = [f"grid[{i}] given as {d}" for i, d in enumerate(dims)]
     for i, d in enumerate(dims):
@@ -481,7 +480,8 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
             raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, above the CUDA limit {_GRID_LIMITS[i]}",
                               hint="split the problem into several launches")
         if d % m.cluster[i]:
-            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, not a multiple of the cluster size {m.cluster[i]}")
+            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, not a multiple of the cluster size {m.cluster[i]}",
+                              hint="launch whole clusters: a multiple of the cluster size")
     fit = values.get("resident_ctas")
     if m.co_resident and fit is not None and dims[0] * dims[1] * dims[2] > fit:
         raise LaunchError("R-GRID", f"{dims[0] * dims[1] * dims[2]} CTAs ({', '.join(origin)}), but only {fit} fit on "
@@ -597,7 +597,8 @@ def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, l
         try:
             n = w.size(env)
         except ExprError as e:
-            raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}") from None
+            raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}",
+                              hint="relink: the workspace size names parameters the kernel lacks") from None
         key = w.name if w.scope == "kernel" else f"{w.instance}.{w.name}"
         if key in lent:
             ptr, have = lent[key]
@@ -622,8 +623,7 @@ def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, l
 # --------------------------------------------------------------------------------------
 
 
-def expect_tensor(name: str, t, **kw) -> None:
-    """Raise R-* if tensor `t` is not what a wrapper needs: `pipelink.entry.expect_tensor`."""
+def expect_tensor(name: str, t, **kw) -> None:  # the tensor checks of wrappers: pipelink.entry
     from pipelink.entry import expect_tensor as check
     check(name, t, **kw)
 
@@ -665,7 +665,7 @@ def _check(drv, res, what: str, *, code: str = "R-CUDA", hint: str = ""):
                 E.CUDA_ERROR_INVALID_HANDLE: "the stream belongs to another device or context",
                 E.CUDA_ERROR_ILLEGAL_ADDRESS: "an earlier kernel faulted; the context is unusable (run under "
                                               "compute-sanitizer to find it)",
-            }.get(err, "")
+            }.get(err, "the driver's error is quoted above (cuda.bindings' CUresult)")
         raise LaunchError(code, f"{what} failed: {text}", hint=hint)
     if isinstance(res, tuple):
         return res[1] if len(res) == 2 else res[1:]
@@ -895,12 +895,12 @@ class Kernel:
     def launch_with(self, params: Mapping[str, Any], *, grid=None, stream=None, workspaces=None) -> LaunchPlan:
         """Launch with parameters from a dict (for parameter names like `grid` or `stream`)."""
         if self._module is None:
-            raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
+            raise LaunchError("R-CUDA", f"kernel {self.name} was closed", hint="load it again")
         return self._launch_plan(self.plan(params, grid, workspaces), stream)
 
     def _launch_plan(self, p: LaunchPlan, stream) -> LaunchPlan:
         if self._module is None:
-            raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
+            raise LaunchError("R-CUDA", f"kernel {self.name} was closed", hint="load it again")
         h = self._stream_handle(stream)
         drv, m = self._drv, self.manifest
         buf = ctypes.create_string_buffer(p.params, len(p.params))
