@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -293,3 +293,82 @@ def test_document_ids_must_not_decrease():
     assert e.code == "R-PARAM" and "non-decreasing" in str(e)
     ok = (torch.arange(S, dtype=torch.int32) // 100)[None]
     assert document_aux(ok, 1, H, S, torch.device("cpu"), 4).dtype == torch.int32
+
+
+POOL = [None, 0, 1, -1, 100, 2, 2**31, 2**40, 1.5, 30.0, float("nan"), float("inf"), 1e39, True, False, "x",
+        np.int64(100), np.float32(2.0), np.bool_(True), [1.0, 0.5], (0.5, 0.25), torch.tensor(2.0)]
+
+
+def test_fuzz_keyword_arguments(kern):
+    """Every combination the fuzzer might try: a LaunchError (no launch) or one launch whose
+    variant reads exactly the keyword arguments given."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    q, k, v = qkv()
+    q1 = randn(B, H, 1, D)
+    extra = {"block_mask": mask(), "doc_ids": doc_ids()}
+    names = ["window", "softcap", "slopes", "splits", "scale", "block_mask", "doc_ids"]
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.sampled_from(list(A.VARIANTS) + ["nope", None, 3]),
+           st.dictionaries(st.sampled_from(names), st.integers(0, len(POOL))))
+    def run(variant, picks):
+        kw = {n: (extra[n] if n in extra and i == len(POOL) else POOL[i % len(POOL)]) for n, i in picks.items()}
+        before = len(kern.launches)
+        try:
+            A.attention(q1 if variant == "decode" else q, k, v, variant, out=empty(*(q1 if variant == "decode" else q).shape),
+                        **kw)
+        except LaunchError as e:
+            assert e.code.startswith("R-") and e.hint and len(kern.launches) == before
+            return
+        assert len(kern.launches) == before + 1
+        p = kern.launches[-1]
+        assert type(p["scale"]) is float and 0 < p["scale"] < 3.5e38
+        given_ = {n for n, x in kw.items() if x is not None and n != "scale"}
+        assert given_ <= {n for n, r in A.READS.items() if r == variant}, (variant, kw)
+        if variant == "decode":
+            assert type(p["splits"]) is int and 1 <= p["splits"] <= S // 128
+
+    from pipelink.runtime import LaunchError
+    run()
+
+
+def test_cp_attention_call_checks():
+    import attention_cp as cp
+    region = torch.empty(1 << 22, dtype=torch.uint8)
+    c = cp.CpAttention.__new__(cp.CpAttention)
+    c.B, c.H, c.L, c.device = 1, 2, 256, 0
+    c.buf = SimpleNamespace(local=region.data_ptr(), stride=region.numel())
+    q, k, v, out = randn(1, 2, 256, D), randn(1, 2, 256, D), randn(1, 2, 256, D), empty(1, 2, 256, D)
+    assert c.check_call(q, k, v, out=out) == 1 / math.sqrt(D) and c.check_call(q, scale=np.float32(0.5)) == 0.5
+    in_buf = gpu(region[: 2 * 256 * D * 2].view(BF16).view(1, 2, 256, D))
+    for args, kw, code in [((q,), {"out": in_buf}, "R-LAYOUT"), ((in_buf, k, v), {}, "R-LAYOUT"),
+                           ((q,), {"out": q}, "R-LAYOUT"), ((q, k), {"out": k}, "R-LAYOUT"),
+                           ((q,), {"scale": 0}, "R-PARAM"), ((q,), {"scale": True}, "R-PARAM"),
+                           ((q,), {"scale": float("nan")}, "R-PARAM"), ((q,), {"stream": 2.0}, "R-PARAM"),
+                           ((randn(1, 2, 128, D),), {}, "R-SHAPE"), ((torch.zeros(1, 2, 256, D, dtype=BF16),), {}, "R-DEVICE"),
+                           ((q, [0]), {}, "R-PARAM"), ((q, randn(1, 2, 256, D, dtype=torch.float32)), {}, "R-DTYPE")]:
+        assert refused(c.check_call, *args, **kw).code == code, (args, kw)
+    c.check_call(in_buf)  # q may live in the buffer when nothing is copied into it
+
+
+def test_variant_aux_builds_what_the_checks_passed():
+    """_variant_aux (after load, before the launch) on CPU tensors: the checked values reach the
+    aux words unchanged (numpy numbers too), and it refuses what check_call refuses."""
+    q = torch.empty(2, H, S, D, dtype=BF16)
+    A._aux_cache.clear()
+    aux = lambda variant, **kw: A._variant_aux(variant, q, 2, H, S, **{  # noqa: E731
+        "block_mask": None, "window": None, "doc_ids": None, "softcap": None, **kw}).tolist()
+    assert aux("sliding", window=np.int64(300))[0] == 300
+    assert aux("softcap", softcap=np.float32(30.0))[0] == int(torch.tensor([30.0]).view(torch.int32))
+    words = aux("alibi", slopes=[0.5, np.float64(0.25)])
+    assert words[0] == H and torch.tensor(words[1:3], dtype=torch.int32).view(torch.float32).tolist() == [0.5, 0.25]
+    bm = create_block_mask(lambda b, h, q_, k: k <= q_, 2, None, S, S, device="cpu")
+    assert aux("block_sparse", block_mask=bm)[3] == H
+    ids = (torch.arange(S, dtype=torch.int32) // 50).repeat(2, 1)
+    assert aux("document", doc_ids=ids)[:3] == [S, H, S // 128]
+    assert aux("full") == [0, 0, 0, 0]
+    for variant, kw in [("sliding", {"window": 2**31}), ("softcap", {"softcap": True}), ("alibi", {"slopes": [1.0]}),
+                        ("document", {"doc_ids": ids.long()}), ("block_sparse", {"block_mask": "m"})]:
+        refused(aux, variant, **kw)
