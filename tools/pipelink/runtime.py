@@ -51,10 +51,10 @@ from pipelink.workspace import Arena, Workspace
 SUPPORTED_MANIFEST_FORMAT = 1
 
 RUNTIME_CODES: dict[str, str] = {
-    "R-PARAM": "a launch parameter is missing, unknown, of the wrong kind or out of its type's range",
+    "R-PARAM": "a launch parameter is missing, unknown, of the wrong kind or range, or ignored by the variant",
     "R-SHAPE": "a shape does not fit the kernel (grid not divisible, out of range, wrong tensor shape)",
     "R-DTYPE": "a tensor has the wrong element type",
-    "R-LAYOUT": "a tensor is not laid out as the kernel needs (contiguity, strides, alignment)",
+    "R-LAYOUT": "a tensor is not laid out as the kernel needs (contiguity, alignment), or an output overlaps an input",
     "R-DEVICE": "the GPU, its architecture or a tensor's device does not fit the kernel",
     "R-MANIFEST": "the manifest is missing, damaged, or disagrees with the cubin",
     "R-CUDA": "a CUDA driver call failed",
