@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -235,6 +236,10 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     (tmp_path / "attn_decode.cubin").write_bytes(b"\0" * 64)
     write_manifest(tmp_path / "attn_decode.manifest.json", attn, {"head_dim": 128, "block_q": 128})
     assert "splits" in str(refused(A.load, "decode", kernel_dir=tmp_path))  # a prefill build named attn_decode
+    write_manifest(tmp_path / "attn_full.manifest.json", attn, {"head_dim": 128, "block_q": 128})
+    assert "not a CUDA cubin" in str(refused(A.load, "full", kernel_dir=tmp_path))  # the right manifest, no ELF
+    (tmp_path / "attn_full.cubin").write_bytes(b"\x7fELF" + b"\0" * 14 + (62).to_bytes(2, "little") + b"\0" * 40)
+    assert "not a CUDA cubin" in str(refused(A.load, "full", kernel_dir=tmp_path))  # an x86-64 ELF
 
 
 def _mask_rows(aux, B, H):
@@ -372,3 +377,17 @@ def test_variant_aux_builds_what_the_checks_passed():
     for variant, kw in [("sliding", {"window": 2**31}), ("softcap", {"softcap": True}), ("alibi", {"slopes": [1.0]}),
                         ("document", {"doc_ids": ids.long()}), ("block_sparse", {"block_mask": "m"})]:
         refused(aux, variant, **kw)
+
+
+def test_built_kernels_pass_the_manifest_checks(monkeypatch):
+    """Every kernel Bazel built passes load()'s manifest and cubin checks (stops before the GPU)."""
+    bin_ = Path(A.kernel_dir_default())
+    if not (bin_ / "attn_full.manifest.json").is_file():
+        pytest.skip(f"{bin_} is not built")
+    monkeypatch.setattr(A, "Kernel", SimpleNamespace(load=lambda c, m, d: ("loaded", c.name)))
+    A._cache.clear()
+    for variant in A.VARIANTS:
+        for d in ((128,) if variant == "decode" else A.HEAD_DIMS):
+            for control in (False, True):
+                assert A.load(variant, head_dim=d, control=control)[0] == "loaded"
+    A._cache.clear()

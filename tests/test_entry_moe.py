@@ -5,7 +5,9 @@ so they cost no memory), the kernel is a launch counter; skipped where torch is 
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -118,6 +120,8 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 4})
     assert "top_k" in str(refused(ms.MoeStep, tmp_path / "moe_step.cubin", tmp_path / "moe_step.manifest.json"))
     assert refused(ms.MoeStep, tmp_path / "moe_step.cubin", tmp_path / "moe_step.manifest.json", "x").code == "R-DEVICE"
+    write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 8, "block_m": 64})
+    assert "not a CUDA cubin" in str(refused(ms.load, tmp_path))
 
 
 @pytest.mark.parametrize("world, rank", [(1, 0), (2, 1), (8, 3)])
@@ -150,3 +154,16 @@ def test_ep_max_tokens_takes_numpy_ints(t):
 @pytest.mark.parametrize("t", [0, 65537, True, np.bool_(True), 2.0, np.float64(2.0), "16", None, [16]])
 def test_ep_max_tokens_is_r_shape(t):
     assert refused(moe_ep.check_max_tokens, t).code == "R-SHAPE"
+
+
+def test_built_kernels_pass_the_manifest_checks(monkeypatch):
+    bin_ = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")
+    if not (bin_ / "moe_step.manifest.json").is_file():
+        pytest.skip(f"{bin_} is not built")
+    monkeypatch.setattr(ms.Kernel, "load", classmethod(lambda cls, c, m, d: CountingKernel(
+        ms.PARAMS, facts={"top_k": 8, "block_m": 64})))
+    for name in ("moe_step", "moe_step_swiglu2"):
+        for control in (False, True):
+            if (bin_ / f"{name}{'.control' if control else ''}.cubin").is_file():
+                assert ms.MoeStep(bin_ / f"{name}{'.control' if control else ''}.cubin",
+                                  bin_ / f"{name}.manifest.json").kernel.manifest.facts["top_k"] == 8

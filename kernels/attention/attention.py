@@ -47,8 +47,8 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
-from pipelink.entry import (I32_MAX, device_index, expect_disjoint, expect_manifest, expect_stream, expect_tensor,
-                            flag, integer, optional_dir, real, refuse_unused, tensor_device)
+from pipelink.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
+                            expect_tensor, flag, integer, optional_dir, real, refuse_unused, tensor_device)
 
 from attention_masks import BlockMask, check_doc_ids, create_block_mask, document_aux  # noqa: E402,F401
 
@@ -99,6 +99,7 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
             expect_manifest(manifest, f"attention variant {variant!r} (d = {head_dim})",
                             params=PARAMS | ({"splits"} if variant == "decode" else set()),
                             facts={"head_dim": head_dim, "block_q": BLOCK}, hint=build)
+            expect_cubin(cubin, hint=build)
             k = _cache[key] = Kernel.load(cubin, manifest, device)
     return k
 

@@ -32,8 +32,8 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
-from pipelink.entry import (device_index, expect_disjoint, expect_manifest, expect_stream, expect_tensor, flag,
-                            optional_dir, tensor_device)
+from pipelink.entry import (device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
+                            expect_tensor, flag, optional_dir, tensor_device)
 
 HIDDEN, INTER, EXPERTS, TOP_K, MAX_TOKENS = 2048, 768, 128, 8, 65536
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +69,7 @@ class MoeStep:
         device = device_index(device)
         expect_manifest(manifest, "moe_step", params=PARAMS, facts={"top_k": TOP_K},
                         hint="point kernel_dir at bazel-bin/kernels (tools/bazel build //kernels:moe_step)")
+        expect_cubin(cubin, hint="relink: tools/bazel build //kernels:moe_step --output_groups=+control")
         self.kernel = Kernel.load(cubin, manifest, device)
         if not isinstance(self.kernel.manifest.facts.get("block_m"), int):
             raise LaunchError("R-MANIFEST", f"{manifest} has no block_m fact", hint="relink //kernels:moe_step")

@@ -15,6 +15,7 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
   refuse_unused(what, kwargs, reader)   R-PARAM for a keyword argument the chosen variant ignores
   expect_manifest(path, ...)      R-MANIFEST unless the manifest has the parameters/facts of the
                                   kernel the entry expects (read before the cubin is loaded)
+  expect_cubin(path)              R-MANIFEST unless the file is a CUDA ELF (not loaded onto the GPU)
 """
 
 from __future__ import annotations
@@ -234,3 +235,17 @@ def expect_manifest(path: str | Path, what: str, *, params: set[str], facts: Map
         raise LaunchError("R-MANIFEST", f"{path} is not a manifest of {what}: {', '.join(diff)}",
                           hint=hint or "point kernel_dir at the directory this kernel was built into")
     return m
+
+
+def expect_cubin(path: str | Path, hint: str = "") -> None:
+    """R-MANIFEST unless `path` is an ELF file for CUDA (e_machine 190): a truncated or foreign
+    file is refused here, not by the driver's module load."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError as e:
+        raise LaunchError("R-MANIFEST", f"cannot read cubin {path}: {e.strerror or e}",
+                          hint=hint or "point kernel_dir at the directory the kernel was built into") from None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or int.from_bytes(head[18:20], "little") != 190:
+        raise LaunchError("R-MANIFEST", f"{path} is not a CUDA cubin (no ELF header for EM_CUDA)",
+                          hint=hint or "relink it: `pipelink link` writes the cubin beside its manifest")
