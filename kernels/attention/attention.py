@@ -11,9 +11,27 @@
     out = attention(q1, k, v, variant="decode")                    # q1: [B, H, 1..16, 128], split-KV
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
-`kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Every bad
-input is refused before launching with pipelink.runtime.LaunchError (R-SHAPE, R-DTYPE,
-R-LAYOUT, R-DEVICE, R-PARAM) and a hint. Launches go on torch's current stream (graph-capturable).
+`kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
+torch's current stream (graph-capturable).
+
+Every bad input is refused by `check_call` before the kernel is loaded or anything launched,
+with pipelink.runtime.LaunchError, a code and a hint:
+  R-PARAM   variant not one of VARIANTS; a keyword argument the variant does not read
+            (block_mask, window, doc_ids, softcap, slopes, splits: each is read by one variant);
+            window not an int in 1 .. 2^31-1; softcap / scale / slopes not finite float32
+            numbers (softcap and scale > 0; bools, strings, tensors refused, numpy numbers
+            taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
+            control not a bool, kernel_dir not a path; a tensor that requires grad while
+            autograd records; a non-tensor where a tensor goes; doc_ids decreasing
+  R-SHAPE   not [B, H, S, D]; D not 128/64 (decode: 128); zero-size dims; lengths not multiples
+            of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
+            than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); decode B*H > 65535
+            (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
+  R-DTYPE   q/k/v/out not bf16, doc_ids not int32
+  R-DEVICE  CPU tensors, operands (or the block mask, doc_ids) on different GPUs
+  R-LAYOUT  non-contiguous, not 16-byte aligned (q, k, v, out: TMA), sparse or lazy views, an
+            out that shares memory with q, k, v (or doc_ids, the block mask)
+  R-MANIFEST  no kernel in kernel_dir, or a manifest that is not that attention variant's
 """
 
 from __future__ import annotations
@@ -22,22 +40,27 @@ import math
 import os
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from pipelink.runtime import Kernel, LaunchError, expect_tensor
+    from pipelink.runtime import Kernel, LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from pipelink.runtime import Kernel, LaunchError, expect_tensor
+    from pipelink.runtime import Kernel, LaunchError
+from pipelink.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
+                            expect_tensor, flag, integer, optional_dir, real, refuse_unused, tensor_device)
 
-from attention_masks import BlockMask, create_block_mask, document_aux  # noqa: E402,F401
+from attention_masks import BlockMask, check_doc_ids, create_block_mask, document_aux  # noqa: E402,F401
 
 BLOCK, HEAD_DIM, DECODE_ROWS = 128, 128, 16
 HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d64 (attn_<variant>_d64)
 PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi")
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
+READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document", "softcap": "softcap",
+         "slopes": "alibi", "splits": "decode"}  # the keyword arguments only one variant reads
+MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
+PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "scale"}  # the manifests' lent parameters
 _cache: dict[tuple, Kernel] = {}
 _aux_cache: dict[tuple, object] = {}
 _lock = threading.Lock()
@@ -48,17 +71,36 @@ def kernel_dir_default() -> Path:
     return Path(d) if d else Path(__file__).resolve().parents[2] / "bazel-bin" / "kernels" / "attention"
 
 
+def check_variant(variant) -> str:
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise LaunchError("R-PARAM", f"unknown attention variant {variant!r:.60}", hint=f"one of {', '.join(VARIANTS)}")
+    return variant
+
+
 def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM) -> Kernel:
-    if variant not in VARIANTS:
-        raise LaunchError("R-PARAM", f"unknown attention variant {variant!r}", hint=f"one of {', '.join(VARIANTS)}")
-    d = Path(kernel_dir) if kernel_dir else kernel_dir_default()
+    """The (cached) kernel attn_<variant>[_d64] on `device`; R-MANIFEST if kernel_dir has none,
+    or its manifest is not that variant's (parameters, head_dim), before the cubin is loaded."""
+    variant, device = check_variant(variant), device_index(device)
+    kdir, control = optional_dir("kernel_dir", kernel_dir), flag("control", control)
+    head_dim = integer("head_dim", head_dim, code="R-SHAPE")
+    if head_dim not in HEAD_DIMS or (variant == "decode" and head_dim != HEAD_DIM):
+        raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
+                          hint="d = 128 or 64 (prefill variants); decode: d = 128")
+    d = kdir or kernel_dir_default()
     name = f"attn_{variant}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
-    cubin = d / f"{name}{'.control' if control else ''}.cubin"
-    key = (str(cubin), int(device))
+    cubin, manifest = d / f"{name}{'.control' if control else ''}.cubin", d / f"{name}.manifest.json"
+    key = (str(cubin), device)
     with _lock:
         k = _cache.get(key)
         if k is None:
-            k = _cache[key] = Kernel.load(cubin, d / f"{name}.manifest.json", device)
+            build = f"tools/bazel build //kernels/attention:{name} --output_groups=+control, or pass kernel_dir="
+            if not cubin.is_file():
+                raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
+            expect_manifest(manifest, f"attention variant {variant!r} (d = {head_dim})",
+                            params=PARAMS | ({"splits"} if variant == "decode" else set()),
+                            facts={"head_dim": head_dim, "block_q": BLOCK}, hint=build)
+            expect_cubin(cubin, hint=build)
+            k = _cache[key] = Kernel.load(cubin, manifest, device)
     return k
 
 
@@ -78,22 +120,21 @@ def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
     return max(1, min(kv_len // BLOCK, num_sms // bh))
 
 
-def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = None, window: int | None = None,
-              doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
-              splits: int | None = None,
-              out=None, kernel_dir=None, control: bool = False, stream=None):
-    """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, H, Lkv, D], bf16, D = 128 or 64."""
+def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
+               scale=None, splits=None, out=None, kernel_dir=None, control=False, stream=None) -> dict:
+    """Every check of one `attention` call, without CUDA -> {B, H, Lq, Lkv, D, device, scale,
+    splits (None: the default), and the variant's own argument}."""
     import torch
-    if variant not in VARIANTS:
-        raise LaunchError("R-PARAM", f"unknown attention variant {variant!r}", hint=f"one of {', '.join(VARIANTS)}")
+    variant = check_variant(variant)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        expect_tensor(name, t, dtype=torch.bfloat16, device=None, align=16)
+        expect_tensor(name, t, dtype=torch.bfloat16, align=16)
         if t.dim() != 4:
             raise LaunchError("R-SHAPE", f"{name} has shape {list(t.shape)}; expected [B, H, S, {HEAD_DIM}]",
                               hint="FlexAttention layout: batch, heads, sequence, head dim")
-    dev = q.device.index or 0
+        expect_tensor(name, t, nonempty=True)
+    dev = tensor_device(q)
     for name, t in (("k", k), ("v", v)):
-        if t.device != q.device:
+        if tensor_device(t) != dev:
             raise LaunchError("R-DEVICE", f"{name} is on {t.device}, q on {q.device}", hint=f"{name}.to(q.device)")
     B, H, Lq, D = q.shape
     if D not in HEAD_DIMS or (variant == "decode" and D != HEAD_DIM):
@@ -103,38 +144,66 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
                           hint="k and v: [B, H, Lkv, D] with q's B, H and D (no GQA in this build)")
     Lkv = k.shape[2]
-    if Lkv == 0 or Lkv % BLOCK:
+    if Lkv % BLOCK:
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
                           hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding)")
     if variant == "decode":
         if not 1 <= Lq <= DECODE_ROWS:
             raise LaunchError("R-SHAPE", f"decode takes 1..{DECODE_ROWS} query rows, got {Lq}",
                               hint="use a prefill variant for longer queries")
-    elif Lq == 0 or Lq % BLOCK:
+        if B * H > 65535:
+            raise LaunchError("R-SHAPE", f"decode launches one CTA row per head: B*H = {B * H} > 65535 (grid y)",
+                              hint="split the batch into several calls")
+    elif Lq % BLOCK:
         raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK}",
                           hint=f"pad q to a multiple of {BLOCK}, or use variant='decode' for 1..16 rows")
     if variant in SQUARE and Lq != Lkv:
         raise LaunchError("R-SHAPE", f"variant {variant!r} needs q_len == kv_len, got {Lq} and {Lkv}",
                           hint="self-attention over one sequence (pack documents and use variant='document')")
-    kern = load(variant, dev, kernel_dir=kernel_dir, control=control, head_dim=D)
+    if B * H * max(Lq, Lkv) > MAX_ROWS:
+        raise LaunchError("R-SHAPE", f"B*H*S = {B * H * max(Lq, Lkv)} rows: the kernel addresses at most "
+                          f"{MAX_ROWS} (a 32-bit TMA row coordinate)", hint="split the batch or heads into several calls")
+    given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
+             "splits": splits}
+    refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if READS[n] != variant},
+                  {n: f"variant {r!r}" for n, r in READS.items()})
+    a = {"B": B, "H": H, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None,
+         **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
+                         softcap=softcap, slopes=slopes)}
+    if variant == "decode" and splits is not None:
+        a["splits"] = integer("splits", splits, 1, Lkv // BLOCK,
+                              hint=f"1 .. {Lkv // BLOCK} (each split takes one KV block at least), or None")
+    if out is not None:
+        expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=dev, align=16)
+        expect_disjoint("out", out, {"q": q, "k": k, "v": v, "doc_ids": doc_ids,
+                                     "block_mask": getattr(block_mask, "aux", None)})
+    a["scale"] = 1.0 / math.sqrt(D) if scale is None else real("scale", scale, positive=True, hint="default: 1/sqrt(d)")
+    optional_dir("kernel_dir", kernel_dir)
+    flag("control", control)
+    expect_stream(stream)
+    return a
+
+
+def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = None, window: int | None = None,
+              doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
+              splits: int | None = None,
+              out=None, kernel_dir=None, control: bool = False, stream=None):
+    """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, H, Lkv, D], bf16, D = 128 or 64."""
+    import torch
+    a = check_call(q, k, v, variant, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
+                   slopes=slopes, scale=scale, splits=splits, out=out, kernel_dir=kernel_dir, control=control,
+                   stream=stream)
+    B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
+    kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"])
     grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
-                       slopes=slopes, grid=grid)
+                       slopes=slopes, grid=max(grid, 1))
     if out is None:
         out = torch.empty_like(q)
-    else:
-        expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=dev, align=16)
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < math.inf:
-        raise LaunchError("R-PARAM", f"scale = {scale!r} must be a finite number > 0", hint="default: 1/sqrt(d)")
     params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
-              "scale": float(scale)}
+              "scale": a["scale"]}
     if variant == "decode":
-        s = splits or default_splits(B * H, Lkv, kern.num_sms)
-        if not 1 <= s <= Lkv // BLOCK:
-            raise LaunchError("R-PARAM", f"splits = {s} must be 1..{Lkv // BLOCK} (one KV block each at least)")
-        params["splits"] = s
+        params["splits"] = a["splits"] or default_splits(B * H, Lkv, kern.num_sms)
     kern.launch_with(params, stream=stream)
     return out
 
@@ -144,34 +213,56 @@ def alibi_slopes(H: int) -> list[float]:
     return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
 
 
-def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
-    import torch
-    if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits]
-        sl = alibi_slopes(H) if slopes is None else slopes
-        if (not isinstance(sl, (list, tuple)) or len(sl) != H
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in sl)):
-            raise LaunchError("R-PARAM", f"slopes must be {H} finite numbers (one per head)",
-                              hint="attention(..., variant='alibi', slopes=None) uses 2^(-8 (h + 1) / H)")
-        words = torch.tensor([float(x) for x in sl], dtype=torch.float32).view(torch.int32).tolist()
-        return _aux(q, [H, *words])
+def _variant_args(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes) -> dict:
+    """The checked argument of the variant (no CUDA call): {"window": int}, {"softcap": float},
+    {"slopes": [H floats]}, {} (block mask and doc_ids checked against the inputs' shape)."""
+    if variant == "alibi":
+        if slopes is None:
+            return {"slopes": alibi_slopes(H)}
+        if not isinstance(slopes, (list, tuple)) or len(slopes) != H:
+            raise LaunchError("R-PARAM", f"slopes must be a list of {H} numbers (one per head), got "
+                              f"{type(slopes).__name__}" + (f" of {len(slopes)}" if isinstance(slopes, (list, tuple))
+                                                            else ""),
+                              hint="attention(..., variant='alibi', slopes=None) uses 2^(-8 (h + 1) / H); "
+                                   "a tensor: slopes=t.tolist()")
+        return {"slopes": [real(f"slopes[{i}]", x) for i, x in enumerate(slopes)]}
     if variant == "sliding":
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise LaunchError("R-PARAM", f"window = {window!r}: the sliding variant needs an int window >= 1",
-                              hint="attention(..., variant='sliding', window=1024)")
-        return _aux(q, [window])
+        if window is None:
+            raise LaunchError("R-PARAM", "the sliding variant needs window=", hint="attention(..., variant='sliding', "
+                              "window=1024)")
+        return {"window": integer("window", window, 1, I32_MAX,
+                                  hint="an int in 1 .. 2^31-1 keys (k <= q and q - k < window)")}
     if variant == "softcap":
-        if not isinstance(softcap, (int, float)) or not softcap > 0 or math.isinf(softcap):
-            raise LaunchError("R-PARAM", f"softcap = {softcap!r}: needs a finite number > 0",
-                              hint="attention(..., variant='softcap', softcap=30.0)")
-        word = int(torch.tensor([float(softcap)], dtype=torch.float32).view(torch.int32).item())
-        return _aux(q, [word])
+        if softcap is None:
+            raise LaunchError("R-PARAM", "the softcap variant needs softcap=", hint="attention(..., variant='softcap', "
+                              "softcap=30.0)")
+        return {"softcap": real("softcap", softcap, positive=True, hint="a finite number > 0, e.g. softcap=30.0")}
     if variant == "block_sparse":
         if not isinstance(block_mask, BlockMask):
-            raise LaunchError("R-PARAM", "variant 'block_sparse' needs block_mask=create_block_mask(...)",
-                              hint="bm = create_block_mask(pred, B, H, Q_LEN, KV_LEN)")
+            raise LaunchError("R-PARAM", f"variant 'block_sparse' needs block_mask=create_block_mask(...), got "
+                              f"{type(block_mask).__name__}", hint="bm = create_block_mask(pred, B, H, Q_LEN, KV_LEN)")
         block_mask.check(B, H, S, S, q.device)
-        return block_mask.aux
+    if variant == "document":
+        check_doc_ids(doc_ids, B, H, S, q.device)
+    return {}
+
+
+def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
+    import torch
+    a = _variant_args(variant, q, B, H, S, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
+                      slopes=slopes)
+    if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits]
+        words = torch.tensor(a["slopes"], dtype=torch.float32).view(torch.int32).tolist()
+        return _aux(q, [H, *words])
+    if variant == "sliding":
+        return _aux(q, [a["window"]])
+    if variant == "softcap":
+        word = int(torch.tensor([a["softcap"]], dtype=torch.float32).view(torch.int32).item())
+        return _aux(q, [word])
+    if variant == "block_sparse":
+        return block_mask.aux_for(H)
     if variant == "document":  # cached per ids tensor object and version: no host sync in a graph capture
+        grid = integer("grid", grid, 1, I32_MAX)
         key = ("doc", id(doc_ids), B, H, S, grid)
         hit = _aux_cache.get(key)  # holds the tensor itself, so its id and memory cannot be reused
         if hit is None or hit[0] is not doc_ids or hit[1] != getattr(doc_ids, "_version", None):

@@ -18,7 +18,13 @@ counters; cuStreamWaitValue32). Every rank must call it the same number of times
 A CUDA graph of `cp(...)` would bake the DONE value it waits for (replays would not wait for the
 peers): capture only `cp(q)` with K/V written into `cp.k_local` / `cp.v_local` by the caller after
 its own wait, or leave it eager (open; needs the DONE epoch on the device).
-Errors: LaunchError / PeerError with R-* codes and hints.
+Errors: LaunchError / PeerError with R-* codes and hints, before anything is launched:
+B, H ints >= 1 and B*H*2C*2 + flags rows < 2^31 (R-SHAPE); device a GPU index (R-DEVICE);
+q [B, H, 2C, 128] bf16 16-byte aligned, k, v the same shape or None (the tensor checks of
+pipelink.entry: R-PARAM, R-SHAPE, R-DTYPE, R-DEVICE, R-LAYOUT); scale a finite float32 > 0
+(R-PARAM); out of q's shape, sharing memory with neither q, k, v nor the symmetric K/V buffer
+(R-LAYOUT: the peers read that buffer while the kernel writes out); q must not lie in the
+K/V buffer when k or v is copied in (R-LAYOUT); stream a stream (R-PARAM).
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ from pathlib import Path
 
 try:
     from pipelink.peers import PeerError, SymmetricBuffer
-    from pipelink.runtime import Kernel, LaunchError, expect_tensor
+    from pipelink.runtime import Kernel, LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.peers import PeerError, SymmetricBuffer
-    from pipelink.runtime import Kernel, LaunchError, expect_tensor
+    from pipelink.runtime import Kernel, LaunchError
+from pipelink.entry import (device_index, expect_disjoint, expect_stream, expect_tensor, flag, integer,
+                            optional_dir, real)
 
 BLOCK, HEAD_DIM, ROW_BYTES, PARTIAL = 128, 128, 256, 1 << 31
 READY, DONE, FLAG_WORDS = 0, 64, 256  # attn_cp.h
@@ -100,17 +108,19 @@ class CpAttention:
                  control: bool = False):
         import torch
         self.world, self.rank = exchange.world, exchange.rank
-        for name, v in (("B", B), ("H", H)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise LaunchError("R-SHAPE", f"{name} = {v!r} must be an int >= 1")
+        B, H = (integer(n, x, 1, 2**31 - 1, code="R-SHAPE", hint=f"{n}: an int >= 1") for n, x in (("B", B), ("H", H)))
         self.B, self.H, self.S = B, H, seq_len
         self.C = chunk_rows(seq_len, self.world)
+        if 2 * B * H * 2 * self.C + FLAG_ROWS >= 2**31:
+            raise LaunchError("R-SHAPE", f"B*H*2C = {B * H * 2 * self.C} local rows: K, V and the flags pass 2^31 rows "
+                              "(TMA coordinates)", hint="use fewer heads or a shorter sequence per launch")
         self.L = 2 * self.C  # local rows
         self.bh = B * H
         kv_rows = 2 * self.bh * self.L
         self.flags_row = kv_rows
-        self.device = int(device)
-        d = Path(kernel_dir) if kernel_dir else _kernel_dir_default()
+        self.device = device_index(device)
+        d = optional_dir("kernel_dir", kernel_dir) or _kernel_dir_default()
+        control = flag("control", control)
         self.kernel = Kernel.load(d / f"attn_cp{'.control' if control else ''}.cubin", d / "attn_cp.manifest.json",
                                   self.device)
         self.buf = SymmetricBuffer.open((kv_rows + FLAG_ROWS) * ROW_BYTES, world=self.world, rank=self.rank,
@@ -130,21 +140,30 @@ class CpAttention:
         self.aux = torch.tensor([w - 2**32 if w >= 2**31 else w for w in words], dtype=torch.int32, device=dev)
         self.launches = 0
 
-    def __call__(self, q, k=None, v=None, *, scale: float | None = None, out=None, stream=None):
+    def check_call(self, q, k=None, v=None, *, scale=None, out=None, stream=None) -> float:
+        """Every check of one call (no CUDA call) -> the scale."""
         import torch
         shape = (self.B, self.H, self.L, HEAD_DIM)
         expect_tensor("q", q, shape=shape, dtype=torch.bfloat16, device=self.device, align=16)
         for name, t in (("k", k), ("v", v)):
             if t is not None:
                 expect_tensor(name, t, shape=shape, dtype=torch.bfloat16, device=self.device)
-        if scale is None:
-            scale = 1.0 / math.sqrt(HEAD_DIM)
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < math.inf:
-            raise LaunchError("R-PARAM", f"scale = {scale!r} must be a finite number > 0", hint="default: 1/sqrt(d)")
+        scale = 1.0 / math.sqrt(HEAD_DIM) if scale is None else real("scale", scale, positive=True,
+                                                                     hint="default: 1/sqrt(d)")
+        region = (self.device, self.buf.local, self.buf.local + self.buf.stride)  # this rank's K/V and flags
+        if k is not None or v is not None:
+            expect_disjoint("q", q, {"the symmetric K/V buffer (k and v are copied into it first)": region})
+        if out is not None:
+            expect_tensor("out", out, shape=shape, dtype=torch.bfloat16, device=self.device, align=16)
+            expect_disjoint("out", out, {"q": q, "k": k, "v": v, "the symmetric K/V buffer": region})
+        expect_stream(stream)
+        return scale
+
+    def __call__(self, q, k=None, v=None, *, scale: float | None = None, out=None, stream=None):
+        import torch
+        scale = self.check_call(q, k, v, scale=scale, out=out, stream=stream)
         if out is None:
             out = torch.empty_like(q)
-        else:
-            expect_tensor("out", out, shape=shape, dtype=torch.bfloat16, device=self.device, align=16)
         s = stream if stream is not None else torch.cuda.current_stream(self.device)
         if k is not None or v is not None:
             if self.launches:

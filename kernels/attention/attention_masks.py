@@ -1,11 +1,23 @@
 """Block masks and document ranges for the attention variants (layouts: attn_block_sparse.cu,
-attn_document.cu). Built on the GPU with torch; the result is one int32 aux tensor."""
+attn_document.cu). Built on the GPU with torch; the result is one int32 aux tensor.
+
+Bad arguments are LaunchErrors with a code and a hint, never a torch traceback:
+create_block_mask refuses B/H that are not None or an int >= 1 (0 is not "broadcast"), lengths
+that are not positive multiples of 128 (R-SHAPE), a mask_mod that is not callable, raises or
+returns no bool tensor of the chunk's shape (R-PARAM), a device torch does not know (R-DEVICE),
+and a mask whose aux would pass 2^31 words (R-SHAPE). BlockMask.check refuses a mask made for
+other lengths, batch or heads (R-SHAPE), on another device (R-DEVICE), or whose aux is no int32
+1-D contiguous tensor (R-PARAM). check_doc_ids: an int32 [B, S] tensor on the inputs' device
+(R-DTYPE, R-SHAPE, R-DEVICE, R-PARAM), B*H and S/128 <= 65535 (R-SHAPE); document_aux also
+refuses decreasing ids (R-PARAM, one host read per new ids tensor or version).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pipelink.runtime import LaunchError
+from pipelink.entry import integer
+from pipelink.runtime import LaunchError, _is_tensor
 
 BLOCK = 128
 HEADER = 16  # words
@@ -22,8 +34,19 @@ class BlockMask:
     KV_LEN: int
     kept: float           # fraction of blocks visited
     partial: float        # fraction of blocks needing the per-element mask
+    _by_heads: dict = field(default_factory=dict, repr=False, compare=False)
 
     def check(self, B, H, Lq, Lkv, device):
+        import torch
+        aux = self.aux
+        if (not _is_tensor(aux) or getattr(aux, "dtype", None) != torch.int32 or aux.dim() != 1
+                or not aux.is_contiguous() or aux.numel() < HEADER):
+            raise LaunchError("R-PARAM", f"block mask's aux is not an int32 vector of >= {HEADER} words "
+                              f"({type(aux).__name__})", hint="make block masks with create_block_mask")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                   for n in (self.B, self.H, self.Q_LEN, self.KV_LEN)):
+            raise LaunchError("R-PARAM", f"{self!r:.120} has sizes that are not positive ints",
+                              hint="make block masks with create_block_mask")
         if (self.Q_LEN, self.KV_LEN) != (Lq, Lkv):
             raise LaunchError("R-SHAPE", f"block mask is for Q_LEN, KV_LEN = {self.Q_LEN}, {self.KV_LEN}; "
                               f"the inputs have {Lq}, {Lkv}", hint="create_block_mask with the inputs' lengths")
@@ -31,9 +54,21 @@ class BlockMask:
             if m not in (1, x):
                 raise LaunchError("R-SHAPE", f"block mask {name} = {m} does not broadcast to {x}",
                                   hint=f"create_block_mask(..., {name}={x} or None)")
-        if self.aux.device != device:
-            raise LaunchError("R-DEVICE", f"block mask is on {self.aux.device}, inputs on {device}",
+        if aux.device != device:
+            raise LaunchError("R-DEVICE", f"block mask is on {aux.device}, inputs on {device}",
                               hint="create_block_mask(..., device=q.device)")
+
+    def aux_for(self, H: int):
+        """The aux for inputs with H heads: word 3 is the H that attn_block_sparse.cu divides bh
+        by to find the batch row. A mask made with H=None (one head row) but B > 1 holds 1 there;
+        for H > 1 heads that would read batch row bh (past the mask): a copy with H, made once."""
+        if self.B == 1 or self.H == H:
+            return self.aux
+        a = self._by_heads.get(H)
+        if a is None:
+            a = self._by_heads[H] = self.aux.clone()
+            a[3] = H  # a device write, no host sync (graph capture is fine)
+        return a
 
     def __repr__(self):
         return (f"BlockMask(B={self.B}, H={self.H}, Q_LEN={self.Q_LEN}, KV_LEN={self.KV_LEN}, "
@@ -44,17 +79,28 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
     """FlexAttention-like: mask_mod(b, h, q_idx, kv_idx) -> bool tensor (broadcasting torch ops).
     B or H None broadcasts the mask over that dimension."""
     import torch
-    if BLOCK_SIZE != BLOCK:
+    if integer("BLOCK_SIZE", BLOCK_SIZE, code="R-SHAPE", hint="BLOCK_SIZE=128") != BLOCK:
         raise LaunchError("R-SHAPE", f"BLOCK_SIZE = {BLOCK_SIZE}: the core's tiles are {BLOCK}", hint="BLOCK_SIZE=128")
     for name, n in (("Q_LEN", Q_LEN), ("KV_LEN", KV_LEN)):
-        if not isinstance(n, int) or n <= 0 or n % BLOCK:
+        if integer(name, n, 1, 2**31 - 1, code="R-SHAPE", hint=f"a positive multiple of {BLOCK}") % BLOCK:
             raise LaunchError("R-SHAPE", f"{name} = {n!r} is not a positive multiple of {BLOCK}",
                               hint=f"pad the sequence to a multiple of {BLOCK}")
+    Q_LEN, KV_LEN = int(Q_LEN), int(KV_LEN)
+    for name, n in (("B", B), ("H", H)):
+        if n is not None:
+            integer(name, n, 1, 65535, code="R-SHAPE", hint=f"{name}=None broadcasts the mask over that dimension")
     if not callable(mask_mod):
-        raise LaunchError("R-PARAM", "mask_mod must be callable (b, h, q_idx, kv_idx) -> bool tensor")
-    mB, mH = B or 1, H or 1
+        raise LaunchError("R-PARAM", "mask_mod must be callable (b, h, q_idx, kv_idx) -> bool tensor",
+                          hint="create_block_mask(lambda b, h, q, k: k <= q, None, None, S, S)")
+    chunk_rows = integer("chunk_rows", chunk_rows, 1, 2**31 - 1, hint="rows of the mask evaluated at once, e.g. 1024")
+    mB, mH = (1 if B is None else int(B)), (1 if H is None else int(H))
     QB, KB = Q_LEN // BLOCK, KV_LEN // BLOCK
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is available")
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise LaunchError("R-DEVICE", f"device = {device!r:.60}: {e}", hint="device='cuda' (or q.device)") from None
     kv = torch.arange(KV_LEN, device=dev)[None, :]
     rows = chunk_rows - chunk_rows % BLOCK or BLOCK
     any_, all_, bits = [], [], []
@@ -63,8 +109,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
         for h in range(mH):
             for q0 in range(0, Q_LEN, rows):
                 q = torch.arange(q0, min(q0 + rows, Q_LEN), device=dev)[:, None]
-                m = mask_mod(torch.tensor(b, device=dev), torch.tensor(h, device=dev), q, kv)
-                m = torch.as_tensor(m, device=dev).expand(q.shape[0], KV_LEN).bool()
+                m = _mask_chunk(mask_mod, torch, b, h, q, kv, dev)
                 blk = m.view(-1, BLOCK, KB, BLOCK).transpose(1, 2)  # [qb, kb, 128, 128]
                 a, al = blk.any(dim=(2, 3)), blk.all(dim=(2, 3))
                 part = a & ~al
@@ -85,15 +130,60 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cuda", BLOCK_SIZE=B
     pslot = torch.gather(slot, -1, order)  # the bits slot of the i-th kept block
     bits_t = torch.cat(bits).flatten() if bits else torch.zeros(512, dtype=torch.int64, device=dev)
     bits_t = torch.where(bits_t >= 2**31, bits_t - 2**32, bits_t)
+    words = HEADER + counts.numel() + 2 * idx.numel() + bits_t.numel()
+    if words > 2**31 - 1:
+        raise LaunchError("R-SHAPE", f"the block mask needs {words} aux words; the kernel indexes at most 2^31 - 1",
+                          hint="a smaller or sparser mask (fewer partial blocks), or split the sequence")
     off_counts = HEADER
     off_idx = off_counts + counts.numel()
     off_pslot = off_idx + idx.numel()
     off_bits = off_pslot + pslot.numel()
-    header = torch.tensor([QB, KB, maxk, H or 1, mB, mH, off_counts, off_idx, off_pslot, off_bits] + [0] * 6,
+    header = torch.tensor([QB, KB, maxk, mH, mB, mH, off_counts, off_idx, off_pslot, off_bits] + [0] * 6,
                           dtype=torch.int64, device=dev)
     aux = torch.cat([header, counts.flatten().long(), idx.flatten().long(), pslot.flatten(), bits_t]).int()
     n = kept.numel()
     return BlockMask(aux, mB, mH, Q_LEN, KV_LEN, float(kept.sum()) / n, float(partial.sum()) / n)
+
+
+def _mask_chunk(mask_mod, torch, b, h, q, kv, dev):
+    """mask_mod over one chunk of rows, as a [rows, KV_LEN] bool tensor (R-PARAM if it cannot be)."""
+    try:
+        m = mask_mod(torch.tensor(b, device=dev), torch.tensor(h, device=dev), q, kv)
+        m = torch.as_tensor(m, device=dev)
+        if m.dtype != torch.bool:
+            raise TypeError(f"it returned dtype {m.dtype}, not torch.bool")
+        return m.expand(q.shape[0], kv.shape[1])
+    except LaunchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the caller's function: any failure is a bad mask_mod
+        raise LaunchError("R-PARAM", f"mask_mod(b, h, q_idx [{q.shape[0]}, 1], kv_idx [1, {kv.shape[1]}]) failed: "
+                          f"{type(e).__name__}: {str(e)[:200]}",
+                          hint="mask_mod must return a bool tensor broadcastable to [q rows, KV_LEN] "
+                               "(torch ops on the index tensors, e.g. lambda b, h, q, k: k <= q)") from None
+
+
+def check_doc_ids(doc_ids, B, H, S, device) -> None:
+    """doc_ids is an int32 [B, S] tensor on `device` and the document schedule's 16-bit fields
+    fit (no host read: the non-decreasing check is document_aux's, once per ids version)."""
+    import torch
+    if doc_ids is None:
+        raise LaunchError("R-PARAM", "variant 'document' needs doc_ids= (an int32 [B, S] tensor of document ids)",
+                          hint="attention(..., variant='document', doc_ids=ids)")
+    if not _is_tensor(doc_ids) or getattr(doc_ids, "layout", torch.strided) != torch.strided:
+        raise LaunchError("R-PARAM", f"doc_ids must be a dense int32 tensor on the inputs' device, got "
+                          f"{type(doc_ids).__name__}", hint="doc_ids=torch.as_tensor(ids, dtype=torch.int32, "
+                                                              "device=q.device)")
+    if getattr(doc_ids, "dtype", None) != torch.int32:
+        raise LaunchError("R-DTYPE", f"doc_ids must be an int32 tensor, got {doc_ids.dtype}",
+                          hint="doc_ids.to(torch.int32)")
+    if tuple(doc_ids.shape) != (B, S):
+        raise LaunchError("R-SHAPE", f"doc_ids has shape {list(doc_ids.shape)}, expected [{B}, {S}]",
+                          hint="one document id per token of each batch row")
+    if doc_ids.device != device:
+        raise LaunchError("R-DEVICE", f"doc_ids is on {doc_ids.device}, inputs on {device}", hint="doc_ids.to(q.device)")
+    if B * H > 0xFFFF or S // BLOCK > 0xFFFF:
+        raise LaunchError("R-SHAPE", f"B*H = {B * H}, S/128 = {S // BLOCK}: the document schedule packs each in 16 bits",
+                          hint="split the batch")
 
 
 def schedule(costs, G):
@@ -118,14 +208,7 @@ def document_aux(doc_ids, B, H, S, device, G):
     off_batch, off_starts, off_tiles] + the arrays; the tiles' schedule is made for a grid of G
     persistent CTAs (the kernel's min(num_sms, tiles))."""
     import torch
-    if not hasattr(doc_ids, "dtype") or doc_ids.dtype != torch.int32:
-        raise LaunchError("R-DTYPE", f"doc_ids must be an int32 tensor, got {getattr(doc_ids, 'dtype', type(doc_ids))}",
-                          hint="doc_ids.to(torch.int32)")
-    if tuple(doc_ids.shape) != (B, S):
-        raise LaunchError("R-SHAPE", f"doc_ids has shape {list(doc_ids.shape)}, expected [{B}, {S}]",
-                          hint="one document id per token of each batch row")
-    if doc_ids.device != device:
-        raise LaunchError("R-DEVICE", f"doc_ids is on {doc_ids.device}, inputs on {device}", hint="doc_ids.to(q.device)")
+    check_doc_ids(doc_ids, B, H, S, device)
     d = doc_ids.contiguous()
     if S > 1 and bool((d[:, 1:] < d[:, :-1]).any()):
         raise LaunchError("R-PARAM", "doc_ids must be non-decreasing along the sequence (packed documents)",
@@ -144,9 +227,6 @@ def document_aux(doc_ids, B, H, S, device, G):
     flo, fhi = torch.where(empty, 0, flo), torch.where(empty, 0, fhi)
     # the host's schedule (ATTN_LISTED_TILE): a tile of b's Q block qb costs its KV blocks + ~0.5
     # (its Q load, first QK^T and last PV are not overlapped)
-    if B * H > 0xFFFF or QB > 0xFFFF:
-        raise LaunchError("R-SHAPE", f"B*H = {B * H}, S/128 = {QB}: the document schedule packs each in 16 bits",
-                          hint="split the batch")
     n = (hi - lo).cpu().tolist()  # [B][QB]
     tiles = [(qb, b * H + h) for qb in range(QB) for b in range(B) for h in range(H)]
     starts, order = schedule([n[bh // H][qb] + 0.5 for qb, bh in tiles], G)

@@ -26,6 +26,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError, expect_tensor
+from pipelink.entry import device_index, expect_disjoint, expect_stream, flag, optional_dir, tensor_device
 
 KERNEL = "gemm_swiglu"
 _cache: dict[tuple[str, int], "GemmSwiglu"] = {}
@@ -66,6 +67,8 @@ class GemmSwiglu:
             out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
         else:
             expect_tensor("out", out, shape=(M, N), dtype=torch.bfloat16, device=dev, align=16)
+            expect_disjoint("out", out, {"x": x, "w": w})
+        expect_stream(stream)
         if M == 0 or N == 0:
             return out
         self.kernel.launch_with({"x": x, "w": w, "out": out, "m": M, "n": N, "k": K}, stream=stream)
@@ -114,19 +117,21 @@ def _validate(kernel: Kernel | None, p: Mapping[str, Any]) -> None:
                 raise LaunchError("R-SHAPE", f"parameter {name!r} = {v} is not a multiple of {b} (the tile)",
                                   hint=f"pad {name} to a multiple of {b}")
     if k == 0:
-        raise LaunchError("R-SHAPE", "k = 0: the kernel needs at least one k-step")
+        raise LaunchError("R-SHAPE", "k = 0: the kernel needs at least one k-step", hint="skip the call (out = 0)")
     x, w, out = p["x"], p["w"], p["out"]
     for name, t, shape in (("x", x, (m, k)), ("w", w, (2 * n, k)), ("out", out, (m, n))):
         if hasattr(t, "shape") and tuple(t.shape) != shape:
             raise LaunchError("R-SHAPE", f"{name} has shape {list(t.shape)}; m, n, k = {m}, {n}, {k} need "
-                              f"{list(shape)}")
+                              f"{list(shape)}", hint="pass m, n, k of the tensors")
         if hasattr(t, "data_ptr") and t.data_ptr() % 16:
-            raise LaunchError("R-LAYOUT", f"{name} is not 16-byte aligned (cp.async needs it)")
+            raise LaunchError("R-LAYOUT", f"{name} is not 16-byte aligned (cp.async needs it)",
+                              hint="pass a tensor that starts at an aligned address")
 
 
 def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool = False) -> GemmSwiglu:
     """The (cached) kernel of `kernel_dir` on `device`."""
-    d = kernel_dir or os.environ.get("PIPELINK_GEMM_SWIGLU_DIR")
+    kdir, device, control = optional_dir("kernel_dir", kernel_dir), device_index(device), flag("control", control)
+    d = kdir or os.environ.get("PIPELINK_GEMM_SWIGLU_DIR")
     if not d:
         raise LaunchError("R-MANIFEST", "no kernel directory given",
                           hint="pass kernel_dir= or set PIPELINK_GEMM_SWIGLU_DIR to where `pipelink link` "
@@ -142,8 +147,8 @@ def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool
 
 def gemm_swiglu(x, w, out=None, *, kernel_dir: str | Path | None = None, stream=None):
     """out[M, N] = silu(x @ w[:N].T) * (x @ w[N:].T), bf16 in and out, f32 accumulation."""
-    dev = x.device.index if getattr(x, "is_cuda", False) and x.device.index is not None else 0
-    return load(kernel_dir, dev)(x, w, out, stream=stream)
+    expect_tensor("x", x)
+    return load(kernel_dir, tensor_device(x))(x, w, out, stream=stream)
 
 
 def reference(x, w):

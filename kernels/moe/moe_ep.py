@@ -19,7 +19,9 @@ rank's experts are read). Every rank must launch the same number of times (eager
 graph replays): the exchange of launch E waits for every rank's launch E.
 NVLink multicast stays off: nothing here uses NCCL or multicast objects.
 Errors: LaunchError / PeerError with R-* codes (R-RANK, R-PEER, R-SHAPE, R-DTYPE, R-DEVICE,
-R-LAYOUT, R-WORKSPACE) and hints, before any launch.
+R-LAYOUT, R-WORKSPACE, R-PARAM, R-MANIFEST) and hints, before any launch: the tensor checks of
+moe_step.check_inputs (an `out` sharing memory with an input is R-LAYOUT), max_tokens an int
+in 1 .. 65536 (numpy ints too, never a bool or float), device a GPU index.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from pathlib import Path
 
 try:
     from pipelink.peers import PeerError, SymmetricBuffer, check_world, peer_table
-    from pipelink.runtime import LaunchError, expect_tensor
+    from pipelink.runtime import LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.peers import PeerError, SymmetricBuffer, check_world, peer_table
-    from pipelink.runtime import LaunchError, expect_tensor
+    from pipelink.runtime import LaunchError
+from pipelink.entry import device_index, expect_disjoint, expect_stream, expect_tensor, integer
 
 from moe_step import EXPERTS, HIDDEN, INTER, MAX_TOKENS, TOP_K, load
 
@@ -56,10 +59,8 @@ def capacity_rows(world: int, max_tokens: int, block_m: int) -> int:
 
 
 def check_max_tokens(max_tokens) -> int:
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS:
-        raise LaunchError("R-SHAPE", f"max_tokens = {max_tokens!r} must be an int in 1 .. {MAX_TOKENS}",
-                          hint="the most tokens any rank passes in one launch")
-    return max_tokens
+    return integer("max_tokens", max_tokens, 1, MAX_TOKENS, code="R-SHAPE",
+                   hint=f"an int in 1 .. {MAX_TOKENS}: the most tokens any rank passes in one launch")
 
 
 def weight_pointer(name: str, w, tail: tuple[int, int], world: int, rank: int, device: int) -> int:
@@ -67,8 +68,9 @@ def weight_pointer(name: str, w, tail: tuple[int, int], world: int, rank: int, d
     [128, *tail] weights, else rank r's [P, *tail] slice rebased by r P experts."""
     import torch
     P = EXPERTS // world
-    full = getattr(w, "shape", None) is not None and tuple(w.shape) == (EXPERTS, *tail)
-    if not full and getattr(w, "shape", None) is not None and tuple(w.shape) != (P, *tail):
+    expect_tensor(name, w, dtype=torch.bfloat16, device=device, align=16)
+    full = tuple(w.shape) == (EXPERTS, *tail)
+    if not full and tuple(w.shape) != (P, *tail):
         raise LaunchError("R-SHAPE", f"{name} has shape {list(w.shape)}; rank {rank} of {world} takes "
                           f"[{P}, {tail[0]}, {tail[1]}] (its experts) or [{EXPERTS}, {tail[0]}, {tail[1]}]",
                           hint=f"pass {name}[{rank * P}:{(rank + 1) * P}] of this rank's experts")
@@ -90,7 +92,7 @@ class EpStep:
         import torch
         self.world, self.rank = check_ep_world(exchange.world, exchange.rank)
         self.max_tokens = check_max_tokens(max_tokens)
-        self.exchange, self.device = exchange, int(device)
+        self.exchange, self.device = exchange, device_index(device)
         self.step = load(kernel_dir, self.device, control=control, name=name)
         self.block_m = int(self.step.kernel.manifest.facts["block_m"])
         rows = capacity_rows(self.world, self.max_tokens, self.block_m)
@@ -134,10 +136,12 @@ class EpStep:
             out = torch.empty((T, HIDDEN), dtype=torch.bfloat16, device=x.device)
         else:
             expect_tensor("out", out, shape=(T, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
+            expect_disjoint("out", out, {"x": x, "router_w": router_w, "w13": w13, "w2": w2})
         return {"x": x, "router_w": router_w, "w13": p13, "w2": p2, "out": out, "t": T,
                 "rank": self.rank, "world": self.world, "peers": self.table.ptr}
 
     def __call__(self, x, router_w, w13, w2, out=None, *, stream=None):
+        expect_stream(stream)
         p = self.params(x, router_w, w13, w2, out)
         self.step.kernel.launch_with(p, stream=stream, workspaces=self.workspaces())
         return p["out"]

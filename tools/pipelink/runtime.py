@@ -51,10 +51,10 @@ from pipelink.workspace import Arena, Workspace
 SUPPORTED_MANIFEST_FORMAT = 1
 
 RUNTIME_CODES: dict[str, str] = {
-    "R-PARAM": "a launch parameter is missing, unknown, of the wrong kind or out of its type's range",
+    "R-PARAM": "a launch parameter is missing, unknown, of the wrong kind or range, or ignored by the variant",
     "R-SHAPE": "a shape does not fit the kernel (grid not divisible, out of range, wrong tensor shape)",
     "R-DTYPE": "a tensor has the wrong element type",
-    "R-LAYOUT": "a tensor is not laid out as the kernel needs (contiguity, strides, alignment)",
+    "R-LAYOUT": "a tensor is not laid out as the kernel needs (contiguity, alignment), or an output overlaps an input",
     "R-DEVICE": "the GPU, its architecture or a tensor's device does not fit the kernel",
     "R-MANIFEST": "the manifest is missing, damaged, or disagrees with the cubin",
     "R-CUDA": "a CUDA driver call failed",
@@ -155,7 +155,7 @@ class Manifest:
                               hint="pass manifest_path=, or keep <kernel>.manifest.json beside the cubin "
                                    "(`pipelink link --out-dir` writes both)") from None
         except (OSError, ValueError) as e:
-            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}") from None
+            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}", hint="relink it") from None
         return cls.from_dict(data, str(p))
 
     @classmethod
@@ -277,7 +277,7 @@ def _dev_index(v) -> int | None:
 
 
 def _pointer(name: str, v, device: int | None) -> int:
-    if isinstance(v, bool):
+    if _is_bool(v):
         raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) got a bool",
                           hint="pass a CUDA tensor or a device pointer (int)")
     if _is_tensor(v):
@@ -306,7 +306,11 @@ def _pointer(name: str, v, device: int | None) -> int:
             if tuple(strides) != tuple(reversed(want)) and math.prod(shape) > 1:
                 raise LaunchError("R-LAYOUT", f"parameter {name!r}: array with strides {tuple(strides)} is not "
                                   "C-contiguous", hint="pass a contiguous copy")
-        return int(cai["data"][0])
+        try:
+            return int(cai["data"][0])
+        except (TypeError, ValueError, KeyError, IndexError):
+            raise LaunchError("R-PARAM", f"parameter {name!r}: __cuda_array_interface__ has no data pointer",
+                              hint="pass a non-empty device array") from None
     try:
         p = operator.index(v)
     except TypeError:
@@ -314,32 +318,41 @@ def _pointer(name: str, v, device: int | None) -> int:
                           hint="pass a CUDA tensor, an object with __cuda_array_interface__, or a device "
                                "pointer as an int") from None
     if not 0 <= p < 2**64:
-        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) = {p} is not a 64-bit address")
+        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) = {p} is not a 64-bit address", hint="0 .. 2^64-1")
     return p
 
 
+def _is_bool(v) -> bool:
+    """A Python or numpy bool (which `operator.index` / `float` would turn into 0 or 1)."""
+    return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"
+
+
 def _scalar(name: str, t: str, v) -> int | float:
-    if isinstance(v, bool) or _is_tensor(v):
+    if _is_bool(v) or _is_tensor(v) or isinstance(v, (str, bytes)):
         raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__}",
                           hint=f"pass a Python {'number' if t == 'f32' else 'int'}"
                                + (" (for a tensor's size, use e.g. x.shape[0])" if _is_tensor(v) else ""))
     if t == "f32":
         try:
             f = float(v)
+        except OverflowError:
+            f = _FLT_MAX * 2
         except (TypeError, ValueError):
             raise LaunchError("R-PARAM", f"parameter {name!r} (f32) got {type(v).__name__}",
                               hint="pass a float") from None
-        if math.isfinite(f) and abs(f) > _FLT_MAX:
-            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} overflows a float")
+        if f != f or (math.isfinite(f) and abs(f) > _FLT_MAX):
+            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} is NaN or overflows a float",
+                              hint=f"pass a number of magnitude <= {_FLT_MAX:.4g} (or inf)")
         return f
     try:
         i = operator.index(v)
     except TypeError:
-        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__} {v!r}",
+        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__} {v!r:.60}",
                           hint="pass an int (floats are not rounded for you)") from None
     lo, hi = _TYPES[t][2]  # type: ignore[misc]
     if not lo <= i <= hi:
-        raise LaunchError("R-PARAM", f"parameter {name!r} = {i} is out of range for {t} [{lo}, {hi}]")
+        raise LaunchError("R-PARAM", f"parameter {name!r} = {i} is out of range for {t} [{lo}, {hi}]",
+                          hint="the kernel's parameter holds only that range: split the problem or check the value")
     return i
 
 
@@ -372,7 +385,7 @@ def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = N
         if n in params:
             v = _scalar(n, "i32", params[n])
             if v < 0:
-                raise LaunchError("R-PARAM", f"launch size {n!r} = {v} is negative")
+                raise LaunchError("R-PARAM", f"launch size {n!r} = {v} is negative", hint="pass a size >= 0")
             out[n] = v
     return out
 
@@ -449,11 +462,14 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
     else:
         g = [grid] if isinstance(grid, int) else list(grid)
         try:
+            if any(_is_bool(x) for x in g):
+                raise TypeError("bool")
             dims = [operator.index(x) for x in g]
+            if not 1 <= len(dims) <= 3:
+                raise TypeError("length")
         except TypeError:
-            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints") from None
-        if not 1 <= len(dims) <= 3:
-            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints")
+            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints", hint="grid=(x, y, z) of ints, or "
+                              "None for the manifest's grid") from None
         dims += [1] * (3 - len(dims))
         origin = [f"grid[{i}] given as {d}" for i, d in enumerate(dims)]
     for i, d in enumerate(dims):
@@ -464,7 +480,8 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
             raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, above the CUDA limit {_GRID_LIMITS[i]}",
                               hint="split the problem into several launches")
         if d % m.cluster[i]:
-            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, not a multiple of the cluster size {m.cluster[i]}")
+            raise LaunchError("R-SHAPE", f"{origin[i]} is {d}, not a multiple of the cluster size {m.cluster[i]}",
+                              hint="launch whole clusters: a multiple of the cluster size")
     fit = values.get("resident_ctas")
     if m.co_resident and fit is not None and dims[0] * dims[1] * dims[2] > fit:
         raise LaunchError("R-GRID", f"{dims[0] * dims[1] * dims[2]} CTAs ({', '.join(origin)}), but only {fit} fit on "
@@ -580,7 +597,8 @@ def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, l
         try:
             n = w.size(env)
         except ExprError as e:
-            raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}") from None
+            raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}",
+                              hint="relink: the workspace size names parameters the kernel lacks") from None
         key = w.name if w.scope == "kernel" else f"{w.instance}.{w.name}"
         if key in lent:
             ptr, have = lent[key]
@@ -605,31 +623,9 @@ def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, l
 # --------------------------------------------------------------------------------------
 
 
-def expect_tensor(name: str, t, *, shape: Iterable[int | None] | None = None, dtype=None,
-                  device: int | None = None, contiguous: bool = True, align: int = 0) -> None:
-    """Raise R-* if tensor `t` is not what a wrapper needs (None in `shape` = any size)."""
-    if not _is_tensor(t):
-        raise LaunchError("R-PARAM", f"{name} must be a CUDA tensor, got {type(t).__name__}")
-    if not t.is_cuda:
-        raise LaunchError("R-DEVICE", f"{name} is on {t.device}, not on a GPU", hint=f"{name}.cuda()")
-    idx = _dev_index(t)
-    if device is not None and idx != device:
-        raise LaunchError("R-DEVICE", f"{name} is on cuda:{idx}, expected cuda:{device}",
-                          hint="put all operands on one device")
-    if dtype is not None and t.dtype != dtype:
-        raise LaunchError("R-DTYPE", f"{name} has dtype {t.dtype}, expected {dtype}", hint=f"{name}.to({dtype})")
-    if shape is not None:
-        shape = tuple(shape)
-        got = tuple(t.shape)
-        if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape)):
-            want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
-            raise LaunchError("R-SHAPE", f"{name} has shape {list(got)}, expected {want}")
-    if contiguous and not t.is_contiguous():
-        raise LaunchError("R-LAYOUT", f"{name} (shape {list(t.shape)}, strides {list(t.stride())}) is not "
-                          "contiguous row-major", hint=f"pass {name}.contiguous()")
-    if align and t.data_ptr() % align:
-        raise LaunchError("R-LAYOUT", f"{name}'s data pointer {t.data_ptr():#x} is not {align}-byte aligned",
-                          hint="pass a tensor that starts at an aligned address (e.g. not an odd slice)")
+def expect_tensor(name: str, t, **kw) -> None:  # the tensor checks of wrappers: pipelink.entry
+    from pipelink.entry import expect_tensor as check
+    check(name, t, **kw)
 
 
 # --------------------------------------------------------------------------------------
@@ -669,7 +665,7 @@ def _check(drv, res, what: str, *, code: str = "R-CUDA", hint: str = ""):
                 E.CUDA_ERROR_INVALID_HANDLE: "the stream belongs to another device or context",
                 E.CUDA_ERROR_ILLEGAL_ADDRESS: "an earlier kernel faulted; the context is unusable (run under "
                                               "compute-sanitizer to find it)",
-            }.get(err, "")
+            }.get(err, "the driver's error is quoted above (cuda.bindings' CUresult)")
         raise LaunchError(code, f"{what} failed: {text}", hint=hint)
     if isinstance(res, tuple):
         return res[1] if len(res) == 2 else res[1:]
@@ -899,12 +895,12 @@ class Kernel:
     def launch_with(self, params: Mapping[str, Any], *, grid=None, stream=None, workspaces=None) -> LaunchPlan:
         """Launch with parameters from a dict (for parameter names like `grid` or `stream`)."""
         if self._module is None:
-            raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
+            raise LaunchError("R-CUDA", f"kernel {self.name} was closed", hint="load it again")
         return self._launch_plan(self.plan(params, grid, workspaces), stream)
 
     def _launch_plan(self, p: LaunchPlan, stream) -> LaunchPlan:
         if self._module is None:
-            raise LaunchError("R-CUDA", f"kernel {self.name} was closed")
+            raise LaunchError("R-CUDA", f"kernel {self.name} was closed", hint="load it again")
         h = self._stream_handle(stream)
         drv, m = self._drv, self.manifest
         buf = ctypes.create_string_buffer(p.params, len(p.params))
@@ -941,9 +937,13 @@ class Kernel:
             if torch is not None and torch.cuda.is_initialized():  # torch.cuda.graph); else the default
                 return int(torch.cuda.current_stream(self.device).cuda_stream)
             return 0
-        if isinstance(stream, bool):
-            raise LaunchError("R-PARAM", "stream must be a stream object or handle, not a bool")
+        if _is_bool(stream) or isinstance(stream, (float, str, bytes)) or _is_tensor(stream):
+            raise LaunchError("R-PARAM", f"stream must be a stream object or handle, not a {type(stream).__name__}",
+                              hint="pass a torch.cuda.Stream, an object with __cuda_stream__, or a handle (int)")
         if isinstance(stream, int):
+            if not 0 <= stream < 2**64:
+                raise LaunchError("R-PARAM", f"stream handle {stream} is not a 64-bit handle",
+                                  hint="pass torch.cuda.Stream().cuda_stream or None (the current stream)")
             return stream
         if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
             dev = getattr(stream, "device", None)
