@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pipelink.compose import Bind, Composition, Instance
 from pipelink.diagnostics import Diagnostic, Fact
 from pipelink.expr import ExprError, names_in
-from pipelink.runtime import BUILTIN_GRID_NAMES
+from pipelink.manifest import BUILTIN_GRID_NAMES
 
 GRID_PARAM_TYPES = ("u32", "i32", "u64")  # host scalars a grid extent may be computed from
 

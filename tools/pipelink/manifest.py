@@ -1,0 +1,190 @@
+"""Manifest pass of the runtime: a linked kernel's manifest.json read into typed data (`Manifest`),
+the parameter types it may name, and the grid names the runtime supplies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from pipelink.expr import ExprError, names_in
+from pipelink.host import HostProvider
+from pipelink.workspace import Workspace
+
+from pipelink.launch_error import LaunchError
+
+SUPPORTED_MANIFEST_FORMAT = 1
+
+# type -> (struct code, size, int range or None for f32)
+_TYPES: dict[str, tuple[str, int, tuple[int, int] | None]] = {
+    "ptr": ("Q", 8, (0, 2**64 - 1)),
+    "u64": ("Q", 8, (0, 2**64 - 1)),
+    "u32": ("I", 4, (0, 2**32 - 1)),
+    "i32": ("i", 4, (-(2**31), 2**31 - 1)),
+    "f32": ("f", 4, None),
+    "tmap": ("128s", 128, None),  # filled by the instance's host provider, never by the caller
+}
+_ALIGN = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 64}
+# Grid names the runtime supplies from the device: its SM count, and how many CTAs of this
+# kernel (whole clusters) can be resident at once, for persistent grids whose CTAs wait on
+# each other ("min(resident_ctas, tiles)").
+BUILTIN_GRID_NAMES = ("num_sms", "resident_ctas")
+
+
+@dataclass(frozen=True)
+class Slot:
+    instance: str
+    name: str
+    type: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kernel: str  # the entry symbol in the cubin
+    arch: str
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    grid: tuple[str, str, str]
+    dynamic_smem: int
+    param_size: int
+    param_types: dict[str, str]  # kernel-wide name -> type
+    slots: tuple[Slot, ...]  # every instance's field, in offset order
+    facts: dict[str, int]
+    requires: tuple[str, ...] = ()
+    grid_names: tuple[str, ...] = ()  # launch-only names the grid expressions use
+    host: tuple[HostProvider, ...] = ()  # providers filling the tmap parameters
+    workspaces: tuple[Workspace, ...] = ()  # runtime-lent global memory (hidden ptr fields)
+    co_resident: tuple[str, ...] = ()  # instances that wait for other CTAs: all CTAs must fit at once
+    source: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def provided(self) -> frozenset[str]:
+        """Parameters filled by host providers (the caller never passes them)."""
+        return frozenset([n for p in self.host for n in p.fills] + [w.param for w in self.workspaces])
+
+    @property
+    def lent(self) -> dict[str, str]:
+        """Parameters the caller passes: name -> type."""
+        return {n: t for n, t in self.param_types.items() if n not in self.provided}
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Manifest":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise LaunchError("R-MANIFEST", f"no manifest at {p}",
+                              hint="pass manifest_path=, or keep <kernel>.manifest.json beside the cubin "
+                                   "(`pipelink link --out-dir` writes both)") from None
+        except (OSError, ValueError) as e:
+            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}", hint="relink it") from None
+        return cls.from_dict(data, str(p))
+
+    @classmethod
+    def from_dict(cls, d: Mapping, source: str = "<manifest>") -> "Manifest":
+        def bad(msg: str, hint: str = "relink: `pipelink link` writes a matching manifest") -> LaunchError:
+            return LaunchError("R-MANIFEST", f"{source}: {msg}", hint=hint)
+
+        if not isinstance(d, Mapping):
+            raise bad("is not a JSON object")
+        fmt = d.get("format", SUPPORTED_MANIFEST_FORMAT)
+        if fmt != SUPPORTED_MANIFEST_FORMAT:
+            raise bad(f"format {fmt!r}; this runtime reads format {SUPPORTED_MANIFEST_FORMAT}",
+                      hint="use the runtime of the pipelink that linked the kernel, or relink")
+        try:
+            kernel = str(d.get("entry") or d["kernel"])
+            arch = str(d.get("arch", ""))
+            block = _dims(d.get("block", [1, 1, 1]), "block")
+            cluster = _dims(d.get("cluster", [1, 1, 1]), "cluster")
+            grid = [str(g) for g in d.get("grid", ["1", "1", "1"])]
+            if not 1 <= len(grid) <= 3:
+                raise ValueError("grid must have 1 to 3 expressions")
+            grid += ["1"] * (3 - len(grid))
+            dynamic_smem = int(d.get("dynamic_smem", 0))
+            params = d.get("params", {}) or {}
+            size = int(params.get("size", 0))
+            by_name = {str(k): str(v) for k, v in (params.get("by_name") or {}).items()}
+            slots = tuple(sorted((Slot(str(f["instance"]), str(f["name"]), str(f["type"]), int(f["offset"]))
+                                  for f in params.get("fields") or []), key=lambda s: s.offset))
+            facts = {str(k): int(v) for k, v in (d.get("facts") or {}).items()}
+            requires = tuple(str(r) for r in d.get("requires", []) or [])
+            host = tuple(HostProvider.from_dict(h) for h in d.get("host", []) or [])
+            workspaces = tuple(Workspace.from_dict(w) for w in d.get("workspaces", []) or [])
+            co_resident = tuple(str(n) for n in d.get("co_resident", []) or [])
+        except (KeyError, TypeError, ValueError) as e:
+            raise bad(f"malformed ({type(e).__name__}: {e})") from None
+        for name, t in by_name.items():
+            if t not in _TYPES:
+                raise bad(f"parameter {name!r} has unknown type {t!r}", hint=f"known types: {sorted(_TYPES)}")
+        end = 0
+        for s in slots:
+            if s.name not in by_name or by_name[s.name] != s.type:
+                raise bad(f"field {s.instance}.{s.name} ({s.type}) disagrees with params.by_name "
+                          f"({by_name.get(s.name, 'absent')})")
+            sz = _TYPES[s.type][1]
+            if s.offset % _ALIGN[s.type] or s.offset < end or s.offset + sz > size:
+                raise bad(f"field {s.instance}.{s.name} at offset {s.offset} is misaligned, overlaps "
+                          f"or lies outside the {size}-byte parameter block")
+            end = s.offset + sz
+        unused = sorted(set(by_name) - {s.name for s in slots})
+        if unused:
+            raise bad(f"parameters {unused} have no field")
+        for h in host:
+            bad_fill = [n for n in h.fills if by_name.get(n) != "tmap"]
+            bad_read = [n for n in h.reads if by_name.get(n) in (None, "tmap")]
+            if bad_fill or bad_read or not set(h.facts) <= set(facts):
+                raise bad(f"host provider {h.provider} of {h.instance} fills {bad_fill or h.fills}, reads "
+                          f"{bad_read or h.reads}: not parameters of the right kind, or unknown facts")
+        for w in workspaces:
+            if by_name.get(w.param) != "ptr":
+                raise bad(f"workspace {w.param!r} has no pointer field")
+        hidden = sorted(n for n in by_name if n.startswith("@ws:") and n not in {w.param for w in workspaces})
+        if hidden:
+            raise bad(f"fields {hidden} belong to no workspace")
+        unfilled = sorted(n for n, t in by_name.items() if t == "tmap" and not any(n in h.fills for h in host))
+        if unfilled:
+            raise bad(f"tmap parameters {unfilled} have no host provider")
+        clash = sorted(set(by_name) & set(facts))
+        if clash:
+            raise bad(f"names {clash} are both parameters and facts")
+        if block[0] * block[1] * block[2] > 1024:
+            raise bad(f"block {list(block)} has more than 1024 threads")
+        grid_names: list[str] = []
+        for text in grid + list(requires):
+            try:
+                used = names_in(text)
+            except ExprError as e:
+                raise bad(str(e)) from None
+            for n in sorted(used):
+                t = by_name.get(n)
+                if t in ("ptr", "f32"):
+                    raise bad(f"grid/requires expression {text!r} uses {t} parameter {n!r}")
+                if t == "tmap":
+                    raise bad(f"grid/requires expression {text!r} uses tmap parameter {n!r}")
+                if t is None and n not in facts and n not in grid_names and n not in BUILTIN_GRID_NAMES:
+                    grid_names.append(n)
+        return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
+                   requires, tuple(grid_names), host, workspaces, co_resident, source, dict(d))
+
+
+def _dims(v, what: str) -> tuple[int, int, int]:
+    v = [int(x) for x in v]
+    if not 1 <= len(v) <= 3 or any(x < 1 for x in v):
+        raise ValueError(f"{what} must be 1 to 3 positive integers")
+    return tuple(v + [1] * (3 - len(v)))  # type: ignore[return-value]
+
+
+def default_manifest_path(cubin_path: str | Path) -> Path:
+    """`toy.cubin` and `toy.control.cubin` -> `toy.manifest.json` (the control shares it)."""
+    p = Path(cubin_path)
+    stem = p.name[: -len(".cubin")] if p.name.endswith(".cubin") else p.stem
+    if stem.endswith(".control"):
+        stem = stem[: -len(".control")]
+    return p.with_name(stem + ".manifest.json")
