@@ -139,8 +139,6 @@ def cmd_check(a) -> int:
         ("Lq % 128", lambda: attention(q[:, :, :200].contiguous(), k, v, "full", kernel_dir=BIN), "R-SHAPE"),
         ("d = 96", lambda: attention(q[..., :96].contiguous(), k[..., :96].contiguous(), v[..., :96].contiguous(),
                                      "full", kernel_dir=BIN), "R-SHAPE"),
-        ("decode d = 64", lambda: attention(q[:, :, :1, :64].contiguous(), k[..., :64].contiguous(),
-                                            v[..., :64].contiguous(), "decode", kernel_dir=BIN), "R-SHAPE"),
         ("alibi slopes", lambda: attention(q, k, v, "alibi", slopes=[1.0], kernel_dir=BIN), "R-PARAM"),
         ("causal Lq != Lkv", lambda: attention(q, torch.cat([k, k], 2), torch.cat([v, v], 2), "causal",
                                                kernel_dir=BIN), "R-SHAPE"),

@@ -17,7 +17,7 @@ CACHE=/tmp/flexcache; mkdir -p $CACHE
 P=(python3 benchmarks/attention_bench.py)
 F=(python3 benchmarks/attention_flex_bench.py)
 D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode
-D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64
+D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64,decode:64
 rc=0
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # flex compiles are CPU work: start them first, in the background, while the GPU checks run

@@ -23,7 +23,7 @@ with pipelink.runtime.LaunchError, a code and a hint:
             taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
             control not a bool, kernel_dir not a path; a tensor that requires grad while
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
-  R-SHAPE   not [B, H, S, D]; D not 128/64 (decode: 128); zero-size dims; lengths not multiples
+  R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; lengths not multiples
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
             than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); decode B*H > 65535
             (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
@@ -83,9 +83,9 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
     variant, device = check_variant(variant), device_index(device)
     kdir, control = optional_dir("kernel_dir", kernel_dir), flag("control", control)
     head_dim = integer("head_dim", head_dim, code="R-SHAPE")
-    if head_dim not in HEAD_DIMS or (variant == "decode" and head_dim != HEAD_DIM):
+    if head_dim not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
-                          hint="d = 128 or 64 (prefill variants); decode: d = 128")
+                          hint="d = 128 or 64")
     d = kdir or kernel_dir_default()
     name = f"attn_{variant}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
     cubin, manifest = d / f"{name}{'.control' if control else ''}.cubin", d / f"{name}.manifest.json"
@@ -137,9 +137,9 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         if tensor_device(t) != dev:
             raise LaunchError("R-DEVICE", f"{name} is on {t.device}, q on {q.device}", hint=f"{name}.to(q.device)")
     B, H, Lq, D = q.shape
-    if D not in HEAD_DIMS or (variant == "decode" and D != HEAD_DIM):
+    if D not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {D} is not supported by variant {variant!r}",
-                          hint="d = 128 or 64 (prefill variants); decode: d = 128")
+                          hint="d = 128 or 64")
     if tuple(k.shape[:2]) != (B, H) or k.shape[3] != D or k.shape != v.shape:
         raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
                           hint="k and v: [B, H, Lkv, D] with q's B, H and D (no GQA in this build)")

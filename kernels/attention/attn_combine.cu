@@ -44,8 +44,9 @@ PL_IMPORT(out) {
   const unsigned g = (t % 32) / 4, qd = t % 4;
   const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];
   const unsigned rows = min(p.q_len, ROWS);
-  // A slot's row stride is the linked head_dim (the core's fact; the contract accepts 128: the
-  // merge below covers 16 groups of 8 columns), never a compile-time copy of it.
+  // The linked head_dim (the core's fact: 64 or 128), never a compile-time copy of it. It folds
+  // to an immediate at link time; the fragment's loops stay unrolled over 16 column tiles with a
+  // guard, so f.o keeps constant indices (registers).
   const unsigned D = PL_FACT(head_dim), SLOT = ROWS * D + ROWS;  // floats per slot
   float* ws = static_cast<float*>(PL_WORKSPACE(partials));
   unsigned* counters = static_cast<unsigned*>(PL_WORKSPACE(counters));
@@ -58,7 +59,8 @@ PL_IMPORT(out) {
       const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;
 #pragma unroll
       for (unsigned nt = 0; nt < 16; ++nt)
-        __stcg(reinterpret_cast<float2*>(slot + r * D + 8 * nt + 2 * qd),
+        if (8 * nt < D)
+          __stcg(reinterpret_cast<float2*>(slot + r * D + 8 * nt + 2 * qd),
                make_float2(f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv));
       if (qd == 0) __stcg(slot + ROWS * D + r, f.l[j] > 0.f ? f.m[j] + __log2f(f.l[j]) : -INFINITY);
     }
@@ -75,7 +77,7 @@ PL_IMPORT(out) {
   pl::named_barrier_sync(bar, 256);
   if (!*last) return;
   __threadfence();
-  const unsigned r = t / 16, c0 = (t % 16) * 8;  // 16 rows x 16 groups of 8 columns
+  const unsigned G = D / 8, r = t / G, c0 = (t % G) * 8;  // 16 rows x D / 8 groups of 8 columns
   if (r >= rows) return;
   const float* head = ws + (size_t)bh * splits * SLOT;
   float mx = -INFINITY;
