@@ -99,6 +99,10 @@ def _cuda_ltoir_impl(ctx):
     check_includes(ctx, ctx.attr.includes)
     check_defines(ctx, "defines", ctx.attr.defines)
     check_copts(ctx, "copts", ctx.attr.copts)
+    out_name = ctx.attr.out
+    if out_name and (not out_name.endswith(".o") or out_name.startswith("/") or ".." in out_name.split("/")):
+        pl_fail(ctx, "B-FILE-TYPE", "attribute out: '%s' is not a .o file name inside this package" % out_name,
+                "give a relative name ending in .o, or drop `out` for <name>.o")
     toolchain = find_cuda_toolchain(ctx)
     out = ctx.actions.declare_file(ctx.attr.out or (ctx.label.name + ".o"))
     cuda_compile_action(

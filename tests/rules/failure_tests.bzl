@@ -77,6 +77,7 @@ CASES = [
     ("bad_hdrs_cu", "B-FILE-TYPE", "list only headers in hdrs", "attribute hdrs: tests/rules/testdata/other.cu"),
     ("bad_srcs_toml", "B-FILE-TYPE", "list .cu translation units", "attribute srcs:"),
     ("bad_host_provider", "B-FILE-TYPE", "name the contract's [host] provider", "attribute host_provider"),
+    ("bad_ltoir_out", "B-FILE-TYPE", "give a relative name ending in .o", "attribute out: '../x.o'"),
     ("bad_no_cu", "B-SRCS", "list at least one .cu", "attribute srcs has no .cu file"),
     ("bad_no_components", "B-COMPONENTS", "list the cuda_component targets", "attribute components is empty"),
     ("bad_duplicate_package", "B-DUP-PACKAGE", "list each package once", "both provide package 'comp'"),
@@ -125,6 +126,7 @@ def failure_fixtures():
     _component("bad_hdrs_cu", hdrs = ["testdata/other.cu"])
     _component("bad_srcs_toml", srcs = [_SRC, "testdata/other.contract.toml"])
     _component("bad_host_provider", host_provider = "testdata/comp.h")
+    cuda_ltoir(name = "bad_ltoir_out", src = _SRC, out = "../x.o", tags = m)
     _component("bad_no_cu", srcs = ["testdata/comp.h"])
     fused_kernel(name = "bad_no_components", kernel = _KERNEL, components = [], tags = m)
     _component("comp_again")
