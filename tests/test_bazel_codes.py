@@ -2,7 +2,8 @@
 
 pipelink_rules/private/errors.bzl holds B_CODES; every code must have a row in
 docs/CONTRACTS.md ("Bazel rule codes") and a failure test in tests/rules/failure_tests.bzl
-(B-MODULE fails while fetching the module extension, which analysis tests cannot reach), and
+(B-MODULE fails while evaluating the module extension, which analysis tests cannot reach: it is
+tested in tests/test_bazel_consumer.py), and
 no rule may fail without a code.
 """
 
@@ -33,7 +34,7 @@ def test_every_code_is_documented():
 def test_every_code_has_a_failure_test():
     cases = (REPO / "tests" / "rules" / "failure_tests.bzl").read_text()
     tested = set(re.findall(r'^\s*\("[^"]+", "(B-[A-Z-]+)",', cases, re.M))
-    assert set(_codes()) - tested == {"B-MODULE"}, set(_codes()) - tested
+    assert set(_codes()) - tested == {"B-MODULE"}, set(_codes()) - tested  # B-MODULE: test_bazel_consumer.py
     assert tested <= set(_codes()), tested - set(_codes())
 
 

@@ -58,4 +58,7 @@ def pl_fail(ctx_or_label, code, message, hint):
       message: what is wrong, naming the attribute and the bad value.
       hint: what to write instead.
     """
+    # Bazel prints the Starlark call stack above "Error in fail: <this line>". Bazel >= 9.0.1
+    # takes fail(..., stack_trace = False) to drop it; 7.x rejects the parameter, so it is
+    # added here (the only fail() of the rules) when the repository moves to Bazel 9.
     fail(pl_message(ctx_or_label, code, message, hint))
