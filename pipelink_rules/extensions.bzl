@@ -26,6 +26,7 @@ it never becomes the Python toolchain of the consumer's py_binary/py_test target
 """
 
 load("//pipelink_rules/private:cuda_configure.bzl", "local_cuda_repository", "pipelink_python_repository")
+load("//pipelink_rules/private:errors.bzl", "pl_fail")
 
 _cuda_tag = tag_class(
     doc = "The CUDA toolkit for pipelink's compile, pack and link actions.",
@@ -45,7 +46,8 @@ _python_tag = tag_class(
 
 def _one(module, tags, what):
     if len(tags) > 1:
-        fail("pipelink: %s gives pipelink_toolchains.%s more than once" % (module.name, what))
+        pl_fail("module %s" % module.name, "B-MODULE", "pipelink_toolchains.%s is given %d times" % (what, len(tags)),
+                "give each pipelink_toolchains tag class at most once, in the root module's MODULE.bazel")
     return tags[0] if tags else None
 
 def _pipelink_toolchains_impl(module_ctx):

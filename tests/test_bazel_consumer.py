@@ -147,3 +147,22 @@ def test_consumer_py_binary_is_not_on_pipelinks_interpreter(consumer):
     assert line, res.stdout + res.stderr[-2000:]
     used = line[0][len("PYTHON="):]
     assert os.path.realpath(used) != os.path.realpath(VENV_PY) and not used.startswith(str(REPO / ".venv")), used
+
+
+@pytest.mark.parametrize("tags, message", [
+    ('pipelink.python(interpreter = "{python}")\n', "pipelink_toolchains.python is given 2 times"),
+    ('pipelink.cuda(host_compiler = "/nonexistent/g++-14")\n', "host_compiler = /nonexistent/g++-14 does not exist"),
+])
+def test_bad_module_tags_are_coded(consumer, tags, message):
+    """A repeated tag or a tag naming a missing path fails with B-MODULE and a hint (under the
+    Starlark call stack Bazel < 9.0.1 prints for every fail())."""
+    ws, bazel = consumer
+    module = ws / "MODULE.bazel"
+    good = module.read_text()
+    try:
+        module.write_text(good + tags.format(python=VENV_PY))
+        res = bazel("build", "--nobuild", "//:k1", check=False)
+        assert res.returncode != 0
+        assert "pipelink B-MODULE: " in res.stderr and message in res.stderr and ". hint: " in res.stderr, res.stderr[-3000:]
+    finally:
+        module.write_text(good)

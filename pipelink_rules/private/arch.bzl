@@ -8,6 +8,7 @@ architecture; a component built on its own follows `--//pipelink_rules:arch` (de
 sm_90a).
 """
 
+load(":errors.bzl", "display_label", "pl_fail")
 load(":providers.bzl", "PipelinkArchInfo")
 
 # Architectures the linker accepts (tools/pipelink/contract.py ARCHES).
@@ -18,15 +19,31 @@ DEFAULT_ARCH = "sm_90a"
 # loads these rules (the main repo or a workspace that depends on pipelink).
 ARCH_SETTING = str(Label("//pipelink_rules:arch"))
 
-def check_arch(arch, what):
-    """Fails analysis unless `arch` is supported. Returns arch."""
+def suggest_arch(arch):
+    """The supported architecture a bad value most likely meant (sm_100 -> sm_100a), else the default."""
+    for cand in [arch + "a", "sm_" + arch, "sm_" + arch + "a", arch.replace("compute_", "sm_"), arch.lower()]:
+        if cand in SUPPORTED_ARCHS:
+            return cand
+    return DEFAULT_ARCH
+
+def check_arch(ctx_or_label, arch, what = "attribute arch", hint = None):
+    """B-ARCH unless `arch` is supported. Returns arch.
+
+    Args:
+      ctx_or_label: where the value was given (for the diagnostic).
+      arch: the value.
+      what: which attribute or flag gave it.
+      hint: the fix; default `set arch = "<suggestion>"`.
+    """
     if arch not in SUPPORTED_ARCHS:
-        fail("%s: unsupported architecture %r; pipelink supports %s" %
-             (what, arch, ", ".join(SUPPORTED_ARCHS)))
+        pl_fail(ctx_or_label, "B-ARCH", "%s: unsupported architecture '%s'; supported: %s" %
+                                        (what, arch, ", ".join(SUPPORTED_ARCHS)),
+                hint or 'set arch = "%s"' % suggest_arch(arch))
     return arch
 
 def _arch_setting_impl(ctx):
-    return [PipelinkArchInfo(arch = check_arch(ctx.build_setting_value, str(ctx.label)))]
+    value = ctx.build_setting_value
+    return [PipelinkArchInfo(arch = check_arch(ctx, value, "build setting value", "pass --%s=%s" % (display_label(ctx.label), suggest_arch(value))))]
 
 arch_setting = rule(
     implementation = _arch_setting_impl,

@@ -1,6 +1,9 @@
 """Compiling CUDA sources to LTO-IR objects with the pipelink CUDA toolchain."""
 
+load(":arch.bzl", "check_arch")
+load(":errors.bzl", "pl_fail")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE", "find_cuda_toolchain")
+load(":validate.bzl", "check_copts", "check_defines", "check_files", "check_includes")
 
 def _arch_number(arch):
     """'sm_90a' / 'compute_90a' / '90a' -> '90a'."""
@@ -50,7 +53,8 @@ def cuda_compile_action(ctx, toolchain, src, hdrs, includes, defines, copts, arc
     args.add_all(includes, format_each = "-I%s", uniquify = True)
     if use_cutlass:
         if not toolchain.cutlass_include_dir:
-            fail("pipelink: use_cutlass requested but the CUDA toolchain has no CUTLASS headers. Fix: bash tools/setup.sh (installs nvidia-cutlass) or set PIPELINK_CUTLASS_INCLUDE.")
+            pl_fail(ctx, "B-TOOLCHAIN", "use_cutlass requested but the CUDA toolchain has no CUTLASS headers",
+                    "bash tools/setup.sh (installs nvidia-cutlass) or set PIPELINK_CUTLASS_INCLUDE")
         args.add("-I" + toolchain.cutlass_include_dir)
         transitive.append(toolchain.cutlass_includes)
     args.add_all(defines, format_each = "-D%s")
@@ -89,12 +93,22 @@ def _package_dirs(ctx, dirs):
     return out
 
 def _cuda_ltoir_impl(ctx):
+    check_arch(ctx, ctx.attr.arch)
+    src = check_files(ctx, "src", ctx.files.src, [".cu"], "name one .cu file", single = True)
+    check_files(ctx, "hdrs", ctx.files.hdrs, [".h", ".hpp", ".cuh", ".inc"], "list only headers in hdrs")
+    check_includes(ctx, ctx.attr.includes)
+    check_defines(ctx, "defines", ctx.attr.defines)
+    check_copts(ctx, "copts", ctx.attr.copts)
+    out_name = ctx.attr.out
+    if out_name and (not out_name.endswith(".o") or out_name.startswith("/") or ".." in out_name.split("/")):
+        pl_fail(ctx, "B-FILE-TYPE", "attribute out: '%s' is not a .o file name inside this package" % out_name,
+                "give a relative name ending in .o, or drop `out` for <name>.o")
     toolchain = find_cuda_toolchain(ctx)
     out = ctx.actions.declare_file(ctx.attr.out or (ctx.label.name + ".o"))
     cuda_compile_action(
         ctx,
         toolchain,
-        src = ctx.file.src,
+        src = src,
         hdrs = ctx.files.hdrs,
         includes = _package_dirs(ctx, ctx.attr.includes),
         defines = ctx.attr.defines,
@@ -109,8 +123,8 @@ cuda_ltoir = rule(
     implementation = _cuda_ltoir_impl,
     doc = "Compiles one .cu file to a relocatable object holding LTO-IR (nvcc -dc, code=lto_<arch>).",
     attrs = {
-        "src": attr.label(allow_single_file = [".cu"], mandatory = True),
-        "hdrs": attr.label_list(allow_files = [".h", ".hpp", ".cuh", ".inc"]),
+        "src": attr.label(allow_files = True, mandatory = True, doc = "One .cu file (checked: B-FILE-TYPE)."),
+        "hdrs": attr.label_list(allow_files = True, doc = "Headers (checked: B-FILE-TYPE)."),
         "includes": attr.string_list(doc = "Include directories relative to this package."),
         "defines": attr.string_list(),
         "copts": attr.string_list(doc = "Extra nvcc flags."),

@@ -21,12 +21,28 @@ The architecture comes from the configuration (`//pipelink_rules:arch`, default 
 `fused_kernel(arch = ...)` transitions its components to its own architecture.
 """
 
-load(":arch.bzl", "DEFAULT_ARCH", "SUPPORTED_ARCHS", "check_arch")
+load(":arch.bzl", "DEFAULT_ARCH", "SUPPORTED_ARCHS", "check_arch", "suggest_arch")
 load(":cuda_compile.bzl", "cuda_compile_action")
+load(":errors.bzl", _display_label = "display_label", "pl_fail")
 load(":linker_cli.bzl", "ORIGIN_FLAG", "PACK_ARCH_FLAG")
 load(":providers.bzl", "CudaComponentInfo", "PipelinkArchInfo")
 load(":python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE", "find_cuda_toolchain")
+load(
+    ":validate.bzl",
+    "check_component_name",
+    "check_copts",
+    "check_defines",
+    "check_files",
+    "check_includes",
+    "check_substitutions",
+)
+
+SRC_SUFFIXES = [".cu", ".cuh", ".h", ".hpp"]
+HDR_SUFFIXES = [".h", ".hpp", ".cuh", ".inc"]
+
+# //pkg:name for the main repository, @repo//pkg:name otherwise (errors.bzl).
+display_label = _display_label
 
 def cuda_toolchain(ctx):
     """The CudaToolchainInfo of the resolved CUDA toolchain."""
@@ -42,11 +58,6 @@ def pipelink_action_env(toolchain):
         "PYTHONSAFEPATH": "1",
         "PIPELINK_HOST_CXX": toolchain.host_compiler,
     }
-
-def display_label(label):
-    """//pkg:name for the main repository, @repo//pkg:name otherwise."""
-    s = str(label)
-    return s[2:] if s.startswith("@@//") else s
 
 def run_pipelink(ctx, arguments, inputs, outputs, mnemonic, progress_message, env, origins = []):
     """Runs the linker CLI (`python -m pipelink`, the interpreter of pipelink's python
@@ -89,17 +100,24 @@ def _cuda_component_impl(ctx):
     configured = ctx.attr._arch[PipelinkArchInfo].arch
     arch = configured
     if ctx.attr.arch:
-        check_arch(ctx.attr.arch, "%s: attribute arch" % ctx.label)
+        check_arch(ctx, ctx.attr.arch, hint = 'set arch = "%s", or drop `arch` to follow the kernel' % suggest_arch(ctx.attr.arch))
         if ctx.attr.arch != configured:
-            fail(("%s is pinned to arch %r but is being built for %r (a fused_kernel's arch or " +
-                  "--//pipelink_rules:arch); drop the `arch` attribute to let the kernel choose") %
-                 (ctx.label, ctx.attr.arch, configured))
-    if not ctx.files.srcs:
-        fail("%s: srcs must name at least one .cu file" % ctx.label)
-    contract = ctx.file.contract
-    if not contract.basename.endswith(".toml"):
-        fail("%s: contract %s is not a .toml file" % (ctx.label, contract.short_path))
-    component = ctx.attr.component or ctx.label.name
+            pl_fail(ctx, "B-ARCH-MISMATCH", ("attribute arch pins the component to '%s' but it is being built for '%s' " +
+                                             "(a fused_kernel's arch or --//pipelink_rules:arch)") % (ctx.attr.arch, configured),
+                    "drop the `arch` attribute to let the kernel choose")
+    check_files(ctx, "srcs", ctx.files.srcs, SRC_SUFFIXES, "list .cu translation units (and headers they include) in srcs")
+    check_files(ctx, "hdrs", ctx.files.hdrs, HDR_SUFFIXES, "list only headers in hdrs; .cu files go in srcs")
+    if not [f for f in ctx.files.srcs if f.basename.endswith(".cu")]:
+        pl_fail(ctx, "B-SRCS", "attribute srcs has no .cu file (%s)" % (", ".join([f.short_path for f in ctx.files.srcs]) or "empty"),
+                "list at least one .cu translation unit in srcs")
+    contract = check_files(ctx, "contract", ctx.files.contract, [".contract.toml"],
+                           "name the component's <component>.contract.toml (a .kernel.toml goes to fused_kernel)", single = True)
+    if ctx.attr.host_provider:
+        check_files(ctx, "host_provider", ctx.files.host_provider, [".py"],
+                    "name the contract's [host] provider, a .py file defining provide(lent, facts, host)", single = True)
+    component = check_component_name(ctx, ctx.attr.component or ctx.label.name, bool(ctx.attr.component))
+    check_includes(ctx, ctx.attr.includes)
+    check_substitutions(ctx, ctx.attr.contract_substitutions)
 
     # Headers and include directories: own hdrs, pipelink.h, cc_library deps, CUTLASS.
     pipelink_h = ctx.files._pipelink_header
@@ -123,12 +141,14 @@ def _cuda_component_impl(ctx):
     toolchain_hdrs = []
     if ctx.attr.cutlass:
         if not toolchain.cutlass_include_dir:
-            fail("%s sets cutlass = True but the CUDA toolchain found no CUTLASS headers " % ctx.label +
-                 "(install the nvidia-cutlass wheel: bash tools/setup.sh)")
+            pl_fail(ctx, "B-TOOLCHAIN", "attribute cutlass = True but the CUDA toolchain found no CUTLASS headers",
+                    "install the nvidia-cutlass wheel (bash tools/setup.sh) or set pipelink_toolchains.cuda(cutlass_include = ...)")
         toolchain_hdrs.append(toolchain.cutlass_includes)
     includes = [i for i in _dedup(includes) if i]
+    check_defines(ctx, "defines", ctx.attr.defines, inherited = dep_defines)
     defines = _dedup(dep_defines + ctx.attr.defines)
     user_copts = [ctx.expand_location(c, ctx.attr.deps) for c in ctx.attr.copts]
+    check_copts(ctx, "copts", user_copts)
 
     headers = depset(own_hdrs + pipelink_h, transitive = dep_hdrs)
 
@@ -150,8 +170,6 @@ def _cuda_component_impl(ctx):
             use_cutlass = ctx.attr.cutlass,
         )
         objects.append(obj)
-    if not objects:
-        fail("%s: srcs has no .cu file" % ctx.label)
     cu_srcs = [s for s in ctx.files.srcs if s.basename.endswith(".cu")]
     extra_hdrs = [s for s in ctx.files.srcs if not s.basename.endswith(".cu")]
 
@@ -182,7 +200,7 @@ def _cuda_component_impl(ctx):
         args.add("--arch", arch)
     if ORIGIN_FLAG:
         args.add("--origin", "%s=%s" % (packed_contract.path, display_label(ctx.label)))
-    host_provider = ctx.file.host_provider
+    host_provider = ctx.files.host_provider[0] if ctx.files.host_provider else None
     if host_provider:
         args.add("--host-provider", host_provider)
     args.add("--out", package)
@@ -259,16 +277,16 @@ cuda_component = rule(
           "with its contract into `<name>.plpkg` (provider CudaComponentInfo).",
     attrs = {
         "srcs": attr.label_list(
-            allow_files = [".cu", ".cuh", ".h", ".hpp"],
+            allow_files = True,  # checked in the implementation (B-FILE-TYPE)
             doc = "CUDA sources; each .cu is one translation unit (one LTO-IR object). " +
                   "Headers listed here are inputs only.",
         ),
         "hdrs": attr.label_list(
-            allow_files = [".h", ".hpp", ".cuh", ".inc"],
+            allow_files = True,  # checked in the implementation (B-FILE-TYPE)
             doc = "Headers the sources include (recorded in the package for the control build).",
         ),
         "contract": attr.label(
-            allow_single_file = [".toml"],
+            allow_files = True,  # exactly one .contract.toml, checked in the implementation (B-FILE-TYPE)
             mandatory = True,
             doc = "The component's contract (<component>.contract.toml), see docs/CONTRACTS.md.",
         ),
@@ -277,7 +295,7 @@ cuda_component = rule(
                   "{\"@BLOCK_N@\": \"64\"} for a tile variant built with a matching define).",
         ),
         "host_provider": attr.label(
-            allow_single_file = [".py"],
+            allow_files = True,  # one .py, checked in the implementation (B-FILE-TYPE)
             doc = "The contract's [host] provider (Python), carried in the package.",
         ),
         "component": attr.string(

@@ -11,6 +11,8 @@ the root module's tags; the order of detection is documented there:
           (site-packages/cutlass_library/source/include), <toolkit>/include.
 """
 
+load(":errors.bzl", "pl_fail")
+
 _ENVIRON = [
     "VIRTUAL_ENV",
     "PIPELINK_CUDA_HOME",
@@ -140,7 +142,8 @@ def _find_cutlass_include(rctx, cuda_home):
     if tag_dir:
         if rctx.path(tag_dir + "/cutlass").exists:
             return tag_dir
-        fail("pipelink: cutlass_include = %s (pipelink_toolchains.cuda tag) has no cutlass/ directory" % tag_dir)
+        pl_fail("pipelink_toolchains.cuda", "B-MODULE", "cutlass_include = %s has no cutlass/ directory" % tag_dir,
+                "give the directory that holds cutlass/ and cute/, or drop cutlass_include to detect it")
     env_dir = rctx.os.environ.get("PIPELINK_CUTLASS_INCLUDE", "")
     if env_dir and rctx.path(env_dir + "/cutlass").exists:
         return env_dir
@@ -163,7 +166,12 @@ def find_host_compiler(rctx):
     """Absolute path of a g++ that nvcc accepts, or None."""
     env_cc = rctx.attr.host_compiler or rctx.os.environ.get("PIPELINK_HOST_COMPILER", "")
     if env_cc:
-        return env_cc
+        found = env_cc if env_cc.startswith("/") else rctx.which(env_cc)
+        if not found or not rctx.path(str(found)).exists:
+            where = "pipelink_toolchains.cuda" if rctx.attr.host_compiler else "PIPELINK_HOST_COMPILER"
+            pl_fail(where, "B-MODULE", "host_compiler = %s does not exist (nor on PATH)" % env_cc,
+                    "give the absolute path of a g++ <= 15 (e.g. /usr/bin/g++-14), or drop it to detect one")
+        return str(found)
     for name in _HOST_COMPILER_CANDIDATES:
         path = rctx.which(name)
         if not path:
@@ -208,7 +216,8 @@ def _overlay_include(rctx, home, patch_rsqrt):
         ("float                  rsqrtf(float x);", "float                  rsqrtf(float x) __THROW;"),
     ]:
         if old not in patched:
-            fail("pipelink: cannot patch %s/crt/math_functions.h for this glibc: '%s' not found. Set PIPELINK_HOST_COMPILER to a g++ with glibc < 2.42 headers." % (src, old))
+            pl_fail("@local_cuda", "B-TOOLCHAIN", "cannot patch %s/crt/math_functions.h for this glibc: '%s' not found" % (src, old),
+                    "set PIPELINK_HOST_COMPILER (or pipelink_toolchains.cuda(host_compiler = ...)) to a g++ with glibc < 2.42 headers")
         patched = patched.replace(old, new, 1)
     marker = "#if defined(__GNUC__) && !defined(__ANDROID__)"
     patched = patched.replace(marker, _RSQRT_PATCH_NOTE + marker, 1)

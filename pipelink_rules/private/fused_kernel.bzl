@@ -20,6 +20,8 @@ inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides 
 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
 load(":cuda_component.bzl", "cuda_toolchain", "display_label", "pipelink_action_env", "run_pipelink")
+load(":errors.bzl", "pl_fail")
+load(":validate.bzl", "check_files", "check_sass_args")
 load(":python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
 load(":linker_cli.bzl", "ORIGIN_FLAG")
@@ -53,22 +55,26 @@ def _declare_outputs(ctx, prefix):
     )
 
 def _fused_kernel_impl(ctx):
-    check_arch(ctx.attr.arch, "%s: attribute arch" % ctx.label)
+    check_arch(ctx, ctx.attr.arch)
     toolchain = cuda_toolchain(ctx)
-    kernel_file = ctx.file.kernel
-    if not kernel_file.basename.endswith(".kernel.toml"):
-        fail("%s: kernel %s must be a .kernel.toml composition file" % (ctx.label, kernel_file.short_path))
+    kernel_file = check_files(ctx, "kernel", ctx.files.kernel, [".kernel.toml"],
+                              "name the <kernel>.kernel.toml composition file (docs/CONTRACTS.md, \"Kernel composition\")",
+                              single = True)
     if not ctx.attr.components:
-        fail("%s: components is empty; list the cuda_component targets the kernel file instantiates" % ctx.label)
+        pl_fail(ctx, "B-COMPONENTS", "attribute components is empty",
+                "list the cuda_component targets whose packages the kernel file's [[instance]] entries name")
     comps = [c[CudaComponentInfo] for c in ctx.attr.components]
     seen = {}
     for c in comps:
         if c.component in seen:
-            fail("%s: components %s and %s both provide package %r; a kernel names each package once" %
-                 (ctx.label, seen[c.component], c.label, c.component))
+            pl_fail(ctx, "B-DUP-PACKAGE", "components %s and %s both provide package '%s'" %
+                                          (display_label(seen[c.component]), display_label(c.label), c.component),
+                    "list each package once; a variant needs its own fused_kernel")
         seen[c.component] = c.label
         if c.arch != ctx.attr.arch:
-            fail("%s: component %s was built for %s, the kernel is for %s" % (ctx.label, c.label, c.arch, ctx.attr.arch))
+            pl_fail(ctx, "B-ARCH-MISMATCH", "component %s was built for '%s', the kernel is for '%s'" %
+                                            (display_label(c.label), c.arch, ctx.attr.arch),
+                    "build the component in the kernel's configuration (a cuda_component follows the fused_kernel's arch)")
 
     packages = depset([c.package for c in comps])
     tool_inputs = toolchain.nvcc_files
@@ -129,7 +135,7 @@ fused_kernel = rule(
           "(provider FusedKernelInfo; output group `control` holds the control cubin).",
     attrs = {
         "kernel": attr.label(
-            allow_single_file = True,
+            allow_files = True,  # exactly one .kernel.toml, checked in the implementation (B-FILE-TYPE)
             mandatory = True,
             doc = "The <kernel>.kernel.toml composition file; its [[instance]] entries name " +
                   "packages by component name.",
@@ -164,6 +170,7 @@ def _runfiles_path(ctx, f):
 
 def _sass_test_impl(ctx):
     info = ctx.attr.kernel[FusedKernelInfo]
+    check_sass_args(ctx, ctx.attr.args_extra)
     toolchain = cuda_toolchain(ctx)
     argv, linker_files, _, init = linker_invocation(ctx)
     tools_dir = init.short_path.rpartition("/")[0].rpartition("/")[0]  # runfiles path of tools/

@@ -5,6 +5,8 @@ Generated in @pipelink_python (cuda_configure.bzl) from the root module's
 @bazel_tools//tools/python:toolchain_type) keeps it out of the consumer's py_binary targets.
 """
 
+load(":errors.bzl", "pl_fail")
+
 PYTHON_TOOLCHAIN_TYPE = Label("//pipelink_rules:python_toolchain_type")
 
 PipelinkPythonInfo = provider(
@@ -14,7 +16,9 @@ PipelinkPythonInfo = provider(
 
 def _pipelink_python_toolchain_impl(ctx):
     if ctx.attr.missing_reason:
-        fail("pipelink: " + ctx.attr.missing_reason)
+        message, _, fix = ctx.attr.missing_reason.partition(" Fix: ")
+        pl_fail(ctx, "B-TOOLCHAIN", message, fix.rstrip(".") or
+                                             "pipelink_toolchains.python(interpreter = <python with z3-solver and cuda-bindings>) in MODULE.bazel")
     info = PipelinkPythonInfo(interpreter = ctx.attr.interpreter_path)
     return [platform_common.ToolchainInfo(python = info)]
 
@@ -37,6 +41,7 @@ def linker_invocation(ctx):
     files = ctx.attr._linker[DefaultInfo].files
     init = [f for f in files.to_list() if f.short_path.endswith("pipelink/__init__.py")]
     if len(init) != 1:
-        fail("pipelink: //tools:pipelink_linker_files must hold exactly one pipelink/__init__.py")
+        pl_fail(ctx, "B-TOOLCHAIN", "//tools:pipelink_linker_files holds %d pipelink/__init__.py files, not one" % len(init),
+                "keep the linker's sources in one tools/pipelink package")
     tools_dir = init[0].dirname.rpartition("/")[0]  # <...>/tools/pipelink -> <...>/tools
     return [python.interpreter, "-s", "-m", "pipelink"], files, tools_dir, init[0]

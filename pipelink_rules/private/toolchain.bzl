@@ -1,15 +1,21 @@
 """The cuda_toolchain rule: turns the @local_cuda files into a CudaToolchainInfo."""
 
+load(":errors.bzl", "pl_fail")
 load(":providers.bzl", "CudaToolchainInfo")
+
+def toolchain_fail(ctx, reason, default_hint):
+    """B-TOOLCHAIN from a detection report "what was tried. Fix: what to do"."""
+    message, _, fix = reason.partition(" Fix: ")
+    pl_fail(ctx, "B-TOOLCHAIN", message, fix.rstrip(".") or default_hint)
 
 CUDA_TOOLCHAIN_TYPE = Label("//pipelink_rules:cuda_toolchain_type")
 
 def _cuda_toolchain_impl(ctx):
     if ctx.attr.missing_reason:
-        fail("pipelink: " + ctx.attr.missing_reason)
+        toolchain_fail(ctx, ctx.attr.missing_reason, "pipelink_toolchains.cuda(path = <CUDA 13 toolkit root>) in MODULE.bazel")
     if not ctx.attr.host_compiler:
-        fail("pipelink: no host C++ compiler for nvcc (g++ <= 15) was found. " +
-             "Fix: bash tools/setup.sh (the Bazel root carries g++-14), or set PIPELINK_HOST_COMPILER.")
+        pl_fail(ctx, "B-TOOLCHAIN", "no host C++ compiler for nvcc (g++ <= 15) was found",
+                "bash tools/setup.sh (the Bazel root carries g++-14), or set PIPELINK_HOST_COMPILER or pipelink_toolchains.cuda(host_compiler = ...)")
     nvcc = ctx.file.nvcc
 
     # nvcc is <root>/bin/nvcc; <root> is execroot-relative (external/<repo>).

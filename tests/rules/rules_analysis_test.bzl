@@ -1,12 +1,14 @@
 """Analysis tests for cuda_component / fused_kernel (bazel_skylib analysistest).
 
-They check the actions' command lines, declared outputs, providers, the arch transition,
-and that bad attributes are rejected at analysis time. Nothing is compiled.
+They check the actions' command lines, declared outputs, providers and the arch transition;
+failure_tests.bzl checks that bad attributes are rejected at analysis time with a B-* code
+and hint. Nothing is compiled.
 """
 
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "FusedKernelInfo", "cuda_component", "fused_kernel")
 load("//pipelink_rules/private:linker_cli.bzl", "PACK_ARCH_FLAG")
+load(":failure_tests.bzl", "failure_fixtures", "failure_tests")
 
 _ARCH = str(Label("//pipelink_rules:arch"))
 
@@ -170,19 +172,6 @@ def _kernel_test_impl(ctx):
 
 kernel_test = analysistest.make(_kernel_test_impl, attrs = {"arch": attr.string(default = "sm_90a")})
 
-# ---- rejected attributes --------------------------------------------------------------------
-
-def _failure_test_impl(ctx):
-    env = analysistest.begin(ctx)
-    asserts.expect_failure(env, ctx.attr.message)
-    return analysistest.end(env)
-
-failure_test = analysistest.make(
-    _failure_test_impl,
-    expect_failure = True,
-    attrs = {"message": attr.string(mandatory = True)},
-)
-
 # ---- suite ----------------------------------------------------------------------------------
 
 def rules_analysis_test_suite(name):
@@ -222,32 +211,7 @@ def rules_analysis_test_suite(name):
     fused_kernel(name = "kern_sm100a", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm120a", arch = "sm_120a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
 
-    # Bad attributes.
-    fused_kernel(name = "bad_arch", arch = "sm_75", kernel = "testdata/kern.kernel.toml", components = [":comp"], tags = ["manual"])
-    fused_kernel(name = "bad_kernel_file", kernel = "testdata/not_a_kernel.toml", components = [":comp"], tags = ["manual"])
-    fused_kernel(name = "bad_no_components", kernel = "testdata/kern.kernel.toml", components = [], tags = ["manual"])
-    cuda_component(
-        name = "comp_again",
-        component = "comp",
-        srcs = ["testdata/comp.cu"],
-        contract = "testdata/comp.contract.toml",
-        tags = ["manual"],
-    )
-    fused_kernel(name = "bad_duplicate_package", kernel = "testdata/kern.kernel.toml", components = [":comp", ":comp_again"], tags = ["manual"])
-    cuda_component(
-        name = "pinned_sm90a",
-        arch = "sm_90a",
-        srcs = ["testdata/comp.cu"],
-        contract = "testdata/comp.contract.toml",
-        tags = ["manual"],
-    )
-    fused_kernel(name = "bad_pinned_component", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":pinned_sm90a"], tags = ["manual"])
-    cuda_component(
-        name = "bad_no_cu",
-        srcs = ["testdata/comp.h"],
-        contract = "testdata/comp.contract.toml",
-        tags = ["manual"],
-    )
+    failure_fixtures()  # the bad_* targets (failure_tests.bzl)
 
     component_test(name = "component_test", target_under_test = ":comp", size = "small")
     component_arch_test(name = "component_arch_test", target_under_test = ":comp", size = "small")
@@ -255,12 +219,7 @@ def rules_analysis_test_suite(name):
     kernel_test(name = "kernel_test", target_under_test = ":kern", size = "small")
     kernel_test(name = "kernel_sm100a_test", target_under_test = ":kern_sm100a", size = "small", arch = "sm_100a")
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
-    failure_test(name = "bad_arch_test", target_under_test = ":bad_arch", size = "small", message = "unsupported architecture \"sm_75\"")
-    failure_test(name = "bad_kernel_file_test", target_under_test = ":bad_kernel_file", size = "small", message = "must be a .kernel.toml")
-    failure_test(name = "bad_no_components_test", target_under_test = ":bad_no_components", size = "small", message = "components is empty")
-    failure_test(name = "bad_duplicate_package_test", target_under_test = ":bad_duplicate_package", size = "small", message = "both provide package \"comp\"")
-    failure_test(name = "bad_pinned_component_test", target_under_test = ":bad_pinned_component", size = "small", message = "is pinned to arch")
-    failure_test(name = "bad_no_cu_test", target_under_test = ":bad_no_cu", size = "small", message = "srcs has no .cu file")
+    failures = failure_tests()
     native.test_suite(
         name = name,
         tests = [
@@ -270,11 +229,5 @@ def rules_analysis_test_suite(name):
             ":kernel_test",
             ":kernel_sm100a_test",
             ":kernel_sm120a_test",
-            ":bad_arch_test",
-            ":bad_kernel_file_test",
-            ":bad_no_components_test",
-            ":bad_duplicate_package_test",
-            ":bad_no_cu_test",
-            ":bad_pinned_component_test",
-        ],
+        ] + failures,
     )

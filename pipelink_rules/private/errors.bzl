@@ -1,0 +1,64 @@
+"""The rules' analysis-time diagnostics: one stable B-* code and a hint for every bad input.
+
+Every failure of a pipelink rule, macro, build setting, toolchain or module extension goes
+through `pl_fail`, which renders one line in the linker's style (tools/pipelink/diagnostics.py):
+
+    pipelink B-ARCH: //pkg:t: attribute arch: unsupported architecture 'sm_91'; supported:
+    sm_90a, sm_100a, sm_120a, sm_90, sm_80. hint: set arch = "sm_90a"
+
+(Bazel prefixes it with "Error in fail:"). The table below is the only list of B-* codes;
+docs/CONTRACTS.md, "Bazel rule codes", documents each with an example, and
+tests/rules/ has one failure test per code.
+"""
+
+B_CODES = {
+    "B-ARCH": "an architecture that pipelink does not support (an `arch` attribute or --//pipelink_rules:arch)",
+    "B-ARCH-MISMATCH": "a component's architecture differs from its kernel's (a pinned `arch`, or a provider built for another)",
+    "B-FILE-TYPE": "a file attribute holds the wrong kind of file, or several files where one goes",
+    "B-SRCS": "a cuda_component has no .cu source",
+    "B-COMPONENTS": "a fused_kernel lists no components",
+    "B-DUP-PACKAGE": "two components of one fused_kernel provide the same package name",
+    "B-NAME": "a component name (the `component` attribute or the target name) is not a C identifier",
+    "B-DEFINE": "a define is malformed (empty, not NAME or NAME=VALUE, a comma, a reserved PL_/pl_ name) or given twice with different values",
+    "B-COPT": "a copt sets what the rule controls (arch, output, compile mode, host compiler, temporaries) or names an absolute path",
+    "B-INCLUDE": "an `includes` entry is empty, absolute or climbs out of the package",
+    "B-SUBST": "a contract_substitutions key is empty, or its value has another number of line breaks than the key",
+    "B-ARGS": "a fused_kernel_sass_test's args_extra is not a `pipelink sass-diff` option it may pass",
+    "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured",
+    "B-MODULE": "a pipelink_toolchains module-extension tag is repeated or names a bad path",
+}
+
+def display_label(label):
+    """//pkg:name for the main repository, @repo//pkg:name otherwise."""
+    s = str(label)
+    return s[2:] if s.startswith("@@//") else s
+
+def _where(ctx_or_label):
+    if ctx_or_label == None:
+        return ""
+    if type(ctx_or_label) == "string":
+        return ctx_or_label
+    if type(ctx_or_label) == "Label":
+        return display_label(ctx_or_label)
+    return display_label(ctx_or_label.label)  # a rule context
+
+def pl_message(ctx_or_label, code, message, hint):
+    """The rendered diagnostic (what pl_fail fails with)."""
+    if code not in B_CODES:
+        fail("pipelink B-INTERNAL: unknown diagnostic code %s (add it to pipelink_rules/private/errors.bzl)" % code)
+    where = _where(ctx_or_label)
+    return "pipelink %s: %s%s. hint: %s" % (code, where + ": " if where else "", message.rstrip("."), hint)
+
+def pl_fail(ctx_or_label, code, message, hint):
+    """Fails analysis (or loading, or repository fetching) with a coded diagnostic.
+
+    Args:
+      ctx_or_label: a rule context, a Label, a string naming the culprit, or None.
+      code: a key of B_CODES.
+      message: what is wrong, naming the attribute and the bad value.
+      hint: what to write instead.
+    """
+    # Bazel prints the Starlark call stack above "Error in fail: <this line>". Bazel >= 9.0.1
+    # takes fail(..., stack_trace = False) to drop it; 7.x rejects the parameter, so it is
+    # added here (the only fail() of the rules) when the repository moves to Bazel 9.
+    fail(pl_message(ctx_or_label, code, message, hint))

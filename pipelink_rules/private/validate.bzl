@@ -1,0 +1,232 @@
+"""Attribute checks of the pipelink rules, one per class of bad value (codes: errors.bzl).
+
+Each check either returns or fails analysis through pl_fail with a code and a hint; none
+changes what a valid target compiles (the checks read attributes, they register nothing).
+"""
+
+load(":errors.bzl", "pl_fail")
+
+_IDENT_FIRST = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+_IDENT_REST = _IDENT_FIRST + "0123456789"
+
+def is_c_identifier(s):
+    """The linker's IDENT (tools/pipelink/contract.py): [A-Za-z_][A-Za-z0-9_]*."""
+    if not s or s[0] not in _IDENT_FIRST:
+        return False
+    for ch in s.elems():
+        if ch not in _IDENT_REST:
+            return False
+    return True
+
+def check_component_name(ctx, name, explicit):
+    """B-NAME: the package name kernels refer to must be able to be a contract's component.name."""
+    if is_c_identifier(name):
+        return name
+    what = "attribute component" if explicit else "the component name (the target name; `component` is not set)"
+    suggestion = "".join([ch if ch in _IDENT_REST else "_" for ch in name.elems()]) or "loader"
+    if suggestion[0] not in _IDENT_FIRST:
+        suggestion = "_" + suggestion
+    pl_fail(ctx, "B-NAME", "%s: '%s' is not a C identifier, so it cannot be the contract's component.name" % (what, name),
+            'set component = "%s" (the contract\'s [component] name)' % suggestion)
+    return name
+
+# ---- files ----------------------------------------------------------------------------------
+
+def check_files(ctx, attr, files, suffixes, hint, single = False):
+    """B-FILE-TYPE: every file of attribute `attr` ends with one of `suffixes`.
+
+    The rules take these attributes with allow_files = True and check here, so a wrong file
+    gets a coded error instead of Bazel's "misplaced here". With single = True the attribute
+    must give exactly one file; the file is returned.
+    """
+    if single and len(files) != 1:
+        pl_fail(ctx, "B-FILE-TYPE", "attribute %s gives %d files (%s); it takes exactly one %s file" %
+                                    (attr, len(files), ", ".join([f.short_path for f in files[:4]]) or "none", " or ".join(suffixes)), hint)
+    for f in files:
+        if not any([f.basename.endswith(s) for s in suffixes]):
+            pl_fail(ctx, "B-FILE-TYPE", "attribute %s: %s is not a %s file" % (attr, f.short_path, " or ".join(suffixes)), hint)
+    return files[0] if single else files
+
+# ---- defines --------------------------------------------------------------------------------
+
+def _define_problem(d):
+    if not d.strip():
+        return "an empty define", "remove it"
+    if "\n" in d or "\r" in d:
+        return "a define spanning lines", "give the value on one line"
+    if d.startswith("-D"):
+        return "a define starting with -D (the rule adds -D)", 'write "%s"' % d[2:]
+    if d.startswith("="):
+        return "a define with no name before '='", 'write NAME or NAME=VALUE, e.g. "TILE=64"'
+    if "," in d:
+        return "a define with a comma (nvcc splits -D values at commas, so it would define two macros)", \
+               "avoid commas; give the value through a header, or one define per macro"
+    name = d.partition("=")[0].partition("(")[0]
+    if not is_c_identifier(name):
+        return "macro name '%s' is not a C identifier" % name, 'write NAME or NAME=VALUE, e.g. "TILE=64"'
+    if name.startswith("PL_") or name.startswith("pl_"):
+        return "macro name '%s' is reserved (pipelink.h and the linker's generated code own PL_*/pl_* names)" % name, \
+               "rename it; a component's PL_COMPONENT is #defined in its source before #include <pipelink.h>"
+    return None, None
+
+def check_defines(ctx, attr, defines, inherited = []):
+    """B-DEFINE: each define is NAME or NAME=VALUE with a C identifier NAME, no comma, no
+    reserved name; one name never gets two values (`inherited`: deps' defines, checked for
+    conflicts only)."""
+    for d in defines:
+        problem, hint = _define_problem(d)
+        if problem:
+            pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, d, problem), hint)
+    seen = {}
+    for d in inherited + defines:
+        name = d.partition("=")[0].partition("(")[0]
+        if name in seen and seen[name] != d:
+            pl_fail(ctx, "B-DEFINE", "attribute %s: macro %s is defined twice, as '%s' and as '%s'" % (attr, name, seen[name], d),
+                    "keep one value (a deps' cc_library define counts too)")
+        seen[name] = d
+
+# ---- copts ----------------------------------------------------------------------------------
+
+_ARCH_HINT = "drop it: the rule compiles for the kernel's arch (fused_kernel(arch = ...) or --//pipelink_rules:arch)"
+_MODE_HINT = "drop it: the rule compiles each .cu with -dc to LTO-IR for `pipelink pack` and link"
+_OUT_HINT = "drop it: the rule names every output itself"
+_TOOL_HINT = "drop it: the CUDA toolchain chooses the host compiler (pipelink_toolchains.cuda(host_compiler = ...))"
+_TEMP_HINT = "drop it: kept intermediates are undeclared outputs and break reproducible objects"
+_FILE_HINT = "drop it: an options file is an undeclared input; list the options in copts"
+
+# nvcc option names (without leading dashes) that the rule itself sets, -> hint.
+_RULE_FLAGS = {
+    "arch": _ARCH_HINT,
+    "gpu-architecture": _ARCH_HINT,
+    "code": _ARCH_HINT,
+    "gpu-code": _ARCH_HINT,
+    "gencode": _ARCH_HINT,
+    "generate-code": _ARCH_HINT,
+    "o": _OUT_HINT,
+    "output-file": _OUT_HINT,
+    "odir": _OUT_HINT,
+    "output-directory": _OUT_HINT,
+    "c": _MODE_HINT,
+    "compile": _MODE_HINT,
+    "dc": _MODE_HINT,
+    "device-c": _MODE_HINT,
+    "dw": _MODE_HINT,
+    "device-w": _MODE_HINT,
+    "rdc": _MODE_HINT,
+    "relocatable-device-code": _MODE_HINT,
+    "dlto": _MODE_HINT,
+    "dlink-time-opt": _MODE_HINT,
+    "dlink": _MODE_HINT,
+    "device-link": _MODE_HINT,
+    "link": _MODE_HINT,
+    "lib": _MODE_HINT,
+    "run": _MODE_HINT,
+    "ptx": _MODE_HINT,
+    "cubin": _MODE_HINT,
+    "fatbin": _MODE_HINT,
+    "optix-ir": _MODE_HINT,
+    "cuda": _MODE_HINT,
+    "E": _MODE_HINT,
+    "preprocess": _MODE_HINT,
+    "M": _MODE_HINT,
+    "MM": _MODE_HINT,
+    "MD": _MODE_HINT,
+    "MMD": _MODE_HINT,
+    "MF": _MODE_HINT,
+    "MT": _MODE_HINT,
+    "generate-dependencies": _MODE_HINT,
+    "generate-nonsystem-dependencies": _MODE_HINT,
+    "generate-dependencies-with-compile": _MODE_HINT,
+    "generate-nonsystem-dependencies-with-compile": _MODE_HINT,
+    "dependency-output": _MODE_HINT,
+    "ewp": _MODE_HINT,
+    "extensible-whole-program": _MODE_HINT,
+    "dryrun": _MODE_HINT,
+    "ccbin": _TOOL_HINT,
+    "compiler-bindir": _TOOL_HINT,
+    "allow-unsupported-compiler": _TOOL_HINT,
+    "keep": _TEMP_HINT,
+    "keep-dir": _TEMP_HINT,
+    "save-temps": _TEMP_HINT,
+    "objtemp": _TEMP_HINT,
+    "objdir-as-tempdir": _TEMP_HINT,
+    "optf": _FILE_HINT,
+    "options-file": _FILE_HINT,
+}
+
+# Options whose value is a path; an absolute one reads the host outside the declared inputs.
+_PATH_FLAGS = ["-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-L",
+               "--include-path", "--system-include", "--pre-include", "--library-path"]
+
+def _absolute_path(c, prev):
+    if c.startswith("/") or c.startswith("~"):
+        return True
+    if "=/" in c or ",/" in c:
+        return True
+    for flag in _PATH_FLAGS:
+        if c.startswith(flag + "/") or ("-" + flag.lstrip("-") + "/") in c:
+            return True
+    return False
+
+def check_copts(ctx, attr, copts):
+    """B-COPT (options the rule controls, absolute paths) and B-DEFINE (-D values) of copts,
+    after $(location) expansion."""
+    for i, c in enumerate(copts):
+        prev = copts[i - 1] if i > 0 else ""
+        if "\n" in c or "\r" in c or not c.strip():
+            pl_fail(ctx, "B-COPT", "attribute %s: %r is empty or spans lines" % (attr, c), "one nvcc option per list element")
+        if c.startswith("-"):
+            name = c.lstrip("-").partition("=")[0]
+            if name in _RULE_FLAGS:
+                pl_fail(ctx, "B-COPT", "attribute %s: '%s' sets what the rule controls" % (attr, c), _RULE_FLAGS[name])
+        if c.startswith("-D") or prev == "-D":
+            value = c[2:] if c.startswith("-D") else c
+            if c != "-D":
+                problem, hint = _define_problem(value)
+                if problem:
+                    pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, c, problem),
+                            hint + " (or move it to `defines`)")
+        if _absolute_path(c, prev):
+            pl_fail(ctx, "B-COPT", "attribute %s: '%s' names an absolute path, which is no declared input of the build" % (attr, c),
+                    "use a path relative to the workspace, e.g. \"-I$(location :headers)\", or a cc_library in deps")
+
+# ---- includes, contract substitutions -------------------------------------------------------
+
+def check_includes(ctx, includes):
+    """B-INCLUDE: package-relative directories only."""
+    for inc in includes:
+        if not inc or inc.startswith("/") or ".." in inc.split("/"):
+            pl_fail(ctx, "B-INCLUDE", "attribute includes: '%s' is %s" % (inc, "empty" if not inc else "not a directory inside this package"),
+                    "give a directory relative to this package (\".\" for the package itself); for headers elsewhere add their cc_library to deps")
+
+def check_substitutions(ctx, subs):
+    """B-SUBST: keys non-empty; a value has as many line breaks as its key (diagnostics cite
+    the contract's lines, which must stay where they are)."""
+    for k, v in subs.items():
+        if not k:
+            pl_fail(ctx, "B-SUBST", "attribute contract_substitutions: an empty key", "use a marker that occurs in the contract, e.g. \"@BLOCK_N@\"")
+        if k.count("\n") != v.count("\n") or "\r" in k or "\r" in v:
+            pl_fail(ctx, "B-SUBST", ("attribute contract_substitutions: %r -> %r replaces %d line break(s) with %d, which would " +
+                                     "move the contract's line numbers") % (k, v, k.count("\n"), v.count("\n")),
+                    "give the value as many line breaks as its key")
+
+# ---- sass test arguments --------------------------------------------------------------------
+
+def check_sass_args(ctx, args):
+    """B-ARGS: only the sass-diff options a test may pass (--kernel NAME, --side-by-side)."""
+    i = 0
+    for _ in range(len(args)):
+        if i >= len(args):
+            break
+        a = args[i]
+        if a == "--side-by-side":
+            i += 1
+            continue
+        if a.startswith("--kernel=") and is_c_identifier(a[len("--kernel="):]):
+            i += 1
+            continue
+        if a == "--kernel" and i + 1 < len(args) and is_c_identifier(args[i + 1]):
+            i += 2
+            continue
+        pl_fail(ctx, "B-ARGS", "attribute args_extra: '%s' is not an option fused_kernel_sass_test passes to `pipelink sass-diff`" % a,
+                "use --kernel=NAME (a C identifier) or --side-by-side; the cubins and --cuda-home come from the rule")

@@ -1,0 +1,173 @@
+"""Failure tests of the pipelink rules: one bad target per class of bad attribute value.
+
+Each test asserts the B-* code (pipelink_rules/private/errors.bzl) and a piece of its hint.
+The fixtures (testdata/, :comp, :other_pkg) are declared by rules_analysis_test_suite.
+    tools/bazel test //tests/rules:rules_analysis_tests
+"""
+
+load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
+load("//pipelink_rules:cuda.bzl", "cuda_ltoir")
+load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
+load("//pipelink_rules/private:toolchain.bzl", "cuda_toolchain")
+
+_ARCH = str(Label("//pipelink_rules:arch"))
+
+def _failure_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    asserts.expect_failure(env, "pipelink %s: " % ctx.attr.code)
+    asserts.expect_failure(env, ". hint: " + ctx.attr.hint)
+    if ctx.attr.message:
+        asserts.expect_failure(env, ctx.attr.message)
+    return analysistest.end(env)
+
+_ATTRS = {
+    "code": attr.string(mandatory = True),
+    "hint": attr.string(mandatory = True, doc = "The start of the hint."),
+    "message": attr.string(doc = "A piece of the message (optional)."),
+}
+
+failure_test = analysistest.make(_failure_test_impl, expect_failure = True, attrs = _ATTRS)
+
+# The //pipelink_rules:arch build setting itself with a bad value.
+setting_failure_test = analysistest.make(
+    _failure_test_impl,
+    expect_failure = True,
+    attrs = _ATTRS,
+    config_settings = {_ARCH: "sm_75"},
+)
+
+def _fake_component_impl(ctx):
+    pkg = ctx.actions.declare_file(ctx.label.name + ".plpkg")
+    ctx.actions.write(pkg, "")
+    return [CudaComponentInfo(
+        package = pkg,
+        component = ctx.label.name,
+        contract = pkg,
+        packed_contract = pkg,
+        objects = depset(),
+        sources = depset(),
+        headers = depset(),
+        copts = [],
+        arch = "sm_80",  # whatever the configuration says: a provider of another arch
+        label = ctx.label,
+    )]
+
+_fake_component = rule(implementation = _fake_component_impl)
+
+_SRC = "testdata/comp.cu"
+_CONTRACT = "testdata/comp.contract.toml"
+_KERNEL = "testdata/kern.kernel.toml"
+
+def _component(name, **kw):
+    kw.setdefault("srcs", [_SRC])
+    kw.setdefault("contract", _CONTRACT)
+    kw.setdefault("component", "comp")
+    cuda_component(name = name, tags = ["manual"], **kw)
+
+# (target, code, hint prefix, message piece), then the fixtures below declare each target.
+CASES = [
+    ("bad_arch", "B-ARCH", 'set arch = "sm_90a"', "unsupported architecture 'sm_75'; supported: sm_90a"),
+    ("bad_arch_component", "B-ARCH", 'set arch = "sm_100a", or drop', "unsupported architecture 'sm_100'"),
+    ("bad_arch_ltoir", "B-ARCH", 'set arch = "sm_90a"', "attribute arch"),
+    ("bad_pinned_component", "B-ARCH-MISMATCH", "drop the `arch` attribute", "pins the component to 'sm_90a' but it is being built for 'sm_100a'"),
+    ("bad_foreign_arch", "B-ARCH-MISMATCH", "build the component in the kernel's configuration", "was built for 'sm_80'"),
+    ("bad_kernel_file", "B-FILE-TYPE", "name the <kernel>.kernel.toml", "not_a_kernel.toml is not a .kernel.toml file"),
+    ("bad_kernel_two_files", "B-FILE-TYPE", "name the <kernel>.kernel.toml", "attribute kernel gives 2 files"),
+    ("bad_contract_kernel_toml", "B-FILE-TYPE", "name the component's <component>.contract.toml", "is not a .contract.toml file"),
+    ("bad_hdrs_cu", "B-FILE-TYPE", "list only headers in hdrs", "attribute hdrs: tests/rules/testdata/other.cu"),
+    ("bad_srcs_toml", "B-FILE-TYPE", "list .cu translation units", "attribute srcs:"),
+    ("bad_host_provider", "B-FILE-TYPE", "name the contract's [host] provider", "attribute host_provider"),
+    ("bad_ltoir_out", "B-FILE-TYPE", "give a relative name ending in .o", "attribute out: '../x.o'"),
+    ("bad_no_cu", "B-SRCS", "list at least one .cu", "attribute srcs has no .cu file"),
+    ("bad_no_components", "B-COMPONENTS", "list the cuda_component targets", "attribute components is empty"),
+    ("bad_duplicate_package", "B-DUP-PACKAGE", "list each package once", "both provide package 'comp'"),
+    ("bad_component_name", "B-NAME", 'set component = "my_comp"', "'my-comp' is not a C identifier"),
+    ("bad-target-name", "B-NAME", 'set component = "bad_target_name"', "the target name; `component` is not set"),
+    ("bad_define_empty", "B-DEFINE", "remove it", "is an empty define"),
+    ("bad_define_no_name", "B-DEFINE", "write NAME or NAME=VALUE", "no name before '='"),
+    ("bad_define_comma", "B-DEFINE", "avoid commas", "nvcc splits -D values at commas"),
+    ("bad_define_space", "B-DEFINE", "write NAME or NAME=VALUE", "macro name 'TILE M' is not a C identifier"),
+    ("bad_define_reserved", "B-DEFINE", "rename it", "macro name 'PL_COMPONENT' is reserved"),
+    ("bad_define_twice", "B-DEFINE", "keep one value", "macro TILE is defined twice"),
+    ("bad_define_dash_d", "B-DEFINE", 'write "TILE=64"', "starting with -D"),
+    ("bad_copt_define", "B-DEFINE", "rename it", "'-DPL_SYM=x'"),
+    ("bad_copt_arch", "B-COPT", "drop it: the rule compiles for the kernel's arch", "'-arch=sm_80' sets what the rule controls"),
+    ("bad_copt_gencode", "B-COPT", "drop it: the rule compiles for the kernel's arch", "'-gencode'"),
+    ("bad_copt_output", "B-COPT", "drop it: the rule names every output", "'-o'"),
+    ("bad_copt_rdc", "B-COPT", "drop it: the rule compiles each .cu with -dc", "'--relocatable-device-code=false'"),
+    ("bad_copt_dlto", "B-COPT", "drop it: the rule compiles each .cu with -dc", "'-dlto'"),
+    ("bad_copt_ccbin", "B-COPT", "drop it: the CUDA toolchain chooses the host compiler", "'-ccbin'"),
+    ("bad_copt_keep", "B-COPT", "drop it: kept intermediates", "'--keep'"),
+    ("bad_copt_abs_include", "B-COPT", "use a path relative to the workspace", "'-I/usr/include' names an absolute path"),
+    ("bad_copt_abs_separate", "B-COPT", "use a path relative to the workspace", "'/opt/include' names an absolute path"),
+    ("bad_copt_ltoir", "B-COPT", "drop it: the rule compiles for the kernel's arch", "'--gpu-architecture=sm_90a'"),
+    ("bad_include_abs", "B-INCLUDE", "give a directory relative to this package", "'/usr/include' is not a directory inside this package"),
+    ("bad_include_up", "B-INCLUDE", "give a directory relative to this package", "'../x'"),
+    ("bad_subst_empty", "B-SUBST", "use a marker that occurs in the contract", "an empty key"),
+    ("bad_subst_newline", "B-SUBST", "give the value as many line breaks as its key", "replaces 0 line break(s) with 1"),
+    ("bad_sass_args", "B-ARGS", "use --kernel=NAME", "'; rm -rf x'"),
+    ("bad_toolchain", "B-TOOLCHAIN", "bash tools/setup.sh", "no CUDA toolkit found: nothing here"),
+]
+
+def failure_fixtures():
+    """Declares every bad_* target of CASES (all manual: they fail analysis on purpose)."""
+    m = ["manual"]
+    fused_kernel(name = "bad_arch", arch = "sm_75", kernel = _KERNEL, components = [":comp"], tags = m)
+    _component("bad_arch_component", arch = "sm_100")
+    cuda_ltoir(name = "bad_arch_ltoir", src = _SRC, arch = "sm_86", tags = m)
+    _component("pinned_sm90a", arch = "sm_90a")
+    fused_kernel(name = "bad_pinned_component", arch = "sm_100a", kernel = _KERNEL, components = [":pinned_sm90a"], tags = m)
+    _fake_component(name = "foreign", tags = m)
+    fused_kernel(name = "bad_foreign_arch", kernel = _KERNEL, components = [":foreign"], tags = m)
+    fused_kernel(name = "bad_kernel_file", kernel = "testdata/not_a_kernel.toml", components = [":comp"], tags = m)
+    native.filegroup(name = "two_kernels", srcs = [_KERNEL, "testdata/not_a_kernel.toml"], tags = m)
+    fused_kernel(name = "bad_kernel_two_files", kernel = ":two_kernels", components = [":comp"], tags = m)
+    _component("bad_contract_kernel_toml", contract = _KERNEL)
+    _component("bad_hdrs_cu", hdrs = ["testdata/other.cu"])
+    _component("bad_srcs_toml", srcs = [_SRC, "testdata/other.contract.toml"])
+    _component("bad_host_provider", host_provider = "testdata/comp.h")
+    cuda_ltoir(name = "bad_ltoir_out", src = _SRC, out = "../x.o", tags = m)
+    _component("bad_no_cu", srcs = ["testdata/comp.h"])
+    fused_kernel(name = "bad_no_components", kernel = _KERNEL, components = [], tags = m)
+    _component("comp_again")
+    fused_kernel(name = "bad_duplicate_package", kernel = _KERNEL, components = [":comp", ":comp_again"], tags = m)
+    _component("bad_component_name", component = "my-comp")
+    _component("bad-target-name", component = "")
+    _component("bad_define_empty", defines = [""])
+    _component("bad_define_no_name", defines = ["=1"])
+    _component("bad_define_comma", defines = ["TILE=64,128"])
+    _component("bad_define_space", defines = ["TILE M=64"])
+    _component("bad_define_reserved", defines = ["PL_COMPONENT=comp"])
+    _component("bad_define_twice", defines = ["TILE=64", "TILE=128"])
+    _component("bad_define_dash_d", defines = ["-DTILE=64"])
+    _component("bad_copt_define", copts = ["-O3", "-DPL_SYM=x"])
+    _component("bad_copt_arch", copts = ["-arch=sm_80"])
+    _component("bad_copt_gencode", copts = ["-gencode", "arch=compute_90a,code=sm_90a"])
+    _component("bad_copt_output", copts = ["-o", "x.o"])
+    _component("bad_copt_rdc", copts = ["--relocatable-device-code=false"])
+    _component("bad_copt_dlto", copts = ["-dlto"])
+    _component("bad_copt_ccbin", copts = ["-ccbin", "clang++"])
+    _component("bad_copt_keep", copts = ["--keep"])
+    _component("bad_copt_abs_include", copts = ["-I/usr/include"])
+    _component("bad_copt_abs_separate", copts = ["-isystem", "/opt/include"])
+    cuda_ltoir(name = "bad_copt_ltoir", src = _SRC, copts = ["--gpu-architecture=sm_90a"], tags = m)
+    _component("bad_include_abs", includes = ["/usr/include"])
+    _component("bad_include_up", includes = ["../x"])
+    _component("bad_subst_empty", contract_substitutions = {"": "x"})
+    _component("bad_subst_newline", contract_substitutions = {"@X@": "1\n2"})
+    fused_kernel(name = "kern_for_sass", kernel = _KERNEL, components = [":comp", ":other_pkg"], tags = m)
+    fused_kernel_sass_test(name = "bad_sass_args", kernel = ":kern_for_sass", args_extra = ["; rm -rf x"], tags = m)
+    cuda_toolchain(name = "bad_toolchain", missing_reason = "no CUDA toolkit found: nothing here. Fix: bash tools/setup.sh.", tags = m)
+
+def failure_tests():
+    """One failure_test per CASES row (plus the build setting's own); returns their labels."""
+    tests = []
+    for target, code, hint, message in CASES:
+        failure_test(name = target + "_test", target_under_test = ":" + target, code = code, hint = hint,
+                     message = message, size = "small")
+        tests.append(":" + target + "_test")
+    setting_failure_test(name = "bad_arch_setting_test", target_under_test = ":comp", code = "B-ARCH",
+                         hint = "pass --//pipelink_rules:arch=sm_90a", message = "build setting value: unsupported architecture 'sm_75'",
+                         size = "small")
+    tests.append(":bad_arch_setting_test")
+    return tests
