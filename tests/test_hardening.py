@@ -438,6 +438,29 @@ def test_deeply_nested_toml_is_c_syntax(text):
     assert e.codes == ["C-SYNTAX"] and "nested too deeply" in e.diagnostics[0].message
 
 
+def test_every_code_used_in_the_sources_is_explained(capsys):
+    """A code raised anywhere (linker, runtime, entries, host providers, Bazel rules) that
+    `pipelink explain` does not know is a bug of its own (R-HOST was one): scan the sources."""
+    import re
+
+    from pipelink.diagnostics import rule_codes
+
+    root = Path(__file__).resolve().parents[1]
+    known = {**CODES, **rule_codes()}
+    assert {"B-COPT", "B-ARCH"} <= set(known), "explain reads the rules' B_CODES (errors.bzl)"
+    pattern = re.compile(r"[\"']([CPLERB]-[A-Z0-9][A-Z0-9-]*)[\"']")
+    used = {}
+    for folder in ("tools/pipelink", "kernels", "pipelink_rules", "examples"):
+        for f in sorted((root / folder).rglob("*")):
+            if f.suffix in (".py", ".bzl") and "__pycache__" not in f.parts:
+                for code in pattern.findall(f.read_text()):
+                    used.setdefault(code, f.relative_to(root))
+    assert len(used) > 60
+    unknown = {c: str(f) for c, f in used.items() if c not in known}
+    assert not unknown, f"codes `pipelink explain` does not know: {unknown}"
+    assert cli.main(["explain", "B-COPT"]) == 0 and "copt" in capsys.readouterr().out
+
+
 def test_every_code_is_documented_and_explained(capsys):
     doc = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
     for code in CODES:

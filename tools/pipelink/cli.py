@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipelink.diagnostics import CODES, Diagnostic, Rejected, render_all
+from pipelink.diagnostics import CODES, Diagnostic, Rejected, render_all, rule_codes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,12 +135,13 @@ def _load_packages(paths):
 
 def _run(args) -> int:
     if args.cmd == "explain":
+        codes = {**CODES, **rule_codes()}  # the linker's, the runtime's and the Bazel rules' codes
         if args.code:
-            if args.code not in CODES:
+            if args.code not in codes:
                 raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
-            _emit(args, {args.code: CODES[args.code]}, f"{args.code}: {CODES[args.code]}")
+            _emit(args, {args.code: codes[args.code]}, f"{args.code}: {codes[args.code]}")
         else:
-            _emit(args, CODES, "\n".join(f"{k:<18} {v}" for k, v in CODES.items()))
+            _emit(args, codes, "\n".join(f"{k:<18} {v}" for k, v in codes.items()))
         return 0
     if args.cmd == "pack":
         from pipelink.package import pack, write_package

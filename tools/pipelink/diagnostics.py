@@ -130,6 +130,23 @@ CODES: dict[str, str] = {
     "R-MANIFEST": "the manifest is missing, damaged, or does not match the cubin",
     "R-CUDA": "a CUDA driver call failed (the driver's error is quoted)",
     "R-WORKSPACE": "a caller-lent workspace buffer names no workspace of the kernel, is too small or misaligned",
+    "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region",
     "R-RANK": "a world size or rank is out of range, or two processes claim one rank (pipelink.peers)",
     "R-PEER": "the ranks' symmetric buffers disagree (size) or a peer mapping or exchange failed (pipelink.peers)",
 }
+
+
+def rule_codes() -> dict[str, str]:
+    """The Bazel rules' B-* codes (pipelink_rules/private/errors.bzl's B_CODES, their only list),
+    for `pipelink explain`; empty where the linker runs without the rules beside it."""
+    import ast
+    import re
+    from pathlib import Path
+
+    bzl = Path(__file__).resolve().parents[2] / "pipelink_rules" / "private" / "errors.bzl"
+    try:
+        m = re.search(r"^B_CODES = (\{.*?^\})", bzl.read_text(), re.S | re.M)
+        table = ast.literal_eval(m.group(1)) if m else {}
+    except (OSError, ValueError, SyntaxError):
+        return {}
+    return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, str)}

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pipelink.diagnostics import Diagnostic, Fact, Rejected
+from pipelink.diagnostics import CODES, Diagnostic, Fact, Rejected
 
-RUNTIME_CODES: dict[str, str] = {
-    "R-PARAM": "a launch parameter is missing, unknown, of the wrong kind or range, or ignored by the variant",
-    "R-SHAPE": "a shape does not fit the kernel (grid not divisible, out of range, wrong tensor shape)",
-    "R-DTYPE": "a tensor has the wrong element type",
-    "R-LAYOUT": "a tensor is not laid out as the kernel needs (contiguity, alignment), or an output overlaps an input",
-    "R-DEVICE": "the GPU, its architecture or a tensor's device does not fit the kernel",
-    "R-MANIFEST": "the manifest is missing, damaged, or disagrees with the cubin",
-    "R-CUDA": "a CUDA driver call failed",
-    "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region",
-    "R-WORKSPACE": "a caller-lent workspace buffer names no workspace of the kernel, is too small or misaligned",
-}
+# The R-* codes: diagnostics.CODES is their one list (`pipelink explain` reads it).
+RUNTIME_CODES: dict[str, str] = {k: v for k, v in CODES.items() if k.startswith("R-")}
 
 
 class LaunchError(Rejected):
