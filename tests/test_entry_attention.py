@@ -389,3 +389,26 @@ def test_built_kernels_pass_the_manifest_checks(monkeypatch):
             for control in (False, True):
                 assert A.load(variant, head_dim=d, control=control)[0] == "loaded"
     A._cache.clear()
+
+
+def test_aux_cache_is_bounded_but_keeps_what_graphs_captured(monkeypatch):
+    """A loop with a new window (or doc_ids) every step keeps at most AUX_CACHE_LIMIT aux
+    buffers alive, least recently used out; one fetched while a CUDA graph is being captured
+    stays (the graph replays its address), and so does a recently used one."""
+    q = torch.empty(1, H, S, D, dtype=BF16)
+    A._aux_cache.clear()
+    aux = lambda w: A._variant_aux("sliding", q, 1, H, S, block_mask=None, window=w, doc_ids=None,  # noqa: E731
+                                   softcap=None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    captured = aux(7)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    first = aux(8)
+    for w in range(100, 100 + 3 * A.AUX_CACHE_LIMIT):
+        aux(w)
+        assert len(A._aux_cache) <= A.AUX_CACHE_LIMIT + 1  # + the pinned one
+    assert aux(7) is captured  # pinned: the same buffer, never rebuilt
+    assert aux(8) is not first  # evicted long ago: rebuilt
+    recent = aux(100 + 3 * A.AUX_CACHE_LIMIT - 1)
+    assert aux(100 + 3 * A.AUX_CACHE_LIMIT - 1) is recent
+    A._aux_cache.clear()

@@ -12,7 +12,9 @@
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
 `kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
-torch's current stream (graph-capturable).
+torch's current stream (graph-capturable). The variants' small device buffers (window, softcap,
+slopes, document schedules) are cached: the AUX_CACHE_LIMIT most recently used, plus every one a
+CUDA graph captured (call once before capturing: building a buffer copies from the host).
 
 Every bad input is refused by `check_call` before the kernel is loaded or anything launched,
 with pipelink.runtime.LaunchError, a code and a hint:
@@ -40,6 +42,7 @@ import math
 import os
 import sys
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 try:
@@ -61,8 +64,55 @@ READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document
          "slopes": "alibi", "splits": "decode"}  # the keyword arguments only one variant reads
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "scale"}  # the manifests' lent parameters
+AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
+
+
+class _AuxCache:
+    """Device aux buffers by key, least recently used out first: a loop that passes new doc_ids
+    (or windows) every step must not keep every step's tensors alive. A buffer fetched while the
+    current stream is capturing a CUDA graph is kept for the process's life: the graph reads its
+    address at every replay."""
+
+    def __init__(self, limit: int):
+        self.limit, self.items, self.pinned, self.lock = limit, OrderedDict(), set(), threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            value = self.items.get(key)
+            if value is not None:
+                self.items.move_to_end(key)
+                self._pin(key)
+            return value
+
+    def put(self, key, value):
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            self._pin(key)
+            for old in [k for k in self.items if k not in self.pinned][: max(0, len(self.items) - self.limit)]:
+                del self.items[old]
+            return value
+
+    def _pin(self, key):
+        try:
+            import torch
+            capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        except Exception:  # noqa: BLE001 - no CUDA: nothing can be capturing
+            capturing = False
+        if capturing:
+            self.pinned.add(key)
+
+    def clear(self):
+        with self.lock:
+            self.items.clear()
+            self.pinned.clear()
+
+    def __len__(self):
+        return len(self.items)
+
+
 _cache: dict[tuple, Kernel] = {}
-_aux_cache: dict[tuple, object] = {}
+_aux_cache = _AuxCache(AUX_CACHE_LIMIT)
 _lock = threading.Lock()
 
 
@@ -110,8 +160,8 @@ def _aux(tensor_like, words):
     key = (tensor_like.device.index, tuple(words))
     t = _aux_cache.get(key)
     if t is None:
-        t = _aux_cache[key] = torch.tensor(list(words) + [0] * (4 - len(words) % 4), dtype=torch.int32,
-                                           device=tensor_like.device)
+        t = _aux_cache.put(key, torch.tensor(list(words) + [0] * (4 - len(words) % 4), dtype=torch.int32,
+                                             device=tensor_like.device))
     return t
 
 
@@ -266,8 +316,8 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
         key = ("doc", id(doc_ids), B, H, S, grid)
         hit = _aux_cache.get(key)  # holds the tensor itself, so its id and memory cannot be reused
         if hit is None or hit[0] is not doc_ids or hit[1] != getattr(doc_ids, "_version", None):
-            hit = _aux_cache[key] = (doc_ids, getattr(doc_ids, "_version", None),
-                                     document_aux(doc_ids, B, H, S, q.device, grid))
+            hit = _aux_cache.put(key, (doc_ids, getattr(doc_ids, "_version", None),
+                                       document_aux(doc_ids, B, H, S, q.device, grid)))
         return hit[2]
     return _aux(q, [0])
 
