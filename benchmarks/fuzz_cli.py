@@ -41,8 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
 TOY = ROOT / "examples" / "toy"
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
+for _p in (TOOLS, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from pipelink import cli  # noqa: E402
 from pipelink.diagnostics import CODES  # noqa: E402
@@ -176,8 +177,10 @@ def damage_package(data: bytes, rng: random.Random) -> bytes:
 
 class Fuzzer:
     def __init__(self, work: Path, objects: dict[str, Path], packages: dict[str, Path], *, link_every: int = 40,
-                 timeout: float = 300.0, verbose: bool = True):
+                 timeout: float = 300.0, verbose: bool = True, corpora: dict | None = None, real_share: float = 0.0,
+                 real_link_rate: float = 0.0):
         self.work, self.objects, self.packages = work, objects, packages
+        self.corpora, self.real_share, self.real_link_rate = corpora or {}, real_share, real_link_rate
         self.link_every, self.timeout, self.verbose = link_every, timeout, verbose
         self.counts: Counter = Counter()
         self.codes: Counter = Counter()
@@ -212,9 +215,15 @@ class Fuzzer:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-        kind = rng.choice(["contract", "contract", "injected", "injected", "kernel", "kernel", "package", "package",
-                           "outputs", "argv"])
-        argv, outputs, must_fail = getattr(self, f"_{kind}")(d, rng)
+        if self.corpora and rng.random() < self.real_share:  # benchmarks/fuzz_corpora.py: the real kernels
+            import fuzz_corpora
+
+            kind = rng.choice(["real_contract", "real_contract", "real_contract", "real_kernel"])
+            argv, outputs, must_fail = getattr(fuzz_corpora, f"{kind}_case")(self, d, rng)
+        else:
+            kind = rng.choice(["contract", "contract", "injected", "injected", "kernel", "kernel", "package", "package",
+                               "outputs", "argv"])
+            argv, outputs, must_fail = getattr(self, f"_{kind}")(d, rng)
         sentinel = {}
         for p in outputs:
             if rng.random() < 0.5 and not os.path.exists(p) and "\0" not in str(p) and os.path.isdir(os.path.dirname(str(p)) or "."):
@@ -223,7 +232,7 @@ class Fuzzer:
                     sentinel[str(p)] = True
                 except OSError:
                     pass
-        subprocess_link = argv[0] == "link" and (n % self.link_every == 0)
+        subprocess_link = argv[0] == "link" and (n % self.link_every == 0 or kind.startswith("real"))
         self._last_argv = argv
         rc, text = self._run(argv, subprocess_link)
         self.counts["cases"] += 1
@@ -416,12 +425,22 @@ def main(argv=None) -> int:
     ap.add_argument("--link-every", type=int, default=40, help="run every N-th link case in a subprocess")
     ap.add_argument("--work", help="keep the inputs of failing cases here (default: a temporary folder)")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--bin", default=str(ROOT / "bazel-bin" / "kernels"),
+                    help="bazel-bin/kernels holding the real kernels' packages (benchmarks/fuzz_corpora.py)")
+    ap.add_argument("--real-share", type=float, default=0.6, help="share of cases that damage a real kernel's inputs")
+    ap.add_argument("--real-link-rate", type=float, default=0.01,
+                    help="share of real-kernel cases that run a real link (attention only; moe links are slow)")
     args = ap.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="pipelink-fuzz-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     objects, packages = build_toy(work)
-    fz = Fuzzer(work / "cases", objects, packages, link_every=args.link_every)
+    from fuzz_corpora import load_corpora
+
+    corpora = load_corpora(Path(args.bin), work)
+    print(f"real corpora: {sorted(corpora) or 'none (build them: see BENCHMARKS.md)'}", file=sys.stderr)
+    fz = Fuzzer(work / "cases", objects, packages, link_every=args.link_every, corpora=corpora,
+                real_share=args.real_share if corpora else 0.0, real_link_rate=args.real_link_rate)
     rng = random.Random(args.seed)
     for n in range(args.cases):
         fz.case(n, rng)

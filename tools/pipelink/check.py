@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelink.compose import Composition, Instance
-from pipelink.contract import PARAM_TYPES, CallableDecl, TensorDecl
+from pipelink.contract import MBARRIER_COUNT_MAX, PARAM_TYPES, CallableDecl, TensorDecl
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate
 from pipelink.kernel_rules import BindPlan, check_binds, check_grid, check_resident
@@ -135,7 +135,7 @@ def check(comp: Composition) -> Checked:
     binds = check_binds(comp, d.items)
     env = dict(facts)
 
-    def ev(expr, inst: Instance, clause: str, origin) -> int | None:
+    def ev(expr, inst: Instance, clause: str, origin, hi: int = 2**32 - 1) -> int | None:
         try:
             v = evaluate(expr, env)
         except ExprError as e:
@@ -143,10 +143,12 @@ def check(comp: Composition) -> Checked:
                   facts=[Fact(_side(inst), f"{expr!r}", str(origin))],
                   hint="an expression may use only integers and facts the contract declares (own or read)")
             return None
-        if not 0 < v < 2**32:  # every expression is a size or an extent, held in a u32
-            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; a size must be positive and below 2^32", clause=clause,
+        if not 0 < v <= hi:  # every expression is a size or an extent, held in a u32 (or a narrower field)
+            bound = "a size must be positive and below 2^32" if hi == 2**32 - 1 else f"it must be in 1..{hi}"
+            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; {bound}", clause=clause,
                   facts=[Fact(_side(inst), f"{expr!r} = {v}", str(origin))],
-                  hint="check the facts the expression reads")
+                  hint="check the facts the expression reads" + ("" if hi == 2**32 - 1 else
+                                                                 " (an mbarrier counts at most 2^20-1 arrivals)"))
             return None
         return v
 
@@ -374,11 +376,12 @@ def _check_rings(comp, d, ev) -> list[Ring]:
                   facts=[Fact(_side(pi), f"depth = {list(p.depth)}", str(p.origin)),
                          Fact(_side(ci), f"depth = {list(c.depth)}", str(c.origin))],
                   hint="widen one side's depth range")
-        arrivals = {id(r): ev(r.arrivals, i, f"ring.{name}.arrivals", r.origin) for i, r in ((pi, p), (ci, c))}
+        arrivals = {id(r): ev(r.arrivals, i, f"ring.{name}.arrivals", r.origin, MBARRIER_COUNT_MAX)
+                    for i, r in ((pi, p), (ci, c))}
         for me, mine, other, theirs in ((pi, p, ci, c), (ci, c, pi, p)):
             if mine.peer_arrivals is None or arrivals[id(theirs)] is None:
                 continue
-            peer = ev(mine.peer_arrivals, me, f"ring.{name}.peer_arrivals", mine.origin)
+            peer = ev(mine.peer_arrivals, me, f"ring.{name}.peer_arrivals", mine.origin, MBARRIER_COUNT_MAX)
             if peer is not None and peer != arrivals[id(theirs)]:
                 d.add("L-RING-ARRIVALS",
                       f"ring {name!r}: {_side(me)} assumes {peer} arrivals from its peer, "

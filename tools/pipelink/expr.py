@@ -57,11 +57,36 @@ def names_in(text: str | int) -> set[str]:
                 raise ExprError(f"{why}, in {_show(text)}")
         if bad:
             raise ExprError(f"unsupported syntax in {_show(text)}")
+    _constant_divisors(tree, text)
     return {
         n.id
         for n in ast.walk(tree)
         if isinstance(n, ast.Name) and n.id not in _ALLOWED_CALLS
     }
+
+
+def _has_name(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id not in _ALLOWED_CALLS for n in ast.walk(node))
+
+
+def _constant_divisors(tree: ast.AST, text) -> None:
+    """A divisor with no name in it is known now: zero would fail at every evaluation (at link
+    time, or at every launch for a grid or workspace size), so it is refused when parsed."""
+    for n in ast.walk(tree):
+        div = (n.right if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)) else
+               n.args[1] if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ceil_div" and len(n.args) == 2
+               else None)
+        if div is not None and not _has_name(div) and _eval(div, {}, text) == 0:
+            raise ExprError(f"division by zero in {_show(text)} (the divisor {ast.unparse(div)!r} is always 0)")
+
+
+def constant_value(text: str | int) -> int | None:
+    """The value of an expression that names nothing (checked like an integer), else None."""
+    if isinstance(text, int):
+        return text
+    names_in(text)
+    tree = _parse(text)
+    return None if _has_name(tree) else evaluate(text, {})
 
 
 def _show(text) -> str:

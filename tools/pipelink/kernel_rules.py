@@ -155,12 +155,43 @@ def check_resident(comp: Composition, diags: list[Diagnostic]) -> None:
         bounded = any("resident_ctas" in names_in(g) for g in texts)
     except ExprError:
         return  # compose rejected the expression already
-    if bounded:
-        return
     where = str(comp.grid_origin or comp.file)
+    if bounded:
+        over = _exceeds_resident(comp.grid)
+        if over:
+            diags.append(Diagnostic(
+                "L-RESIDENT", f"kernel {comp.name}: {', '.join(i.name for i in waiting)} wait(s) for other CTAs, but the "
+                f"grid can exceed resident_ctas: {over}", "kernel.grid",
+                (Fact(f"kernel {comp.name}", f"grid = {[str(x) for x in comp.grid]}", where),
+                 *(Fact(f"{i.name} ({i.contract.name})", "co_resident = true", str(i.contract.origin)) for i in waiting)),
+                'the whole grid (x * y * z CTAs) must be at most resident_ctas, e.g. grid = ["min(resident_ctas, tiles)", '
+                '1, 1]'))
+        return
     diags.append(Diagnostic(
         "L-RESIDENT", f"kernel {comp.name}: {', '.join(i.name for i in waiting)} wait(s) for other CTAs, but the grid "
         "is not bounded by resident_ctas", "kernel.grid",
         (Fact(f"kernel {comp.name}", f"grid = {[str(x) for x in comp.grid]}", where),
          *(Fact(f"{i.name} ({i.contract.name})", "co_resident = true", str(i.contract.origin)) for i in waiting)),
         'bound the grid by the CTAs that fit at once, e.g. grid = ["min(resident_ctas, tiles)", 1, 1]'))
+
+
+def _exceeds_resident(grid) -> str:
+    """A counterexample (text) where the grid's CTAs exceed resident_ctas, or "". Naming
+    resident_ctas is not a bound (`resident_ctas * 2`, a y extent of `bh`): the grid is evaluated
+    at sample values (num_sms = resident_ctas, every other name alike) and any sample over the
+    bound refutes it. A sample the expressions cannot evaluate (a division by zero) is skipped."""
+    from pipelink.expr import evaluate
+
+    for r in (1, 2, 7, 132, 264):
+        for v in (1, 2, 3, 1000, 2**20):
+            total = 1
+            try:
+                for g in grid:
+                    env = {n: v for n in (names_in(g) if isinstance(g, str) else ())}
+                    env.update(resident_ctas=r, num_sms=r)
+                    total *= evaluate(g, env)
+            except ExprError:
+                continue
+            if total > r:
+                return (f"with resident_ctas = {r} (and every other name = {v}) it launches {total} CTAs")
+    return ""
