@@ -17,7 +17,6 @@ in-process; every `link_every`-th case (and only the small kernels) runs a real 
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 import shutil
@@ -50,121 +49,7 @@ HANDLE_KINDS = {"smem": ["smem"], "barrier": ["bar"], "fact": ["fact", "own"], "
                 "callable.export": ["callable"], "callable.import": ["call"]}
 NAMED = ["fact", "smem", "barrier", "ring", "export", "import", "workspace", "callable.export", "callable.import"]
 
-INTS = [0, -1, 1, 2, 3, 7, 8, 31, 32, 33, 64, 127, 128, 255, 256, 1023, 1024, 2048, 4096, 65535, 65536, 232448,
-        2**20 - 1, 2**20, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -2**63]
-STRS = ["", "x", "role", "kernel", "instance", "producer", "consumer", "library", "reg", "smem", "global", "warp",
-        "warpgroup", "cta", "u32", "u64", "i32", "f32", "ptr", "tmap", "bf16", "f16", "sm_90a", "sm_100a", "sm_80",
-        "void(float*)", "unsigned(unsigned)", "unsigned(", "void()", "float(float, unsigned, unsigned, float, float)",
-        "int", "nope", "block_m", "block_q", "head_dim", "top_k", "1 / 0", "1 // 0", "7 % 0", "ceil_div(4, 0)",
-        "4294967296 * 4294967296", "0", "0 - 1", "-4096", "min()", "max(1)", "a" * 300, "\u0000", "x.py", "../x.py",
-        "__import__('os')", "resident_ctas", "num_sms", "grid_x", "cluster_x", "t", "world", "moe_gu16", "attn_o(2)",
-        "mma_acc(2,4)", "blocked", "cyclic", "row_major", "expert_host.py", "9" * 30]
-LISTS = [[], [1], [2, 1], [1, 2, 3], [0, 0], [True, 8], ["a"], [1.5], [[1]], [{}], [-1, 2], [24, 257], [64, 64],
-         [1, 64], [0, 65], [2**32, 1], ["tmap_q", "tmap_q"], ["nope"], ["block_q"], ["x", "q_len"], ["1 // 0", 1],
-         ["t", "nope"], [1, 1, 1], [2, 2, 8], [17, 1, 1], ["resident_ctas", 0, 1], ["splits", "bh", 1, 1]]
-DICTS = [{}, {"min": 5, "max": 1}, {"multiple_of": 0}, {"min": 0, "max": 2**32}, {"x": 1}, {"min": 16},
-         {"max": 0}, {"multiple_of": 2**31}, {"min": 64, "max": 64, "multiple_of": 128}]
-OTHER = [True, False, 1.5, math.nan, math.inf, -0.0]
-
-
-def pool(rng: random.Random):
-    return rng.choice([rng.choice(INTS), rng.choice(INTS), rng.choice(STRS), rng.choice(STRS), rng.choice(LISTS),
-                       rng.choice(DICTS), rng.choice(OTHER)])
-
-
-def like(v, rng: random.Random, names: list[str]):
-    """Another value of the same type: well-typed damage gets past the schema to check/solve."""
-    if isinstance(v, bool):
-        return not v
-    if isinstance(v, int):
-        return rng.choice(INTS + [v * 2, v + 1, v - 1, v * 1024, v // 2])
-    if isinstance(v, str):
-        if re.search(r"[a-z_]\w*|\d", v) and rng.random() < 0.5 and not re.search(r"[()]\s*$|^\w+$", v):
-            return damage_expr(v, rng, names)[0]
-        return rng.choice(STRS + [v + "x", v.upper(), v[:-1], f"{v}, {v}"])
-    if isinstance(v, list):
-        w = list(v)
-        if w and rng.random() < 0.7:
-            i = rng.randrange(len(w))
-            w[i] = like(w[i], rng, names)
-        else:
-            w = rng.choice([w[::-1], w + w[:1], w[1:], [x for x in w for _ in (0, 1)]])
-        return w
-    if isinstance(v, dict):
-        w = dict(v)
-        if w:
-            k = rng.choice(list(w))
-            w[k] = like(w[k], rng, names)
-        return w
-    return pool(rng)
-
-
-def damage_expr(e, rng: random.Random, names: list[str]) -> tuple[object, bool]:
-    """(new expression, surely invalid): an edit of an integer or expression value."""
-    s = str(e)
-    op = rng.randrange(9)
-    if op == 0:
-        return f"({s}) // 0", True
-    if op == 1:
-        return f"ceil_div({s}, 0)", True
-    if op == 2:
-        return f"({s}) * 4294967296 * 4294967296 * 4294967296", False
-    if op == 3:
-        return f"({s}) - 4294967296", False
-    if op == 4:
-        return f"({s}) * nope_fact", True
-    if op == 5 and names:
-        return s.replace(rng.choice(names), rng.choice(names + ["resident_ctas", "grid_x", "cluster_x"])), False
-    if op == 6:  # zero for every value, but not provably so without algebra: not counted as surely invalid
-        return f"{s} % ({s} - {s})", False
-    if op == 7:
-        return f"0 * ({s})", False
-    return rng.choice([f"{s} +", f"({s}", f"{s} ** 2", f"{s} << 2", f"{s} / 2", "1.5", f"-({s})"]), op == 8
-
-
-# ---- a small TOML writer (enough for what tomllib reads back) --------------------------------------------
-
-def _val(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return "nan" if v != v else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_val(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_val(x)}" for k, x in v.items()) + "}"
-    raise TypeError(type(v))
-
-
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
-def dumps(d: dict) -> str:
-    out: list[str] = []
-
-    def table(prefix: list[str], t: dict):
-        scalars = {k: v for k, v in t.items()
-                   if not isinstance(v, dict) and not (isinstance(v, list) and v and all(isinstance(x, dict) for x in v))}
-        if prefix and (scalars or not any(isinstance(v, dict) for v in t.values())):
-            out.append("[" + ".".join(_key(p) for p in prefix) + "]")
-        for k, v in scalars.items():
-            out.append(f"{_key(k)} = {_val(v)}")
-        for k, v in t.items():
-            if isinstance(v, dict):
-                table(prefix + [k], v)
-            elif k not in scalars:
-                for item in v:
-                    out.append("[[" + ".".join(_key(p) for p in prefix + [k]) + "]]")
-                    out.extend(f"{_key(a)} = {_val(b)}" for a, b in item.items())
-
-    table([], d)
-    return "\n".join(out) + "\n"
-
+from fuzz_damage import DICTS, HOST_SOURCES, INTS, LISTS, STRS, damage_expr, dumps, like, pool  # noqa: E402
 
 # ---- structural damage -------------------------------------------------------------------------------------
 
@@ -273,7 +158,9 @@ def forge_consistent(manifest: dict, text: str) -> dict:
         return manifest
     ms = manifest.setdefault("measured", {})
     old_regs = ms.get("regs") if isinstance(ms.get("regs"), dict) else {}
-    ms["handles"] = sorted(s for s, clause in c.handle_symbols().items() if clause != "role")
+    was = set(ms.get("handles") or ()) if isinstance(ms.get("handles"), list) else set()
+    ms["handles"] = sorted(s for s, clause in c.handle_symbols().items()
+                           if clause != "role" or s.replace(f"pl_{c.name}__", f"pl_{manifest.get('name')}__") in was)
     ms["regs"] = {s: old_regs.get(s, 64) for s in c.defined_symbols()}
     ms["own_facts"] = {f"pl_{c.name}__own__{f.name}": f.own for f in c.facts if f.own is not None}
     manifest["name"] = c.name
@@ -397,7 +284,7 @@ def real_contract_case(fz, d: Path, rng: random.Random):
     """A clause-damaged contract injected into one built package of a real kernel."""
     import zipfile
 
-    from fuzz_cli import mutate_toml, rezip
+    from fuzz_damage import mutate_toml, rezip
 
     cname = rng.choice(sorted(fz.corpora))
     corpus = fz.corpora[cname]
@@ -405,6 +292,18 @@ def real_contract_case(fz, d: Path, rng: random.Random):
     src = corpus["packages"][i]
     data = src.read_bytes()
     text = zipfile.ZipFile(src).read("contract.toml").decode()
+    hosts = [n for n in zipfile.ZipFile(src).namelist() if n.startswith("host/")]
+    r = rng.random()
+    if r < 0.12 or (r < 0.2 and hosts):  # the package's bytes, manifest types, or its host provider
+        from fuzz_damage import damage_package, rezip
+
+        p = d / src.name
+        if r < 0.12:
+            p.write_bytes(damage_package(data, rng))
+        else:
+            p.write_bytes(rezip(data, forge=rng.random() < 0.9, parts={rng.choice(hosts): rng.choice(HOST_SOURCES)}))
+        pkgs = [x for j, q in enumerate(corpus["packages"]) for x in ("--package", str(p if j == i else q))]
+        return _plan_or_link(fz, d, rng, corpus, pkgs, str(corpus["kernel"]), False)
     renames: dict[str, str] = {}
     if rng.random() < 0.8:
         new, bad, renames = mutate_contract(text, rng)
@@ -434,7 +333,7 @@ def real_kernel_case(fz, d: Path, rng: random.Random):
         new, bad = mutate_kernel(text, rng, inst, exp, imp)
         data = new.encode()
     else:
-        from fuzz_cli import mutate_toml
+        from fuzz_damage import mutate_toml
 
         data, bad = mutate_toml(text, rng)
     k = d / Path(corpus["kernel"]).name

@@ -1,0 +1,166 @@
+"""Classes of bad input found by the real-kernel corpora of benchmarks/fuzz_cli.py
+(benchmarks/fuzz_corpora.py): each was accepted by `plan` (and failed only at launch, in
+nvJitLink, or in the generated C++), and is now a coded diagnostic with its file:line and a
+hint. One test per class, over every clause of that kind.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TOY, diagnostic, rejected
+from pipelink.compose import parse_kernel_text
+from pipelink.contract import parse_contract_text
+from pipelink.diagnostics import Rejected
+from pipelink.link import plan
+
+CONSUMER = (TOY / "consumer.contract.toml").read_text()
+LIB = '[component]\nname = "lib"\nkind = "library"\n[fact.tile]\naccept = [256]\n'
+
+
+def _c(old: str, new: str, base: str = CONSUMER) -> str:
+    assert base.count(old) == 1, old
+    return base.replace(old, new)
+
+
+def _contract_rejects(text: str, code: str, needle: str):
+    with pytest.raises(Rejected) as e:
+        parse_contract_text(text, "c.contract.toml")
+    d = diagnostic(e.value, code)
+    assert d.hint and d.facts and all(f.origin.startswith("c.contract.toml:") for f in d.facts), d
+    line = int(d.facts[0].origin.rsplit(":", 1)[1])
+    assert needle in text.splitlines()[line - 1], (needle, line, d)
+    return d
+
+
+# ---- class 1: a divisor that is the constant 0 (every clause with an expression) ---------------------
+
+DIVISOR_ZERO = {
+    "smem.bytes": ("bytes = 2048", 'bytes = "2048 // 0"'),
+    "ring.stage_bytes": ('stage_bytes = "tile * 4"', 'stage_bytes = "tile * 4 // (2 - 2)"'),
+    "ring.arrivals": ("arrivals = 128", 'arrivals = "ceil_div(128, 0)"'),
+    "ring.peer_arrivals": ("peer_arrivals = 32", 'peer_arrivals = "32 % 0"'),
+    "export.shape": ("shape = [32, 4]", 'shape = ["tile / 0", 4]'),
+}
+
+
+@pytest.mark.parametrize("clause", sorted(DIVISOR_ZERO))
+def test_constant_zero_divisor_is_c_expr(clause):
+    old, new = DIVISOR_ZERO[clause]
+    d = _contract_rejects(_c(old, new), "C-EXPR", new.split(" =")[0])
+    assert "division by zero" in d.message and "always 0" in d.message
+
+
+def test_constant_zero_divisor_in_a_workspace_size_is_c_expr():
+    # A workspace size is evaluated at every launch: a constant 0 divisor fails every one of them.
+    text = CONSUMER + '\n[workspace.flags]\nbytes = "tiles * 4 // (1 - 1)"\n'
+    d = _contract_rejects(text, "C-EXPR", "bytes =")
+    assert "division by zero" in d.message
+
+
+# ---- class 2: a constant expression outside the bounds of the integer it stands for -------------------
+
+CONSTANT_BOUNDS = {
+    "smem.bytes negative": ("bytes = 2048", 'bytes = "0 - 1"'),
+    "smem.bytes zero": ("bytes = 2048", 'bytes = "1 / 2"'),
+    "ring.stage_bytes": ('stage_bytes = "tile * 4"', 'stage_bytes = "4294967296"'),
+    "ring.arrivals": ("arrivals = 128", 'arrivals = "1048576"'),   # the mbarrier count limit is 2^20-1
+    "ring.peer_arrivals": ("peer_arrivals = 32", 'peer_arrivals = "-(32)"'),
+    "export.shape": ("shape = [32, 4]", 'shape = ["32", "2 - 2"]'),
+}
+
+
+@pytest.mark.parametrize("clause", sorted(CONSTANT_BOUNDS))
+def test_constant_expression_is_bounded_like_an_integer(clause):
+    old, new = CONSTANT_BOUNDS[clause]
+    d = _contract_rejects(_c(old, new), "C-EXPR", new.split(" =")[0])
+    assert "must be in 1.." in d.message
+
+
+def test_constant_workspace_size_is_bounded():
+    _contract_rejects(CONSUMER + '\n[workspace.flags]\nbytes = "4 - 4"\n', "C-EXPR", "bytes =")
+
+
+def test_valid_constant_expressions_still_parse():
+    c = parse_contract_text(_c("shape = [32, 4]", 'shape = ["32", "2 * 2"]'), "c.contract.toml")
+    assert c.tensors[0].shape == ("32", "2 * 2")  # kept as written (the manifest and checks compare them)
+
+
+GRIDS = {
+    "divisor zero": '["ceil_div(blocks, 0)", 1, 1]',
+    "constant zero": '["blocks", "1 / 2", 1]',
+    "constant negative": '["-(1)", 1, 1]',
+    "y over 65535": '["blocks", "65535 + 1", 1]',
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRIDS))
+def test_constant_grid_expression_is_c_expr(toy, case):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = {GRIDS[case]}")
+    with pytest.raises(Rejected) as e:
+        parse_kernel_text(text, "k.kernel.toml", toy.packages)
+    d = diagnostic(e.value, "C-EXPR")
+    assert d.clause == "kernel.grid" and d.hint
+    line = int(d.facts[0].origin.rsplit(":", 1)[1])
+    assert text.splitlines()[line - 1].startswith("grid =")
+
+
+# ---- class 3: ring arrivals computed from facts, past the mbarrier count -------------------------------
+
+def test_arrivals_expression_over_facts_is_bounded_by_the_mbarrier_count(packer, toy):
+    cons = packer.variant(toy.consumer, _c("arrivals = 128", 'arrivals = "tile * 4096"', toy.consumer.contract_text))
+    comp = packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink])
+    d = diagnostic(rejected(plan, comp), "C-EXPR")
+    assert "ring.work.arrivals" in d.message and "1048576" in d.message and "1..1048575" in d.message
+    assert "mbarrier" in d.hint and d.facts[0].origin.rsplit(":", 1)[1].isdigit()
+
+
+# ---- class 4: callable signatures are pasted into the generated C++ ------------------------------------
+
+BAD_SIGNATURES = ["unsigned(", "int", "void(,)", "void(int,)", 'void(int); asm("trap"); void f(', "void(int)//",
+                  "void(int = 3)", "void(int){}", "(int)", "void(int)(int)", "x" * 1001 + "(int)"]
+
+
+@pytest.mark.parametrize("direction", ["import", "export"])
+@pytest.mark.parametrize("sig", BAD_SIGNATURES)
+def test_callable_signature_must_be_a_c_function_type(direction, sig):
+    text = LIB + f"[callable.{direction}.f]\nsignature = {json.dumps(sig)}\n"
+    d = _contract_rejects(text, "C-SCHEMA", "signature =")
+    assert "C function type" in d.message
+
+
+@pytest.mark.parametrize("sig", ["void()", "void(void)", "void ( float * ,unsigned )", "unsigned long long(const pl::X&)",
+                                 "unsigned(unsigned, unsigned, unsigned, const void*, unsigned*)", "void(float* const)"])
+def test_valid_signatures_still_parse(sig):
+    parse_contract_text(LIB + f'[callable.import.f]\nsignature = "{sig}"\n', "c.contract.toml")
+
+
+# ---- class 5: a co_resident grid that names resident_ctas but is not bounded by it -------------------
+
+@pytest.fixture(scope="module")
+def waiting_consumer(packer, toy):
+    return packer.pack(_c("[component]\n", "[component]\nco_resident = true\n", toy.contract_text("consumer")),
+                       [toy.objects["consumer"]])
+
+
+@pytest.mark.parametrize("grid", ['"resident_ctas * 2", 1, 1', '"resident_ctas + 1", 1, 1', '"resident_ctas", "blocks", 1',
+                                  '"max(resident_ctas, blocks)", 1, 1'])
+def test_grid_that_can_exceed_resident_ctas_is_l_resident(packer, toy, waiting_consumer, grid):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    comp = packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="over")
+    d = diagnostic(rejected(plan, comp), "L-RESIDENT")
+    assert "can exceed resident_ctas" in d.message and "CTAs" in d.message and d.hint
+    assert any("co_resident = true" in f.text for f in d.facts)
+
+
+@pytest.mark.parametrize("grid", ['"resident_ctas", 1, 1', '"min(resident_ctas, blocks)", 1, 1',
+                                  '"2 * min(resident_ctas // 2, blocks)", 1, 1', '"min(num_sms, blocks)", 1, 1'])
+def test_bounded_grids_still_plan(packer, toy, waiting_consumer, grid):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    if "num_sms" in grid:  # names no resident_ctas: the existing rule applies
+        diagnostic(rejected(plan, packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="sms")),
+                   "L-RESIDENT")
+        return
+    plan(packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="ok"))
