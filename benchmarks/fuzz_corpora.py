@@ -37,9 +37,9 @@ CORPORA = {
                      "attention/attn_combine"], True),
     "attn_cp": ("kernels/attention/attn_cp.kernel.toml",
                 ["attention/attn_cp_loader", "attention/attn_core", "attention/attn_cp_causal_mask",
-                 "attention/attn_store"], False),
+                 "attention/attn_store"], True),
     "gemm_c2": ("kernels/gemm_swiglu/gemm_swiglu_tma_c2.kernel.toml",
-                ["tile_scheduler", "tma_loader", "gemm_swiglu_tma_c2_consumer", "swiglu_tma_store"], False),
+                ["tile_scheduler", "tma_loader", "gemm_swiglu_tma_c2_consumer", "swiglu_tma_store"], True),
 }
 
 # Handle kinds by clause (the measured symbol is pl_<component>__<kind>__<name>).
@@ -84,7 +84,7 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
     cl = clauses(d)
     kind, name, t = rng.choice(cl)
     op = rng.choice(["value", "value", "value", "expr", "expr", "drop", "unknown", "empty", "rename", "rename",
-                     "copy", "host", "accept"])
+                     "copy", "host", "accept", "resource", "resource", "resource"])
     bad, renames = False, {}
     keys = list(t)
     if op == "value" and keys:
@@ -136,6 +136,28 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
         h[k] = (rng.choice(STRS) if k == "provider" else
                 rng.choice([[], rng.sample(params, min(len(params), rng.randint(0, 3))), ["nope"], facts[:1] * 2,
                             params + ["x"], [1]]))
+    elif op == "resource":  # well-formed claims the solver must place or refuse (L-SMEM, L-REGS, L-WARPS, L-BARRIER)
+        what = rng.choice(["warps", "regs", "smem", "barriers", "depth", "stage"])
+        if what in ("warps", "regs") and isinstance(d.get("role"), dict):
+            d["role"]["warps" if what == "warps" else "regs"] = (
+                rng.choice([1, 3, 4, 8, 12, 16, 20, 24, 28, 32]) if what == "warps" else
+                rng.choice([[24, 24], [240, 256], [200, 240], [256, 256], [128, 168], [232, 240], [24, 256]]))
+        elif what == "smem":
+            sm = d.setdefault("smem", {})
+            for n in range(rng.randint(1, 6)):
+                sm[f"fz{n}"] = {"bytes": rng.choice([16, 4096, 65536, 131072, 200000, 232448, 2**20]),
+                                "align": rng.choice([16, 128, 1024]),
+                                "phase": rng.choice(["kernel", "a", "b", "epilogue"])}
+        elif what == "barriers":
+            bars = d.setdefault("barrier", {})
+            for n in range(rng.choice([1, 8, 14, 15, 16])):
+                bars[f"fz{n}"] = {"threads": rng.choice(["role", 32, 128, 256, 1024])}
+        elif isinstance(d.get("ring"), dict) and d["ring"]:
+            r = d["ring"][rng.choice(list(d["ring"]))]
+            if what == "depth":
+                r["depth"] = rng.choice([[1, 1], [6, 64], [64, 64], [8, 16], [3, 3]])
+            else:
+                r["stage_bytes"] = rng.choice([65536, 131072, 232448, "block_q * head_dim * 16", 1024])
     elif op == "accept":
         f = d.get("fact", {})
         if f:
