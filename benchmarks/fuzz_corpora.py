@@ -112,7 +112,7 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
         t.clear()
     elif op == "rename" and name is not None:
         same = [n for n in _kind_table(d, kind) if n != name]
-        new = rng.choice(same + [name + "x", "x", "int", "pl_x", "_X", "a-b", "1x", "nope", "ws", "acc", "kv", "q",
+        new = rng.choice(same + list(d.get("params", {})) + [name + "x", "x", "int", "pl_x", "_X", "a-b", "1x", "nope", "ws", "acc", "kv", "q",
                                  "sync", "block_q", "block_m", "top_k", "tile", "out", "ab", "wg0", "xs"])
         parent = _kind_table(d, kind)
         if new in parent:  # a duplicate name: TOML cannot say it twice, so one clause takes the other's name
@@ -334,15 +334,21 @@ def real_contract_case(fz, d: Path, rng: random.Random):
         new = raw.decode(errors="replace")
     comp = tomllib.loads(text)["component"]["name"]
 
+    lied = []
+
     def edit(m):
+        was = json.dumps(m.get("measured"), sort_keys=True)
         r = rng.random()
-        return json.dumps(forge_consistent(m, new) if r < 0.8 else forge_handles(m, comp, renames) if r < 0.95
-                          else m).encode()
+        m = forge_consistent(m, new) if r < 0.8 else forge_handles(m, comp, renames) if r < 0.95 else m
+        lied.append(json.dumps(m.get("measured"), sort_keys=True) != was)
+        return json.dumps(m).encode()
 
     p = d / src.name
     p.write_bytes(rezip(data, manifest=edit, contract=new.encode(), forge=True))
     pkgs = [x for j, q in enumerate(corpus["packages"]) for x in ("--package", str(p if j == i else q))]
-    return _plan_or_link(fz, d, rng, corpus, pkgs, str(corpus["kernel"]), bad)
+    # A measurement forged to match a renamed or added clause is a lie about the real object:
+    # check/solve may judge it (plan), but nvJitLink would rightly find the object's real handles.
+    return _plan_or_link(fz, d, rng, corpus, pkgs, str(corpus["kernel"]), bad, plan_only=any(lied))
 
 
 def real_kernel_case(fz, d: Path, rng: random.Random):
@@ -367,8 +373,8 @@ def real_kernel_case(fz, d: Path, rng: random.Random):
     return _plan_or_link(fz, d, rng, corpus, pkgs, str(k), bad)
 
 
-def _plan_or_link(fz, d: Path, rng, corpus, pkgs, kernel, bad):
-    if not (corpus["linkable"] and rng.random() < fz.real_link_rate):
+def _plan_or_link(fz, d: Path, rng, corpus, pkgs, kernel, bad, *, plan_only: bool = False):
+    if not (corpus["linkable"] and rng.random() < fz.real_link_rate) or plan_only:
         return ["plan", "--kernel", kernel, *pkgs], [], bad
     outs = [d / "out" / f"k.{x}" for x in ("cubin", "manifest.json", "report.json", "map.txt")]
     flags = [x for f, p in zip(("--cubin", "--manifest", "--report", "--map"), outs) for x in (f, str(p))]

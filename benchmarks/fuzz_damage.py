@@ -191,7 +191,7 @@ def like(v, rng: random.Random, names: list[str]):
 def damage_expr(e, rng: random.Random, names: list[str]) -> tuple[object, bool]:
     """(new expression, surely invalid): an edit of an integer or expression value."""
     s = str(e)
-    op = rng.randrange(9)
+    op = rng.randrange(10)
     if op == 0:
         return f"({s}) // 0", True
     if op == 1:
@@ -208,7 +208,9 @@ def damage_expr(e, rng: random.Random, names: list[str]) -> tuple[object, bool]:
         return f"{s} % ({s} - {s})", False
     if op == 7:
         return f"0 * ({s})", False
-    return rng.choice([f"{s} +", f"({s}", f"{s} ** 2", f"{s} << 2", f"{s} / 2", "1.5", f"-({s})"]), op == 8
+    if op == 8:  # not an expression of the grammar
+        return rng.choice([f"{s} +", f"({s}", f"{s} ** 2", f"{s} << 2", "1.5", f"{s}; 1", f"{s}[0]"]), True
+    return rng.choice([f"{s} / 2", f"-({s})", f"max({s}, 1)", f"min({s}, 0)"]), False
 
 
 # ---- a small TOML writer (enough for what tomllib reads back) --------------------------------------------

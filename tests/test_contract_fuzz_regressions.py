@@ -164,3 +164,16 @@ def test_bounded_grids_still_plan(packer, toy, waiting_consumer, grid):
                    "L-RESIDENT")
         return
     plan(packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="ok"))
+
+
+# ---- class 6: a name that is both a host parameter and a fact ------------------------------------------
+
+def test_parameter_named_like_a_fact_is_l_params(packer, toy):
+    name = "tile"  # the consumer owns fact tile; the sink now also takes a host value `tile`
+    text = toy.contract_text("sink")
+    sink = packer.variant(toy.sink, text.replace("[params]\n", f'[params]\n{name} = "u32"\n', 1))
+    comp = packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, toy.consumer, sink], name="clash")
+    d = diagnostic(rejected(plan, comp), "L-PARAMS")
+    assert "both a parameter" in d.message and d.clause == f"params.{name}" and d.hint
+    assert d.facts[0].origin.rsplit(":", 1)[1].isdigit()
+    assert "consumer.contract.toml:" in d.facts[1].origin  # the owner's fact clause, with its line

@@ -14,7 +14,7 @@ from pipelink.compose import Composition, Instance
 from pipelink.contract import MBARRIER_COUNT_MAX, PARAM_TYPES, CallableDecl, TensorDecl
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate
-from pipelink.kernel_rules import BindPlan, check_binds, check_grid, check_resident
+from pipelink.kernel_rules import BindPlan, check_binds, check_grid, check_param_fact_names, check_resident
 
 SMEM_CAPACITY = {"sm_90a": 232448, "sm_90": 232448, "sm_100a": 232448, "sm_120a": 101376, "sm_80": 166912}
 DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
@@ -130,6 +130,7 @@ def check(comp: Composition) -> Checked:
     _check_arch(comp, d)
     params = _check_params(comp, d)
     facts, owner = _check_facts(comp, d)
+    check_param_fact_names(comp, params, facts, owner, d.items)
     check_grid(comp, params, facts, d.items)
     check_resident(comp, d.items)
     binds = check_binds(comp, d.items)

@@ -143,6 +143,27 @@ def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int],
                     f"a name only the caller knows at launch must be listed: [kernel] launch_args = [\"{n}\"]"))
 
 
+def check_param_fact_names(comp: Composition, params: dict[str, str], facts: dict[str, int], owner,
+                           diags: list[Diagnostic]) -> None:
+    """A name is one value in the expressions that read it (grids, workspace sizes): one that is
+    both a host parameter and a fact would be read as the parameter by some and the fact by others."""
+    for name in sorted(set(params) & set(facts)):
+        pi = next(i for i in comp.instances if name in dict(i.contract.params))
+        fi = owner.get(name)
+        fd = fi.contract.fact(name) if fi is not None else None
+        diags.append(Diagnostic(
+            "L-PARAMS", f"{name!r} is both a parameter of {_side(pi)} and a fact"
+            + (f" owned by {_side(fi)}" if fi is not None else " of the kernel"), f"params.{name}",
+            (Fact(_side(pi), f"{name} = {params[name]!r}", str(pi.contract.param_origin(name))),
+             Fact(_side(fi) if fi is not None else f"kernel {comp.name}", f"fact {name} = {facts[name]}",
+                  str(fd.origin) if fd is not None else comp.file)),
+            "rename the parameter or the fact: grid and workspace expressions read both kinds of name"))
+
+
+def _side(inst: Instance) -> str:
+    return f"{inst.name} ({inst.package.name})"
+
+
 def check_resident(comp: Composition, diags: list[Diagnostic]) -> None:
     """A co_resident component waits for other CTAs of the grid: a grid that is not bounded by
     resident_ctas could launch more CTAs than fit, and the waiting ones would wait forever for
