@@ -102,7 +102,6 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
                 t[k][i], bad = damage_expr(t[k][i], rng, facts)
             else:
                 t[k], bad = damage_expr(t[k], rng, facts)
-            bad = bad and kind != "workspace"  # a workspace size is evaluated per launch
     elif op == "drop" and keys:
         del t[rng.choice(keys)]
     elif op == "unknown":
@@ -164,6 +163,10 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
             fn = rng.choice(list(f))
             f[fn] = rng.choice([{"accept": rng.choice(LISTS + DICTS)}, {"own": rng.choice(INTS)},
                                 {"own": 0}, {"accept": [0]}, {"type": "u32"}, {"own": 1, "accept": [1]}])
+    sigs = [c.get("signature") for k in ("export", "import") for c in d.get("callable", {}).get(k, {}).values()
+            if isinstance(c, dict)] if isinstance(d.get("callable"), dict) else []
+    bad = bad or any(isinstance(x, str) and (x.count("(") != 1 or not x.rstrip().endswith(")") or
+                                             any(ch in x for ch in ';{}#"=/[]<>')) for x in sigs)
     return dumps(d), bad, {f"{k}:{o}": n for (k, o), n in renames.items()}
 
 
@@ -217,8 +220,12 @@ def mutate_kernel(text: str, rng: random.Random, instances: list[tuple[str, str]
     k = d.setdefault("kernel", {})
     inst = d.setdefault("instance", [])
     op = rng.choice(["grid", "grid", "cluster", "value", "inst_dup", "inst_drop", "inst_value", "bind", "bind",
-                     "unknown", "launch_args"])
+                     "unknown", "launch_args", "resident"])
     bad = False
+    if op == "resident" and "resident_ctas" in str(k.get("grid")):  # a co_resident kernel's bound, broken
+        k["grid"] = rng.choice([["resident_ctas * 2", 1, 1], ["resident_ctas + 1", 1, 1], ["resident_ctas", "t", 1],
+                                ["max(resident_ctas, num_sms + 1)", 1, 1], [k["grid"][0], 2, 1]])
+        bad = True
     if op == "grid":
         g = list(k.get("grid", [1, 1, 1]))
         i = rng.randrange(len(g)) if g else 0

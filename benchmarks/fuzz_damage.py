@@ -196,16 +196,16 @@ def damage_expr(e, rng: random.Random, names: list[str]) -> tuple[object, bool]:
         return f"({s}) // 0", True
     if op == 1:
         return f"ceil_div({s}, 0)", True
-    if op == 2:
-        return f"({s}) * 4294967296 * 4294967296 * 4294967296", False
+    if op == 2:  # beyond 2^64 for every value of its names (>= 1)
+        return f"({s}) * 4294967296 * 4294967296 * 4294967296", True
     if op == 3:
         return f"({s}) - 4294967296", False
     if op == 4:
         return f"({s}) * nope_fact", True
     if op == 5 and names:
         return s.replace(rng.choice(names), rng.choice(names + ["resident_ctas", "grid_x", "cluster_x"])), False
-    if op == 6:  # zero for every value, but not provably so without algebra: not counted as surely invalid
-        return f"{s} % ({s} - {s})", False
+    if op == 6:  # a divisor that is 0 for every value of its names
+        return f"{s} % ({s} - {s})", True
     if op == 7:
         return f"0 * ({s})", False
     if op == 8:  # not an expression of the grammar

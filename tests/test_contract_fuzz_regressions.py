@@ -177,3 +177,35 @@ def test_parameter_named_like_a_fact_is_l_params(packer, toy):
     assert "both a parameter" in d.message and d.clause == f"params.{name}" and d.hint
     assert d.facts[0].origin.rsplit(":", 1)[1].isdigit()
     assert "consumer.contract.toml:" in d.facts[1].origin  # the owner's fact clause, with its line
+
+
+# ---- class 7: run-time expressions (grid, workspace size) that no launch could use ----------------------
+
+NEVER = {
+    "grid overflows": ('"(blocks) * 4294967296 * 4294967296 * 4294967296", 1, 1', "beyond 2^64"),
+    "grid divides by zero": ('"blocks % (blocks - blocks)", 1, 1', "division by zero"),
+    "grid negative": ('"blocks - 4294967296", 1, 1', "-4294967295"),
+    "grid y over 65535": ('"blocks", "blocks * 4294967296", 1', "1..65535"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEVER))
+def test_grid_no_launch_could_use_is_c_expr(toy, case):
+    grid, needle = NEVER[case]
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    with pytest.raises(Rejected) as e:
+        parse_kernel_text(text, "k.kernel.toml", toy.packages)
+    d = diagnostic(e.value, "C-EXPR")
+    assert "for every value tried" in d.message and needle in d.message and d.clause == "kernel.grid" and d.hint
+
+
+@pytest.mark.parametrize("size", ['"tiles * 0 - 1"', '"tiles * 18446744073709551616 * 2"', '"tiles // (tiles - tiles)"'])
+def test_workspace_size_no_launch_could_use_is_c_expr(size):
+    d = _contract_rejects(CONSUMER + f"\n[workspace.flags]\nbytes = {size}\n", "C-EXPR", "bytes =")
+    assert "for every value tried" in d.message
+
+
+@pytest.mark.parametrize("grid", ['"blocks / 4096", 1, 1', '"blocks - 2000000", 1, 1', '"blocks", "blocks", 1'])
+def test_grids_some_launch_can_use_still_parse(toy, grid):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    parse_kernel_text(text, "k.kernel.toml", toy.packages)

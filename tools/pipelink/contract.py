@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelink.diagnostics import Fact, reject
-from pipelink.expr import ExprError, constant_value, names_in
+from pipelink.expr import ExprError, constant_value, names_in, never_valid
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PARAM_TYPES = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 128}  # size in bytes
@@ -605,6 +605,11 @@ def _workspaces(r: _Reader, params: dict[str, str], facts: list[FactDecl]) -> tu
                          clause=f"workspace.{wname}.bytes",
                          facts=[Fact(f"contract {Path(r.file).name}", f"bytes = {size!r}", str(wr.origin("bytes")))],
                          hint="a workspace size may use the component's facts, its u32/i32/u64 params and grid_x")
+        why = never_valid(size, 0) if isinstance(size, str) else None
+        if why:  # evaluated only at launch: refuse now what every launch would refuse
+            raise reject("C-EXPR", f"workspace.{wname}.bytes: {why}", clause=f"workspace.{wname}.bytes",
+                         facts=[Fact(f"contract {Path(r.file).name}", f"bytes = {size!r}", str(wr.origin("bytes")))],
+                         hint="a workspace size is a byte count for the launch's values: check the expression")
         zero = wr.get("zero", bool, False)
         align = _align(wr, 256)
         scope = wr.get("scope", str, "instance")

@@ -157,3 +157,28 @@ def _eval_node(node: ast.AST, env: dict[str, int], text: str) -> int:
             raise ExprError(f"division by zero in {_show(text)}")
         return int(_ALLOWED_CALLS[node.func.id](args))
     raise ExprError(f"unsupported syntax in {_show(text)}")
+
+
+SAMPLE_VALUES = (1, 2, 3, 64, 1000, 2**16, 2**20, 2**31 - 1)
+
+
+def never_valid(text: str | int, lo: int, hi: int = LIMIT) -> str | None:
+    """Why an expression over run-time names (a grid extent, a workspace size) can never give a
+    value in lo..hi, or None. It is evaluated with every name at each of SAMPLE_VALUES: only when
+    every sample fails (out of range, division by zero, or outside lo..hi) is it refused, so an
+    expression that some launch can use always passes."""
+    if isinstance(text, int) or not names_in(text):
+        return None  # constants are checked exactly where they are parsed
+    seen = []
+    for v in SAMPLE_VALUES:
+        try:
+            got = evaluate(text, {n: v for n in names_in(text)})
+        except ExprError as e:
+            seen.append(f"{v}: " + ("beyond 2^64" if "out of range" in str(e) else
+                                    "division by zero" if "division by zero" in str(e) else str(e)))
+            continue
+        if lo <= got <= hi:
+            return None
+        seen.append(f"{v}: {got}")
+    return (f"{_show(text)} is outside {lo}..{'2^64' if hi == LIMIT else hi} for every value tried (every name = "
+            + "; ".join(seen[:3]) + ("; ..." if len(seen) > 3 else "") + ")")
