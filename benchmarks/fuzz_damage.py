@@ -210,7 +210,8 @@ def damage_expr(e, rng: random.Random, names: list[str]) -> tuple[object, bool]:
         return f"0 * ({s})", False
     if op == 8:  # not an expression of the grammar
         return rng.choice([f"{s} +", f"({s}", f"{s} ** 2", f"{s} << 2", "1.5", f"{s}; 1", f"{s}[0]"]), True
-    return rng.choice([f"{s} / 2", f"-({s})", f"max({s}, 1)", f"min({s}, 0)"]), False
+    return rng.choice([f"{s} / 2", f"-({s})", f"max({s}, 1)", f"min({s}, 0)", f"({s}) // ({'1+' * 600}1)",
+                       "+".join([s] * 400)]), False
 
 
 # ---- a small TOML writer (enough for what tomllib reads back) --------------------------------------------

@@ -53,6 +53,13 @@ def test_constant_zero_divisor_is_c_expr(clause):
     assert "division by zero" in d.message and "always 0" in d.message
 
 
+@pytest.mark.parametrize("divisor", ["1+" * 600 + "1", "1+" * 600 + "0 - 600"])
+def test_deeply_nested_constant_divisor_is_c_expr_not_a_crash(divisor):
+    # The divisor's value is computed when parsed; past Python's recursion limit it was an E-INTERNAL.
+    d = _contract_rejects(_c("bytes = 2048", f'bytes = "tile // ({divisor})"'), "C-EXPR", "bytes =")
+    assert "nested too deeply" in d.message
+
+
 def test_constant_zero_divisor_in_a_workspace_size_is_c_expr():
     # A workspace size is evaluated at every launch: a constant 0 divisor fails every one of them.
     text = CONSUMER + '\n[workspace.flags]\nbytes = "tiles * 4 // (1 - 1)"\n'

@@ -76,8 +76,14 @@ def _constant_divisors(tree: ast.AST, text) -> None:
         div = (n.right if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)) else
                n.args[1] if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ceil_div" and len(n.args) == 2
                else None)
-        if div is not None and not _has_name(div) and _eval(div, {}, text) == 0:
-            raise ExprError(f"division by zero in {_show(text)} (the divisor {ast.unparse(div)!r} is always 0)")
+        if div is None or _has_name(div):
+            continue
+        try:
+            zero = _eval(div, {}, text) == 0
+        except RecursionError:  # a divisor nested past Python's recursion limit
+            raise ExprError(f"expression nested too deeply: {_show(text)}") from None
+        if zero:
+            raise ExprError(f"division by zero in {_show(text)} (the divisor {_show(ast.unparse(div))} is always 0)")
 
 
 def constant_value(text: str | int) -> int | None:
