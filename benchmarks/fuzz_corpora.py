@@ -84,7 +84,7 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
     cl = clauses(d)
     kind, name, t = rng.choice(cl)
     op = rng.choice(["value", "value", "value", "expr", "expr", "drop", "unknown", "empty", "rename", "rename",
-                     "copy", "host", "accept", "resource", "resource", "resource"])
+                     "copy", "host", "accept", "resource", "resource", "resource", "param"])
     bad, renames = False, {}
     keys = list(t)
     if op == "value" and keys:
@@ -111,7 +111,7 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
         t.clear()
     elif op == "rename" and name is not None:
         same = [n for n in _kind_table(d, kind) if n != name]
-        new = rng.choice(same + list(d.get("params", {})) + [name + "x", "x", "int", "pl_x", "_X", "a-b", "1x", "nope", "ws", "acc", "kv", "q",
+        new = rng.choice(same + list(d.get("params", {})) + ["num_sms", "resident_ctas", "grid_x", name + "x", "x", "int", "pl_x", "_X", "a-b", "1x", "nope", "ws", "acc", "kv", "q",
                                  "sync", "block_q", "block_m", "top_k", "tile", "out", "ab", "wg0", "xs"])
         parent = _kind_table(d, kind)
         if new in parent:  # a duplicate name: TOML cannot say it twice, so one clause takes the other's name
@@ -119,6 +119,7 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
         else:
             parent[new] = parent.pop(name)
         renames[(kind, name)] = new
+        bad = kind == "fact" and new in ("num_sms", "resident_ctas", "grid_x")
         if kind in ("fact",):
             for c in clauses(d):
                 for k in c[2]:
@@ -128,6 +129,10 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
         other = rng.choice([k for k in NAMED if k != kind])
         _kind_table(d, other)[name] = json.loads(json.dumps(t))
         bad = other in ("barrier", "callable.export", "callable.import", "host") and len(t) > 1
+    elif op == "param" and isinstance(d.get("params"), dict):  # a host value named like a runtime value or a fact
+        new = rng.choice(["num_sms", "resident_ctas", "grid_x"] + facts + ["cluster_x", "t", "x"])
+        d["params"][new] = rng.choice(["u32", "u64", "i32", "ptr"])
+        bad = new in ("num_sms", "resident_ctas", "grid_x")
     elif op == "host":
         h = d.setdefault("host", {})
         params = list(d.get("params", {}))

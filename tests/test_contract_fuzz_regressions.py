@@ -216,3 +216,18 @@ def test_workspace_size_no_launch_could_use_is_c_expr(size):
 def test_grids_some_launch_can_use_still_parse(toy, grid):
     text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
     parse_kernel_text(text, "k.kernel.toml", toy.packages)
+
+
+# ---- class 8: a parameter or fact named like a value the runtime supplies ------------------------------
+
+@pytest.mark.parametrize("name", ["num_sms", "resident_ctas", "grid_x"])
+@pytest.mark.parametrize("where", ["params", "fact"])
+def test_runtime_supplied_names_are_reserved(name, where):
+    from pipelink.contract import RUNTIME_NAMES
+    from pipelink.runtime import BUILTIN_GRID_NAMES
+
+    assert set(BUILTIN_GRID_NAMES) <= set(RUNTIME_NAMES)
+    text = _c("[params]\n", f'[params]\n{name} = "u32"\n') if where == "params" else \
+        CONSUMER + f"\n[fact.{name}]\naccept = [1]\n"
+    d = _contract_rejects(text, "C-SCHEMA", name)
+    assert "runtime supplies" in d.message

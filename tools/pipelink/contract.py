@@ -167,6 +167,10 @@ class WorkspaceDecl:
 
 # Names a workspace size may use besides the component's facts and integer params.
 WORKSPACE_BUILTINS = ("grid_x",)
+# Names the runtime supplies at launch (runtime.BUILTIN_GRID_NAMES and WORKSPACE_BUILTINS): no
+# parameter or fact may take one, or it would replace the device's value (a caller-passed
+# `resident_ctas` would lift a co_resident grid's bound).
+RUNTIME_NAMES = ("num_sms", "resident_ctas") + WORKSPACE_BUILTINS
 # "instance": the instance's own buffer; "kernel": one buffer per name for the whole kernel.
 WORKSPACE_SCOPES = ("instance", "kernel")
 
@@ -424,6 +428,9 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
 
         if why := reserved_reason(k):  # a member of the generated parameter struct
             params_r.fail(k, why, hint="rename the parameter (and the member of the component's params struct)")
+        if k in RUNTIME_NAMES:  # the caller's value would replace the device's in grids and workspace sizes
+            params_r.fail(k, f"{k!r} is a value the runtime supplies (grids and workspace sizes read it)",
+                          hint="rename the parameter; read the runtime's value through the grid instead")
         t = params_r.get(k, str)
         if t not in PARAM_TYPES:
             params_r.fail(k, f"unknown parameter type {t!r}", hint=f"one of {sorted(PARAM_TYPES)}")
@@ -455,6 +462,9 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     facts_r = top.table("fact")
     for fname in facts_r.data:
         _ident(facts_r, fname, fname)
+        if fname in RUNTIME_NAMES:
+            facts_r.fail(fname, f"{fname!r} is a value the runtime supplies, not a fact",
+                         hint="rename the fact; a fact's value is fixed at link time")
         fr = facts_r.table(fname)
         ftype = fr.get("type", str, "u32")
         if ftype not in FACT_TYPES:
