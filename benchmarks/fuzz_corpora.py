@@ -156,6 +156,7 @@ def mutate_contract(text: str, rng: random.Random) -> tuple[str, bool, dict[str,
             bars = d.setdefault("barrier", {})
             for n in range(rng.choice([1, 8, 14, 15, 16])):
                 bars[f"fz{n}"] = {"threads": rng.choice(["role", 32, 128, 256, 1024])}
+                bad = bad or bars[f"fz{n}"]["threads"] == 1024  # more threads than any corpus's roles have
         elif isinstance(d.get("ring"), dict) and d["ring"]:
             r = d["ring"][rng.choice(list(d["ring"]))]
             if what == "depth":

@@ -231,3 +231,20 @@ def test_runtime_supplied_names_are_reserved(name, where):
         CONSUMER + f"\n[fact.{name}]\naccept = [1]\n"
     d = _contract_rejects(text, "C-SCHEMA", name)
     assert "runtime supplies" in d.message
+
+
+# ---- class 9: a named barrier counting more threads than the kernel's roles have (a hang) ----------------
+
+@pytest.mark.parametrize("threads", [192, 1024])
+def test_barrier_counting_more_threads_than_the_roles_is_l_barrier_threads(packer, toy, threads):
+    # The toy's roles have 1 + 4 warps = 160 threads: bar.sync with a larger count never completes.
+    cons = packer.variant(toy.consumer, _c('threads = "role"', f"threads = {threads}", toy.consumer.contract_text))
+    comp = packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink])
+    d = diagnostic(rejected(plan, comp), "L-BARRIER-THREADS")
+    assert f"counts {threads} threads, but the kernel's roles have 160" in d.message and d.hint
+    assert len(d.facts) == 3 and all(f.origin.rsplit(":", 1)[1].isdigit() for f in d.facts)
+
+
+def test_barrier_within_the_roles_still_plans(packer, toy):
+    cons = packer.variant(toy.consumer, _c('threads = "role"', "threads = 160", toy.consumer.contract_text))
+    plan(packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink]))

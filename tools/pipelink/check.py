@@ -185,6 +185,13 @@ def check(comp: Composition) -> Checked:
                       clause=f"barrier.{b.name}",
                       facts=[Fact(_side(i), f"threads = {b.threads!r}", str(b.origin))],
                       hint="bar.sync counts whole warps: use a multiple of 32 up to 1024")
+            elif roles and total_warps <= 32 and threads > 32 * total_warps:  # could never complete: a hang
+                d.add("L-BARRIER-THREADS", f"{_side(i)}: barrier {b.name} counts {threads} threads, but the "
+                      f"kernel's roles have {32 * total_warps}", clause=f"barrier.{b.name}",
+                      facts=[Fact(_side(i), f"threads = {b.threads!r}", str(b.origin)),
+                             *(Fact(_side(r.inst), f"role.warps = {r.warps}", str(r.inst.contract.role.origin))
+                               for r in roles)],
+                      hint="a named barrier waits for its count of threads: count only threads that reach it")
             barriers.append(Barrier(f"{i.name}.{b.name}", threads, f"{_side(i)} at {b.origin}"))
     for r in rings:
         claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes, r.origin))
