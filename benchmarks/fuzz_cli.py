@@ -34,150 +34,33 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
 TOY = ROOT / "examples" / "toy"
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
+for _p in (TOOLS, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from pipelink import cli  # noqa: E402
 from pipelink.diagnostics import CODES  # noqa: E402
 
 NAMES = ("producer", "consumer", "sink")
-VALUES = ["0", "-1", "1", "32", "true", "false", '""', '"x"', "[]", "[true, 8]", "[8, 2]", "[1, 2, 3]", "1.5", "nan",
-          "{}", "{multiple_of = 0}", "{min = 5, max = 1}", "4294967296", "4294967295", "1048576", "1048575",
-          "2147483648", "18446744073709551616", "-18446744073709551616", "65536", '"' + "9" * 5000 + '"',
-          '"n / block_q"', '"tile * tile * tile * tile * tile"', '"1 // 0"', '"tile /"', '"__import__(\'os\')"',
-          '"min()"', '"ceil_div(1)"', '"role"', '"sm_90a"', '"sm_91"', '"u64"', '"f32"', '"ptr"', '"\\u0000"',
-          "[1, 1, 1]", '["blocks", 1, 1]', '["blocks", 0, 1]', '["nope", 1, 1]', '"' + "a" * 300 + '"']
 # Codes of a native step (nvcc, nvJitLink) refusing what every check accepted: not failures,
 # but each one is a check that could have named the mistake earlier (reported as "notable").
 NATIVE_CODES = {"L-LINK", "L-COMPILE", "P-COMPILE"}
-JUNK = [b"\xff\xfe", b"\x00", b"\nnest = " + b"[" * 50000, b"\nnest = " + b"{a = " * 3000, b"\n[component]\n", b"\n[[instance]]\n", b"=", b"[", b'"', b"\n[x.y.z]\nq = 1\n", b"\t\r\n"]
-
-
-# ---- mutations ---------------------------------------------------------------------------------------
-
-def mutate_toml(text: str, rng: random.Random) -> tuple[bytes, bool]:
-    """(damaged bytes, surely_invalid). Line-level edits of a TOML file."""
-    lines = text.splitlines()
-    op = rng.choice(["value", "value", "value", "delete", "dup", "key", "junk", "truncate", "table"])
-    surely_bad = False
-    idx = [i for i, ln in enumerate(lines) if "=" in ln and not ln.lstrip().startswith("#")]
-    if op == "value" and idx:
-        i = rng.choice(idx)
-        k = lines[i].split("=", 1)[0]
-        v = rng.choice(VALUES)
-        lines[i] = f"{k}= {v}"
-        key = k.strip()
-        surely_bad = (key == "arrivals" and v in ("0", "-1", "4294967296", "1048576", "2147483648", "true", '""')
-                      or key in ("warps", "align") and v in ("0", "-1", "true", '""', "4294967296"))
-    elif op == "delete" and lines:
-        del lines[rng.randrange(len(lines))]
-    elif op == "dup" and lines:
-        i = rng.randrange(len(lines))
-        lines.insert(i, lines[i])
-    elif op == "key" and idx:
-        i = rng.choice(idx)
-        k, v = lines[i].split("=", 1)
-        lines[i] = k.rstrip() + rng.choice(["x", "_", "s", ""]) + " =" + v
-    elif op == "table":
-        lines.insert(rng.randrange(len(lines) + 1), rng.choice(["[smem.extra]", "[fact.tile]", "[role]", "[[bind]]",
-                                                                 '[[bind]]\nimport = "out.acc"\nexport = "out.acc"',
-                                                                 "[kernel]", "[ring.work]", "[import.acc]"]))
-    data = "\n".join(lines).encode() + b"\n"
-    if op == "junk":
-        at = rng.randrange(len(data) + 1)
-        data = data[:at] + rng.choice(JUNK) + data[at:]
-    elif op == "truncate":
-        data = data[: rng.randrange(len(data) + 1)]
-    return data, surely_bad
-
-
-def rezip(data: bytes, *, manifest=None, contract: bytes | None = None, forge: bool = False) -> bytes:
-    """The package with an edited manifest or contract.toml. forge=True records the edited
-    parts' digests (as if packed that way), so the checks behind the digests are reached."""
-    from pipelink.package_io import package_digests
-
-    src = zipfile.ZipFile(io.BytesIO(data))
-    entries = {info.filename: src.read(info) for info in src.infolist()}
-    if contract is not None:
-        entries["contract.toml"] = contract
-    body = manifest(json.loads(entries["pipelink-package.json"])) if manifest else entries["pipelink-package.json"]
-    if forge:
-        try:
-            m = json.loads(body)
-            part = lambda kind: {k[len(kind) + 1:]: v for k, v in entries.items() if k.startswith(kind + "/")}  # noqa: E731
-            m["digests"] = package_digests(m, entries["contract.toml"], part("objects"), part("sources"))
-            body = json.dumps(m).encode()
-        except (ValueError, TypeError, AttributeError):
-            pass  # a manifest too broken to forge: its own checks must catch it
-    entries["pipelink-package.json"] = body
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, b in entries.items():
-            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), b, compress_type=zipfile.ZIP_DEFLATED)
-    return buf.getvalue()
-
-
-JSON_VALUES = [None, 0, -1, 1.5, "", "x", [], {}, [None], [1], ["sm_90a"], {"a": None}, 2**70, True]
-
-
-def damage_package(data: bytes, rng: random.Random) -> bytes:
-    op = rng.choice(["flip", "truncate", "method", "flags", "json", "json", "handles", "contract"])
-    b = bytearray(data)
-    if op == "flip":
-        for _ in range(rng.randint(1, 8)):
-            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-        return bytes(b)
-    if op == "truncate":
-        return bytes(b[: rng.randrange(len(b))])
-    if op in ("method", "flags"):
-        sig = rng.choice([b"PK\x03\x04", b"PK\x01\x02"])
-        i, off = b.find(sig), 6 if sig == b"PK\x03\x04" else 8
-        while i >= 0:
-            if op == "method":
-                b[i + off + 2:i + off + 4] = rng.choice([1, 6, 9, 12, 14, 97, 99]).to_bytes(2, "little")
-            else:
-                b[i + off] |= rng.choice([1, 8, 64])
-            i = b.find(sig, i + 4)
-        return bytes(b)
-    if op == "json":
-        def edit(m):
-            path = rng.choice([("arch",), ("name",), ("format",), ("toolkit",), ("objects",), ("sources",), ("copts",),
-                               ("contract_file",), ("measured",), ("measured", "handles"), ("measured", "own_facts"),
-                               ("measured", "static_smem"), ("measured", "regs")])
-            t = m
-            for k in path[:-1]:
-                t = t.setdefault(k, {}) if isinstance(t, dict) else {}
-            if isinstance(t, dict):
-                if rng.random() < 0.2:
-                    t.pop(path[-1], None)
-                else:
-                    t[path[-1]] = rng.choice(JSON_VALUES)
-            return json.dumps(m).encode()
-        return rezip(data, manifest=edit, forge=rng.random() < 0.5)
-    if op == "handles":
-        def edit(m):
-            hs = m["measured"]["handles"]
-            hs.append(rng.choice([None, 3, "", "pl_consumer__tmem__x", "pl_consumer__smem__nope", "vprintf",
-                                  "pl_other__smem__scratch", "pl_consumer__role__", "pl_consumer__bar__combine"]))
-            return json.dumps(m).encode()
-        return rezip(data, manifest=edit, forge=rng.random() < 0.5)
-    contract = zipfile.ZipFile(io.BytesIO(data)).read("contract.toml").decode()
-    return rezip(data, contract=mutate_toml(contract, rng)[0], forge=rng.random() < 0.5)
-
+from fuzz_damage import JUNK, VALUES, damage_package, mutate_toml, rezip  # noqa: E402,F401 - re-exported
 
 # ---- running one case -----------------------------------------------------------------------------------
 
 class Fuzzer:
     def __init__(self, work: Path, objects: dict[str, Path], packages: dict[str, Path], *, link_every: int = 40,
-                 timeout: float = 300.0, verbose: bool = True):
+                 timeout: float = 300.0, verbose: bool = True, corpora: dict | None = None, real_share: float = 0.0,
+                 real_link_rate: float = 0.0):
         self.work, self.objects, self.packages = work, objects, packages
+        self.corpora, self.real_share, self.real_link_rate = corpora or {}, real_share, real_link_rate
         self.link_every, self.timeout, self.verbose = link_every, timeout, verbose
         self.counts: Counter = Counter()
         self.codes: Counter = Counter()
@@ -212,9 +95,15 @@ class Fuzzer:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-        kind = rng.choice(["contract", "contract", "injected", "injected", "kernel", "kernel", "package", "package",
-                           "outputs", "argv"])
-        argv, outputs, must_fail = getattr(self, f"_{kind}")(d, rng)
+        if self.corpora and rng.random() < self.real_share:  # benchmarks/fuzz_corpora.py: the real kernels
+            import fuzz_corpora
+
+            kind = rng.choice(["real_contract", "real_contract", "real_contract", "real_kernel"])
+            argv, outputs, must_fail = getattr(fuzz_corpora, f"{kind}_case")(self, d, rng)
+        else:
+            kind = rng.choice(["contract", "contract", "injected", "injected", "kernel", "kernel", "package", "package",
+                               "outputs", "argv"])
+            argv, outputs, must_fail = getattr(self, f"_{kind}")(d, rng)
         sentinel = {}
         for p in outputs:
             if rng.random() < 0.5 and not os.path.exists(p) and "\0" not in str(p) and os.path.isdir(os.path.dirname(str(p)) or "."):
@@ -223,7 +112,7 @@ class Fuzzer:
                     sentinel[str(p)] = True
                 except OSError:
                     pass
-        subprocess_link = argv[0] == "link" and (n % self.link_every == 0)
+        subprocess_link = argv[0] == "link" and (n % self.link_every == 0 or kind.startswith("real"))
         self._last_argv = argv
         rc, text = self._run(argv, subprocess_link)
         self.counts["cases"] += 1
@@ -416,12 +305,22 @@ def main(argv=None) -> int:
     ap.add_argument("--link-every", type=int, default=40, help="run every N-th link case in a subprocess")
     ap.add_argument("--work", help="keep the inputs of failing cases here (default: a temporary folder)")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--bin", default=str(ROOT / "bazel-bin" / "kernels"),
+                    help="bazel-bin/kernels holding the real kernels' packages (benchmarks/fuzz_corpora.py)")
+    ap.add_argument("--real-share", type=float, default=0.6, help="share of cases that damage a real kernel's inputs")
+    ap.add_argument("--real-link-rate", type=float, default=0.01,
+                    help="share of real-kernel cases that run a real link (attention only; moe links are slow)")
     args = ap.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="pipelink-fuzz-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     objects, packages = build_toy(work)
-    fz = Fuzzer(work / "cases", objects, packages, link_every=args.link_every)
+    from fuzz_corpora import load_corpora
+
+    corpora = load_corpora(Path(args.bin), work)
+    print(f"real corpora: {sorted(corpora) or 'none (build them: see BENCHMARKS.md)'}", file=sys.stderr)
+    fz = Fuzzer(work / "cases", objects, packages, link_every=args.link_every, corpora=corpora,
+                real_share=args.real_share if corpora else 0.0, real_link_rate=args.real_link_rate)
     rng = random.Random(args.seed)
     for n in range(args.cases):
         fz.case(n, rng)

@@ -2,21 +2,31 @@
 files, packages, paths and argument lists through the CLI; no E-INTERNAL, no crash, no partial
 output, every rejection coded, nothing built to be invalid accepted.
 
-Deterministic (fixed seed, fixed case count) and well under 2 minutes on a 2-core machine: the
+Deterministic (fixed seed, fixed case count) and under 2 minutes on a 2-core machine: the
 toy's objects and packages come from the session fixtures and pack's trial measurement is
-memoized. The long run (10,000+ cases) is `benchmarks/fuzz_cli.py --cases 10000` (BENCHMARKS.md).
+memoized. The second slice damages the real kernels' contracts and kernel files
+(benchmarks/fuzz_corpora.py: moe_step, attention prefill/decode/context-parallel, the 2-CTA
+GEMM) with their built packages from bazel-bin (skipped when they are not built), through
+`plan`, with a real link now and then. The long run (10,000+ cases) is
+`benchmarks/fuzz_cli.py --cases 10000` (BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 
 CASES = 220  # about 40 s on an idle 2-core machine, 70 s on a loaded one
 SEED = 11
+REAL_CASES = 600  # about 30 s on a loaded 2-core machine (plan, and a few real links of attention or GEMM)
+REAL_SEED = 5
 
 
 def _fuzz_module():
@@ -40,3 +50,25 @@ def test_fuzz_cli_seeded(tmp_path, packer, toy):
     print(f"{CASES} fuzz cases in {time.time() - t0:.0f} s: {s['counts']}")
     assert len(s["kinds"]) == 6  # every family of damage was exercised
     assert s["codes"].get("ok", 0) > 0 and len(s["codes"]) > 8  # both accepted and many kinds of rejection
+
+
+def test_fuzz_real_corpora_seeded(tmp_path):
+    fz_mod = _fuzz_module()
+    import fuzz_corpora  # on sys.path once fuzz_cli is loaded
+
+    corpora = fuzz_corpora.load_corpora(Path(os.environ.get("PIPELINK_FUZZ_BIN", ROOT / "bazel-bin" / "kernels")), tmp_path)
+    if not corpora:
+        pytest.skip("no real kernel's packages in bazel-bin: tools/bazel build //kernels:moe_step "
+                    "//kernels/attention:attn_causal //kernels/attention:attn_decode")
+    fz = fz_mod.Fuzzer(tmp_path / "cases", {}, {}, corpora=corpora, real_share=1.0, real_link_rate=0.006,
+                       verbose=False)
+    rng = random.Random(REAL_SEED)
+    t0 = time.time()
+    for n in range(REAL_CASES):
+        fz.case(n, rng)
+    s = fz.summary()
+    assert fz.ok, "\n\n".join(fz.failures[:5]) + f"\n{s}"
+    print(f"{REAL_CASES} real-kernel fuzz cases ({sorted(corpora)}) in {time.time() - t0:.0f} s: {s['counts']}")
+    assert set(s["kinds"]) == {"real_contract", "real_kernel"}
+    # check, solve and the kernel-file rules were all reached, and valid variants were accepted
+    assert s["codes"].get("ok", 0) > 0 and len([c for c in s["codes"] if c.startswith("L-")]) >= 8

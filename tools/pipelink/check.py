@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelink.compose import Composition, Instance
-from pipelink.contract import PARAM_TYPES, CallableDecl, TensorDecl
+from pipelink.contract import MBARRIER_COUNT_MAX, PARAM_TYPES, CallableDecl, TensorDecl
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate
-from pipelink.kernel_rules import BindPlan, check_binds, check_grid, check_resident
+from pipelink.kernel_rules import BindPlan, check_binds, check_grid, check_param_fact_names, check_resident
 
 SMEM_CAPACITY = {"sm_90a": 232448, "sm_90": 232448, "sm_100a": 232448, "sm_120a": 101376, "sm_80": 166912}
 DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
@@ -130,12 +130,13 @@ def check(comp: Composition) -> Checked:
     _check_arch(comp, d)
     params = _check_params(comp, d)
     facts, owner = _check_facts(comp, d)
+    check_param_fact_names(comp, params, facts, owner, d.items)
     check_grid(comp, params, facts, d.items)
     check_resident(comp, d.items)
     binds = check_binds(comp, d.items)
     env = dict(facts)
 
-    def ev(expr, inst: Instance, clause: str, origin) -> int | None:
+    def ev(expr, inst: Instance, clause: str, origin, hi: int = 2**32 - 1) -> int | None:
         try:
             v = evaluate(expr, env)
         except ExprError as e:
@@ -143,10 +144,12 @@ def check(comp: Composition) -> Checked:
                   facts=[Fact(_side(inst), f"{expr!r}", str(origin))],
                   hint="an expression may use only integers and facts the contract declares (own or read)")
             return None
-        if not 0 < v < 2**32:  # every expression is a size or an extent, held in a u32
-            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; a size must be positive and below 2^32", clause=clause,
+        if not 0 < v <= hi:  # every expression is a size or an extent, held in a u32 (or a narrower field)
+            bound = "a size must be positive and below 2^32" if hi == 2**32 - 1 else f"it must be in 1..{hi}"
+            d.add("C-EXPR", f"{_side(inst)}: {clause}: {expr!r} is {v}; {bound}", clause=clause,
                   facts=[Fact(_side(inst), f"{expr!r} = {v}", str(origin))],
-                  hint="check the facts the expression reads")
+                  hint="check the facts the expression reads" + ("" if hi == 2**32 - 1 else
+                                                                 " (an mbarrier counts at most 2^20-1 arrivals)"))
             return None
         return v
 
@@ -182,6 +185,13 @@ def check(comp: Composition) -> Checked:
                       clause=f"barrier.{b.name}",
                       facts=[Fact(_side(i), f"threads = {b.threads!r}", str(b.origin))],
                       hint="bar.sync counts whole warps: use a multiple of 32 up to 1024")
+            elif roles and total_warps <= 32 and threads > 32 * total_warps:  # could never complete: a hang
+                d.add("L-BARRIER-THREADS", f"{_side(i)}: barrier {b.name} counts {threads} threads, but the "
+                      f"kernel's roles have {32 * total_warps}", clause=f"barrier.{b.name}",
+                      facts=[Fact(_side(i), f"threads = {b.threads!r}", str(b.origin)),
+                             *(Fact(_side(r.inst), f"role.warps = {r.warps}", str(r.inst.contract.role.origin))
+                               for r in roles)],
+                      hint="a named barrier waits for its count of threads: count only threads that reach it")
             barriers.append(Barrier(f"{i.name}.{b.name}", threads, f"{_side(i)} at {b.origin}"))
     for r in rings:
         claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes, r.origin))
@@ -374,11 +384,12 @@ def _check_rings(comp, d, ev) -> list[Ring]:
                   facts=[Fact(_side(pi), f"depth = {list(p.depth)}", str(p.origin)),
                          Fact(_side(ci), f"depth = {list(c.depth)}", str(c.origin))],
                   hint="widen one side's depth range")
-        arrivals = {id(r): ev(r.arrivals, i, f"ring.{name}.arrivals", r.origin) for i, r in ((pi, p), (ci, c))}
+        arrivals = {id(r): ev(r.arrivals, i, f"ring.{name}.arrivals", r.origin, MBARRIER_COUNT_MAX)
+                    for i, r in ((pi, p), (ci, c))}
         for me, mine, other, theirs in ((pi, p, ci, c), (ci, c, pi, p)):
             if mine.peer_arrivals is None or arrivals[id(theirs)] is None:
                 continue
-            peer = ev(mine.peer_arrivals, me, f"ring.{name}.peer_arrivals", mine.origin)
+            peer = ev(mine.peer_arrivals, me, f"ring.{name}.peer_arrivals", mine.origin, MBARRIER_COUNT_MAX)
             if peer is not None and peer != arrivals[id(theirs)]:
                 d.add("L-RING-ARRIVALS",
                       f"ring {name!r}: {_side(me)} assumes {peer} arrivals from its peer, "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipelink.contract import ARCHES, IDENT, LineIndex, Origin, _Reader, load_toml, parse_toml_text
 from pipelink.diagnostics import Fact, reject
-from pipelink.expr import ExprError, names_in
+from pipelink.expr import ExprError, constant_value, never_valid
 from pipelink.names import reserved_reason
 from pipelink.package import Package
 
@@ -87,11 +87,21 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
             k.fail("grid", f"entry {n} is {g}; a grid extent is 1..{GRID_MAX[n]}")
         if isinstance(g, str):
             try:
-                names_in(g)
+                const = constant_value(g)
             except ExprError as e:
                 raise reject("C-EXPR", f"kernel.grid: {e}", clause="kernel.grid",
                              facts=[Fact(f"kernel {name}", f"grid = {grid}", str(k.origin("grid")))],
                              hint="use integers, u32 params, facts, + - * // % ( ) and min/max/ceil_div") from None
+            why = never_valid(g, 1, GRID_MAX[n]) if const is None else None
+            if why:  # no launch could use it: every sample of its names is out of bounds or divides by zero
+                raise reject("C-EXPR", f"kernel.grid: entry {n}: {why}", clause="kernel.grid",
+                             facts=[Fact(f"kernel {name}", f"grid = {grid}", str(k.origin("grid")))],
+                             hint=f"a grid extent must come out in 1..{GRID_MAX[n]} for the launches it is meant for")
+            if const is not None and not 1 <= const <= GRID_MAX[n]:  # a constant is held to an integer's bounds
+                raise reject("C-EXPR", f"kernel.grid: entry {n}, {g!r}, is {const}; a grid extent is 1..{GRID_MAX[n]}",
+                             clause="kernel.grid",
+                             facts=[Fact(f"kernel {name}", f"grid = {grid}", str(k.origin("grid")))],
+                             hint="fix the expression (a constant extent is held to the same bounds as an integer)")
     grid = list(grid) + [1] * (3 - len(grid))
     cluster = k.get("cluster", list, [1, 1, 1])
     if len(cluster) != 3 or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 16 for c in cluster):

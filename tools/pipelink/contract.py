@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelink.diagnostics import Fact, reject
-from pipelink.expr import ExprError, names_in
+from pipelink.expr import ExprError, constant_value, names_in, never_valid
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PARAM_TYPES = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 128}  # size in bytes
@@ -167,6 +167,10 @@ class WorkspaceDecl:
 
 # Names a workspace size may use besides the component's facts and integer params.
 WORKSPACE_BUILTINS = ("grid_x",)
+# Names the runtime supplies at launch (runtime.BUILTIN_GRID_NAMES and WORKSPACE_BUILTINS): no
+# parameter or fact may take one, or it would replace the device's value (a caller-passed
+# `resident_ctas` would lift a co_resident grid's bound).
+RUNTIME_NAMES = ("num_sms", "resident_ctas") + WORKSPACE_BUILTINS
 # "instance": the instance's own buffer; "kernel": one buffer per name for the whole kernel.
 WORKSPACE_SCOPES = ("instance", "kernel")
 
@@ -352,11 +356,21 @@ def _u32(r: _Reader, key: str, v: int, lo: int = 0, hi: int = U32_MAX) -> int:
     return v
 
 
-def _expr(r: _Reader, key: str, default=..., *, facts: set[str] | None = None) -> str | int:
+def _expr(r: _Reader, key: str, default=..., *, facts: set[str] | None = None, hi: int = U32_MAX) -> str | int:
     v = r.get(key, (str, int), default, what="an integer or an arithmetic expression")
     if v is None:  # an optional key left out
         return None
     if isinstance(v, str):
+        try:
+            const = constant_value(v)
+        except ExprError:
+            const = None  # names_in below reports it with its own wording
+        if const is not None and not 1 <= const <= hi:
+            # A constant expression is held to the bounds of the integer it stands for.
+            raise reject("C-EXPR", f"{r.path}.{key}: {v!r} is {const}; it must be in 1..{hi}", clause=f"{r.path}.{key}",
+                         facts=[Fact(f"contract {Path(r.file).name}", f"{key} = {v!r} = {const}", str(r.origin(key)))],
+                         hint=f"a constant {key} is held to the same bounds as an integer (docs/CONTRACTS.md, "
+                              "Limits on values)")
         try:
             names = names_in(v)
         except ExprError as e:
@@ -373,7 +387,7 @@ def _expr(r: _Reader, key: str, default=..., *, facts: set[str] | None = None) -
                          hint=f"declare [fact.{unknown[0]}] (with accept = ... for the values this component supports), "
                               f"or fix the name; declared facts: {', '.join(sorted(facts)) or 'none'}")
     else:
-        _u32(r, key, v, 1)
+        _u32(r, key, v, 1, hi)
     return v
 
 
@@ -414,6 +428,9 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
 
         if why := reserved_reason(k):  # a member of the generated parameter struct
             params_r.fail(k, why, hint="rename the parameter (and the member of the component's params struct)")
+        if k in RUNTIME_NAMES:  # the caller's value would replace the device's in grids and workspace sizes
+            params_r.fail(k, f"{k!r} is a value the runtime supplies (grids and workspace sizes read it)",
+                          hint="rename the parameter; read the runtime's value through the grid instead")
         t = params_r.get(k, str)
         if t not in PARAM_TYPES:
             params_r.fail(k, f"unknown parameter type {t!r}", hint=f"one of {sorted(PARAM_TYPES)}")
@@ -445,6 +462,9 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
     facts_r = top.table("fact")
     for fname in facts_r.data:
         _ident(facts_r, fname, fname)
+        if fname in RUNTIME_NAMES:
+            facts_r.fail(fname, f"{fname!r} is a value the runtime supplies, not a fact",
+                         hint="rename the fact; a fact's value is fixed at link time")
         fr = facts_r.table(fname)
         ftype = fr.get("type", str, "u32")
         if ftype not in FACT_TYPES:
@@ -518,11 +538,8 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
         if (len(depth) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in depth)
                 or not 1 <= depth[0] <= depth[1] <= 64):
             rr.fail("depth", f"must be [min, max] with 1 <= min <= max <= 64, not {depth}")
-        arrivals = _expr(rr, "arrivals", facts=declared_facts)
-        peer = _expr(rr, "peer_arrivals", None, facts=declared_facts)
-        for key, v in (("arrivals", arrivals), ("peer_arrivals", peer)):
-            if isinstance(v, int):
-                _u32(rr, key, v, 1, MBARRIER_COUNT_MAX)
+        arrivals = _expr(rr, "arrivals", facts=declared_facts, hi=MBARRIER_COUNT_MAX)
+        peer = _expr(rr, "peer_arrivals", None, facts=declared_facts, hi=MBARRIER_COUNT_MAX)
         ralign = _align(rr, 128)
         rr.finish()
         rings.append(RingSide(rname, side, stage, (depth[0], depth[1]), arrivals, peer, ralign, rr.origin()))
@@ -564,6 +581,11 @@ def contract_from_data(data: dict, lines: LineIndex, file: str) -> Contract:
             _ident(cr_dir, cname, cname)
             cr = cr_dir.table(cname)
             sig = cr.get("signature", str)
+            if not _SIGNATURE.fullmatch(normalize_signature(sig)) or len(sig) > 1000:
+                # The text is pasted into the generated C++ (the call thunk): only `ret(type, ...)`.
+                cr.fail("signature", f"{sig[:80]!r} is not a C function type `ret(type, ...)`",
+                        hint='e.g. "unsigned(unsigned, const void*, float*)": types are identifiers, `*`, `&` and '
+                             "`const`; no names, defaults or other punctuation")
             cr.finish()
             callables.append(CallableDecl(cname, direction, normalize_signature(sig), cr.origin()))
         cr_dir.finish()
@@ -593,6 +615,11 @@ def _workspaces(r: _Reader, params: dict[str, str], facts: list[FactDecl]) -> tu
                          clause=f"workspace.{wname}.bytes",
                          facts=[Fact(f"contract {Path(r.file).name}", f"bytes = {size!r}", str(wr.origin("bytes")))],
                          hint="a workspace size may use the component's facts, its u32/i32/u64 params and grid_x")
+        why = never_valid(size, 0) if isinstance(size, str) else None
+        if why:  # evaluated only at launch: refuse now what every launch would refuse
+            raise reject("C-EXPR", f"workspace.{wname}.bytes: {why}", clause=f"workspace.{wname}.bytes",
+                         facts=[Fact(f"contract {Path(r.file).name}", f"bytes = {size!r}", str(wr.origin("bytes")))],
+                         hint="a workspace size is a byte count for the launch's values: check the expression")
         zero = wr.get("zero", bool, False)
         align = _align(wr, 256)
         scope = wr.get("scope", str, "instance")
@@ -647,6 +674,10 @@ def _shape_entry(r: _Reader, x, facts: set[str]) -> None:
     """One tensor extent: checked like any other expression (a list entry has no key of its own)."""
     sub = _Reader({"shape": x}, r.path, r.lines, r.file)
     _expr(sub, "shape", facts=facts)
+
+
+_CTYPE = r"[A-Za-z_]\w*(?:(?:::| )[A-Za-z_]\w*)*(?:[*&]+(?: ?const\b)?)*"
+_SIGNATURE = re.compile(rf"{_CTYPE}\((?:{_CTYPE}(?:,{_CTYPE})*)?\)", re.ASCII)
 
 
 def normalize_signature(sig: str) -> str:

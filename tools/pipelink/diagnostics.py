@@ -78,7 +78,7 @@ CODES: dict[str, str] = {
     "E-TOOLKIT": "the CUDA toolkit (nvcc, nvJitLink) is missing or of the wrong version",
     "C-SYNTAX": "a contract or kernel file is not valid TOML",
     "C-SCHEMA": "a contract or kernel file has a missing, unknown or mistyped field",
-    "C-EXPR": "an expression in a contract cannot be evaluated",
+    "C-EXPR": "an expression in a contract or kernel file cannot be evaluated, or is out of bounds (a constant 0 divisor)",
     "P-UNDECLARED": "the object uses a handle its contract does not declare",
     "P-UNUSED": "the contract declares a handle the object never uses",
     "P-ENTRY": "the contract's entry or import/callable export is not defined by the object",

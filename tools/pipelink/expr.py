@@ -57,11 +57,42 @@ def names_in(text: str | int) -> set[str]:
                 raise ExprError(f"{why}, in {_show(text)}")
         if bad:
             raise ExprError(f"unsupported syntax in {_show(text)}")
+    _constant_divisors(tree, text)
     return {
         n.id
         for n in ast.walk(tree)
         if isinstance(n, ast.Name) and n.id not in _ALLOWED_CALLS
     }
+
+
+def _has_name(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id not in _ALLOWED_CALLS for n in ast.walk(node))
+
+
+def _constant_divisors(tree: ast.AST, text) -> None:
+    """A divisor with no name in it is known now: zero would fail at every evaluation (at link
+    time, or at every launch for a grid or workspace size), so it is refused when parsed."""
+    for n in ast.walk(tree):
+        div = (n.right if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)) else
+               n.args[1] if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ceil_div" and len(n.args) == 2
+               else None)
+        if div is None or _has_name(div):
+            continue
+        try:
+            zero = _eval(div, {}, text) == 0
+        except RecursionError:  # a divisor nested past Python's recursion limit
+            raise ExprError(f"expression nested too deeply: {_show(text)}") from None
+        if zero:
+            raise ExprError(f"division by zero in {_show(text)} (the divisor {_show(ast.unparse(div))} is always 0)")
+
+
+def constant_value(text: str | int) -> int | None:
+    """The value of an expression that names nothing (checked like an integer), else None."""
+    if isinstance(text, int):
+        return text
+    names_in(text)
+    tree = _parse(text)
+    return None if _has_name(tree) else evaluate(text, {})
 
 
 def _show(text) -> str:
@@ -132,3 +163,28 @@ def _eval_node(node: ast.AST, env: dict[str, int], text: str) -> int:
             raise ExprError(f"division by zero in {_show(text)}")
         return int(_ALLOWED_CALLS[node.func.id](args))
     raise ExprError(f"unsupported syntax in {_show(text)}")
+
+
+SAMPLE_VALUES = (1, 2, 3, 64, 1000, 2**16, 2**20, 2**31 - 1)
+
+
+def never_valid(text: str | int, lo: int, hi: int = LIMIT) -> str | None:
+    """Why an expression over run-time names (a grid extent, a workspace size) can never give a
+    value in lo..hi, or None. It is evaluated with every name at each of SAMPLE_VALUES: only when
+    every sample fails (out of range, division by zero, or outside lo..hi) is it refused, so an
+    expression that some launch can use always passes."""
+    if isinstance(text, int) or not names_in(text):
+        return None  # constants are checked exactly where they are parsed
+    seen = []
+    for v in SAMPLE_VALUES:
+        try:
+            got = evaluate(text, {n: v for n in names_in(text)})
+        except ExprError as e:
+            seen.append(f"{v}: " + ("beyond 2^64" if "out of range" in str(e) else
+                                    "division by zero" if "division by zero" in str(e) else str(e)))
+            continue
+        if lo <= got <= hi:
+            return None
+        seen.append(f"{v}: {got}")
+    return (f"{_show(text)} is outside {lo}..{'2^64' if hi == LIMIT else hi} for every value tried (every name = "
+            + "; ".join(seen[:3]) + ("; ..." if len(seen) > 3 else "") + ")")

@@ -143,6 +143,27 @@ def check_grid(comp: Composition, params: dict[str, str], facts: dict[str, int],
                     f"a name only the caller knows at launch must be listed: [kernel] launch_args = [\"{n}\"]"))
 
 
+def check_param_fact_names(comp: Composition, params: dict[str, str], facts: dict[str, int], owner,
+                           diags: list[Diagnostic]) -> None:
+    """A name is one value in the expressions that read it (grids, workspace sizes): one that is
+    both a host parameter and a fact would be read as the parameter by some and the fact by others."""
+    for name in sorted(set(params) & set(facts)):
+        pi = next(i for i in comp.instances if name in dict(i.contract.params))
+        fi = owner.get(name)
+        fd = fi.contract.fact(name) if fi is not None else None
+        diags.append(Diagnostic(
+            "L-PARAMS", f"{name!r} is both a parameter of {_side(pi)} and a fact"
+            + (f" owned by {_side(fi)}" if fi is not None else " of the kernel"), f"params.{name}",
+            (Fact(_side(pi), f"{name} = {params[name]!r}", str(pi.contract.param_origin(name))),
+             Fact(_side(fi) if fi is not None else f"kernel {comp.name}", f"fact {name} = {facts[name]}",
+                  str(fd.origin) if fd is not None else comp.file)),
+            "rename the parameter or the fact: grid and workspace expressions read both kinds of name"))
+
+
+def _side(inst: Instance) -> str:
+    return f"{inst.name} ({inst.package.name})"
+
+
 def check_resident(comp: Composition, diags: list[Diagnostic]) -> None:
     """A co_resident component waits for other CTAs of the grid: a grid that is not bounded by
     resident_ctas could launch more CTAs than fit, and the waiting ones would wait forever for
@@ -155,12 +176,43 @@ def check_resident(comp: Composition, diags: list[Diagnostic]) -> None:
         bounded = any("resident_ctas" in names_in(g) for g in texts)
     except ExprError:
         return  # compose rejected the expression already
-    if bounded:
-        return
     where = str(comp.grid_origin or comp.file)
+    if bounded:
+        over = _exceeds_resident(comp.grid)
+        if over:
+            diags.append(Diagnostic(
+                "L-RESIDENT", f"kernel {comp.name}: {', '.join(i.name for i in waiting)} wait(s) for other CTAs, but the "
+                f"grid can exceed resident_ctas: {over}", "kernel.grid",
+                (Fact(f"kernel {comp.name}", f"grid = {[str(x) for x in comp.grid]}", where),
+                 *(Fact(f"{i.name} ({i.contract.name})", "co_resident = true", str(i.contract.origin)) for i in waiting)),
+                'the whole grid (x * y * z CTAs) must be at most resident_ctas, e.g. grid = ["min(resident_ctas, tiles)", '
+                '1, 1]'))
+        return
     diags.append(Diagnostic(
         "L-RESIDENT", f"kernel {comp.name}: {', '.join(i.name for i in waiting)} wait(s) for other CTAs, but the grid "
         "is not bounded by resident_ctas", "kernel.grid",
         (Fact(f"kernel {comp.name}", f"grid = {[str(x) for x in comp.grid]}", where),
          *(Fact(f"{i.name} ({i.contract.name})", "co_resident = true", str(i.contract.origin)) for i in waiting)),
         'bound the grid by the CTAs that fit at once, e.g. grid = ["min(resident_ctas, tiles)", 1, 1]'))
+
+
+def _exceeds_resident(grid) -> str:
+    """A counterexample (text) where the grid's CTAs exceed resident_ctas, or "". Naming
+    resident_ctas is not a bound (`resident_ctas * 2`, a y extent of `bh`): the grid is evaluated
+    at sample values (num_sms = resident_ctas, every other name alike) and any sample over the
+    bound refutes it. A sample the expressions cannot evaluate (a division by zero) is skipped."""
+    from pipelink.expr import evaluate
+
+    for r in (1, 2, 7, 132, 264):
+        for v in (1, 2, 3, 1000, 2**20):
+            total = 1
+            try:
+                for g in grid:
+                    env = {n: v for n in (names_in(g) if isinstance(g, str) else ())}
+                    env.update(resident_ctas=r, num_sms=r)
+                    total *= evaluate(g, env)
+            except ExprError:
+                continue
+            if total > r:
+                return (f"with resident_ctas = {r} (and every other name = {v}) it launches {total} CTAs")
+    return ""

@@ -1,0 +1,250 @@
+"""Classes of bad input found by the real-kernel corpora of benchmarks/fuzz_cli.py
+(benchmarks/fuzz_corpora.py): each was accepted by `plan` (and failed only at launch, in
+nvJitLink, or in the generated C++), and is now a coded diagnostic with its file:line and a
+hint. One test per class, over every clause of that kind.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TOY, diagnostic, rejected
+from pipelink.compose import parse_kernel_text
+from pipelink.contract import parse_contract_text
+from pipelink.diagnostics import Rejected
+from pipelink.link import plan
+
+CONSUMER = (TOY / "consumer.contract.toml").read_text()
+LIB = '[component]\nname = "lib"\nkind = "library"\n[fact.tile]\naccept = [256]\n'
+
+
+def _c(old: str, new: str, base: str = CONSUMER) -> str:
+    assert base.count(old) == 1, old
+    return base.replace(old, new)
+
+
+def _contract_rejects(text: str, code: str, needle: str):
+    with pytest.raises(Rejected) as e:
+        parse_contract_text(text, "c.contract.toml")
+    d = diagnostic(e.value, code)
+    assert d.hint and d.facts and all(f.origin.startswith("c.contract.toml:") for f in d.facts), d
+    line = int(d.facts[0].origin.rsplit(":", 1)[1])
+    assert needle in text.splitlines()[line - 1], (needle, line, d)
+    return d
+
+
+# ---- class 1: a divisor that is the constant 0 (every clause with an expression) ---------------------
+
+DIVISOR_ZERO = {
+    "smem.bytes": ("bytes = 2048", 'bytes = "2048 // 0"'),
+    "ring.stage_bytes": ('stage_bytes = "tile * 4"', 'stage_bytes = "tile * 4 // (2 - 2)"'),
+    "ring.arrivals": ("arrivals = 128", 'arrivals = "ceil_div(128, 0)"'),
+    "ring.peer_arrivals": ("peer_arrivals = 32", 'peer_arrivals = "32 % 0"'),
+    "export.shape": ("shape = [32, 4]", 'shape = ["tile / 0", 4]'),
+}
+
+
+@pytest.mark.parametrize("clause", sorted(DIVISOR_ZERO))
+def test_constant_zero_divisor_is_c_expr(clause):
+    old, new = DIVISOR_ZERO[clause]
+    d = _contract_rejects(_c(old, new), "C-EXPR", new.split(" =")[0])
+    assert "division by zero" in d.message and "always 0" in d.message
+
+
+@pytest.mark.parametrize("divisor", ["1+" * 600 + "1", "1+" * 600 + "0 - 600"])
+def test_deeply_nested_constant_divisor_is_c_expr_not_a_crash(divisor):
+    # The divisor's value is computed when parsed; past Python's recursion limit it was an E-INTERNAL.
+    d = _contract_rejects(_c("bytes = 2048", f'bytes = "tile // ({divisor})"'), "C-EXPR", "bytes =")
+    assert "nested too deeply" in d.message
+
+
+def test_constant_zero_divisor_in_a_workspace_size_is_c_expr():
+    # A workspace size is evaluated at every launch: a constant 0 divisor fails every one of them.
+    text = CONSUMER + '\n[workspace.flags]\nbytes = "tiles * 4 // (1 - 1)"\n'
+    d = _contract_rejects(text, "C-EXPR", "bytes =")
+    assert "division by zero" in d.message
+
+
+# ---- class 2: a constant expression outside the bounds of the integer it stands for -------------------
+
+CONSTANT_BOUNDS = {
+    "smem.bytes negative": ("bytes = 2048", 'bytes = "0 - 1"'),
+    "smem.bytes zero": ("bytes = 2048", 'bytes = "1 / 2"'),
+    "ring.stage_bytes": ('stage_bytes = "tile * 4"', 'stage_bytes = "4294967296"'),
+    "ring.arrivals": ("arrivals = 128", 'arrivals = "1048576"'),   # the mbarrier count limit is 2^20-1
+    "ring.peer_arrivals": ("peer_arrivals = 32", 'peer_arrivals = "-(32)"'),
+    "export.shape": ("shape = [32, 4]", 'shape = ["32", "2 - 2"]'),
+}
+
+
+@pytest.mark.parametrize("clause", sorted(CONSTANT_BOUNDS))
+def test_constant_expression_is_bounded_like_an_integer(clause):
+    old, new = CONSTANT_BOUNDS[clause]
+    d = _contract_rejects(_c(old, new), "C-EXPR", new.split(" =")[0])
+    assert "must be in 1.." in d.message
+
+
+def test_constant_workspace_size_is_bounded():
+    _contract_rejects(CONSUMER + '\n[workspace.flags]\nbytes = "4 - 4"\n', "C-EXPR", "bytes =")
+
+
+def test_valid_constant_expressions_still_parse():
+    c = parse_contract_text(_c("shape = [32, 4]", 'shape = ["32", "2 * 2"]'), "c.contract.toml")
+    assert c.tensors[0].shape == ("32", "2 * 2")  # kept as written (the manifest and checks compare them)
+
+
+GRIDS = {
+    "divisor zero": '["ceil_div(blocks, 0)", 1, 1]',
+    "constant zero": '["blocks", "1 / 2", 1]',
+    "constant negative": '["-(1)", 1, 1]',
+    "y over 65535": '["blocks", "65535 + 1", 1]',
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRIDS))
+def test_constant_grid_expression_is_c_expr(toy, case):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = {GRIDS[case]}")
+    with pytest.raises(Rejected) as e:
+        parse_kernel_text(text, "k.kernel.toml", toy.packages)
+    d = diagnostic(e.value, "C-EXPR")
+    assert d.clause == "kernel.grid" and d.hint
+    line = int(d.facts[0].origin.rsplit(":", 1)[1])
+    assert text.splitlines()[line - 1].startswith("grid =")
+
+
+# ---- class 3: ring arrivals computed from facts, past the mbarrier count -------------------------------
+
+def test_arrivals_expression_over_facts_is_bounded_by_the_mbarrier_count(packer, toy):
+    cons = packer.variant(toy.consumer, _c("arrivals = 128", 'arrivals = "tile * 4096"', toy.consumer.contract_text))
+    comp = packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink])
+    d = diagnostic(rejected(plan, comp), "C-EXPR")
+    assert "ring.work.arrivals" in d.message and "1048576" in d.message and "1..1048575" in d.message
+    assert "mbarrier" in d.hint and d.facts[0].origin.rsplit(":", 1)[1].isdigit()
+
+
+# ---- class 4: callable signatures are pasted into the generated C++ ------------------------------------
+
+BAD_SIGNATURES = ["unsigned(", "int", "void(,)", "void(int,)", 'void(int); asm("trap"); void f(', "void(int)//",
+                  "void(int = 3)", "void(int){}", "(int)", "void(int)(int)", "x" * 1001 + "(int)"]
+
+
+@pytest.mark.parametrize("direction", ["import", "export"])
+@pytest.mark.parametrize("sig", BAD_SIGNATURES)
+def test_callable_signature_must_be_a_c_function_type(direction, sig):
+    text = LIB + f"[callable.{direction}.f]\nsignature = {json.dumps(sig)}\n"
+    d = _contract_rejects(text, "C-SCHEMA", "signature =")
+    assert "C function type" in d.message
+
+
+@pytest.mark.parametrize("sig", ["void()", "void(void)", "void ( float * ,unsigned )", "unsigned long long(const pl::X&)",
+                                 "unsigned(unsigned, unsigned, unsigned, const void*, unsigned*)", "void(float* const)"])
+def test_valid_signatures_still_parse(sig):
+    parse_contract_text(LIB + f'[callable.import.f]\nsignature = "{sig}"\n', "c.contract.toml")
+
+
+# ---- class 5: a co_resident grid that names resident_ctas but is not bounded by it -------------------
+
+@pytest.fixture(scope="module")
+def waiting_consumer(packer, toy):
+    return packer.pack(_c("[component]\n", "[component]\nco_resident = true\n", toy.contract_text("consumer")),
+                       [toy.objects["consumer"]])
+
+
+@pytest.mark.parametrize("grid", ['"resident_ctas * 2", 1, 1', '"resident_ctas + 1", 1, 1', '"resident_ctas", "blocks", 1',
+                                  '"max(resident_ctas, blocks)", 1, 1'])
+def test_grid_that_can_exceed_resident_ctas_is_l_resident(packer, toy, waiting_consumer, grid):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    comp = packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="over")
+    d = diagnostic(rejected(plan, comp), "L-RESIDENT")
+    assert "can exceed resident_ctas" in d.message and "CTAs" in d.message and d.hint
+    assert any("co_resident = true" in f.text for f in d.facts)
+
+
+@pytest.mark.parametrize("grid", ['"resident_ctas", 1, 1', '"min(resident_ctas, blocks)", 1, 1',
+                                  '"2 * min(resident_ctas // 2, blocks)", 1, 1', '"min(num_sms, blocks)", 1, 1'])
+def test_bounded_grids_still_plan(packer, toy, waiting_consumer, grid):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    if "num_sms" in grid:  # names no resident_ctas: the existing rule applies
+        diagnostic(rejected(plan, packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="sms")),
+                   "L-RESIDENT")
+        return
+    plan(packer.compose(text, [toy.producer, waiting_consumer, toy.sink], name="ok"))
+
+
+# ---- class 6: a name that is both a host parameter and a fact ------------------------------------------
+
+def test_parameter_named_like_a_fact_is_l_params(packer, toy):
+    name = "tile"  # the consumer owns fact tile; the sink now also takes a host value `tile`
+    text = toy.contract_text("sink")
+    sink = packer.variant(toy.sink, text.replace("[params]\n", f'[params]\n{name} = "u32"\n', 1))
+    comp = packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, toy.consumer, sink], name="clash")
+    d = diagnostic(rejected(plan, comp), "L-PARAMS")
+    assert "both a parameter" in d.message and d.clause == f"params.{name}" and d.hint
+    assert d.facts[0].origin.rsplit(":", 1)[1].isdigit()
+    assert "consumer.contract.toml:" in d.facts[1].origin  # the owner's fact clause, with its line
+
+
+# ---- class 7: run-time expressions (grid, workspace size) that no launch could use ----------------------
+
+NEVER = {
+    "grid overflows": ('"(blocks) * 4294967296 * 4294967296 * 4294967296", 1, 1', "beyond 2^64"),
+    "grid divides by zero": ('"blocks % (blocks - blocks)", 1, 1', "division by zero"),
+    "grid negative": ('"blocks - 4294967296", 1, 1', "-4294967295"),
+    "grid y over 65535": ('"blocks", "blocks * 4294967296", 1', "1..65535"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEVER))
+def test_grid_no_launch_could_use_is_c_expr(toy, case):
+    grid, needle = NEVER[case]
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    with pytest.raises(Rejected) as e:
+        parse_kernel_text(text, "k.kernel.toml", toy.packages)
+    d = diagnostic(e.value, "C-EXPR")
+    assert "for every value tried" in d.message and needle in d.message and d.clause == "kernel.grid" and d.hint
+
+
+@pytest.mark.parametrize("size", ['"tiles * 0 - 1"', '"tiles * 18446744073709551616 * 2"', '"tiles // (tiles - tiles)"'])
+def test_workspace_size_no_launch_could_use_is_c_expr(size):
+    d = _contract_rejects(CONSUMER + f"\n[workspace.flags]\nbytes = {size}\n", "C-EXPR", "bytes =")
+    assert "for every value tried" in d.message
+
+
+@pytest.mark.parametrize("grid", ['"blocks / 4096", 1, 1', '"blocks - 2000000", 1, 1', '"blocks", "blocks", 1'])
+def test_grids_some_launch_can_use_still_parse(toy, grid):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', f"grid = [{grid}]")
+    parse_kernel_text(text, "k.kernel.toml", toy.packages)
+
+
+# ---- class 8: a parameter or fact named like a value the runtime supplies ------------------------------
+
+@pytest.mark.parametrize("name", ["num_sms", "resident_ctas", "grid_x"])
+@pytest.mark.parametrize("where", ["params", "fact"])
+def test_runtime_supplied_names_are_reserved(name, where):
+    from pipelink.contract import RUNTIME_NAMES
+    from pipelink.runtime import BUILTIN_GRID_NAMES
+
+    assert set(BUILTIN_GRID_NAMES) <= set(RUNTIME_NAMES)
+    text = _c("[params]\n", f'[params]\n{name} = "u32"\n') if where == "params" else \
+        CONSUMER + f"\n[fact.{name}]\naccept = [1]\n"
+    d = _contract_rejects(text, "C-SCHEMA", name)
+    assert "runtime supplies" in d.message
+
+
+# ---- class 9: a named barrier counting more threads than the kernel's roles have (a hang) ----------------
+
+@pytest.mark.parametrize("threads", [192, 1024])
+def test_barrier_counting_more_threads_than_the_roles_is_l_barrier_threads(packer, toy, threads):
+    # The toy's roles have 1 + 4 warps = 160 threads: bar.sync with a larger count never completes.
+    cons = packer.variant(toy.consumer, _c('threads = "role"', f"threads = {threads}", toy.consumer.contract_text))
+    comp = packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink])
+    d = diagnostic(rejected(plan, comp), "L-BARRIER-THREADS")
+    assert f"counts {threads} threads, but the kernel's roles have 160" in d.message and d.hint
+    assert len(d.facts) == 3 and all(f.origin.rsplit(":", 1)[1].isdigit() for f in d.facts)
+
+
+def test_barrier_within_the_roles_still_plans(packer, toy):
+    cons = packer.variant(toy.consumer, _c('threads = "role"', "threads = 160", toy.consumer.contract_text))
+    plan(packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink]))
