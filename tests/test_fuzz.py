@@ -36,18 +36,24 @@ def _fuzz_module():
     return mod
 
 
+def _run(fz, cases: int, seed: int) -> tuple[dict, float]:
+    """`cases` seeded cases; fails with the first failures' inputs. -> (summary, seconds)."""
+    rng = random.Random(seed)
+    t0 = time.time()
+    for n in range(cases):
+        fz.case(n, rng)
+    s = fz.summary()
+    assert fz.ok, "\n\n".join(fz.failures[:5]) + f"\n{s}"
+    return s, time.time() - t0
+
+
 def test_fuzz_cli_seeded(tmp_path, packer, toy):
     fz_mod = _fuzz_module()
     packages = {n: packer.save(getattr(toy, n)) for n in fz_mod.NAMES}
     fz = fz_mod.Fuzzer(tmp_path / "cases", dict(toy.objects), packages, link_every=100, verbose=False)
-    rng = random.Random(SEED)
-    t0 = time.time()
-    for n in range(CASES):
-        fz.case(n, rng)
-    s = fz.summary()
-    assert fz.ok, "\n\n".join(fz.failures[:5]) + f"\n{s}"
+    s, took = _run(fz, CASES, SEED)
     assert s["counts"]["cases"] == CASES
-    print(f"{CASES} fuzz cases in {time.time() - t0:.0f} s: {s['counts']}")
+    print(f"{CASES} fuzz cases in {took:.0f} s: {s['counts']}")
     assert len(s["kinds"]) == 6  # every family of damage was exercised
     assert s["codes"].get("ok", 0) > 0 and len(s["codes"]) > 8  # both accepted and many kinds of rejection
 
@@ -62,13 +68,8 @@ def test_fuzz_real_corpora_seeded(tmp_path):
                     "//kernels/attention:attn_causal //kernels/attention:attn_decode")
     fz = fz_mod.Fuzzer(tmp_path / "cases", {}, {}, corpora=corpora, real_share=1.0, real_link_rate=0.006,
                        verbose=False)
-    rng = random.Random(REAL_SEED)
-    t0 = time.time()
-    for n in range(REAL_CASES):
-        fz.case(n, rng)
-    s = fz.summary()
-    assert fz.ok, "\n\n".join(fz.failures[:5]) + f"\n{s}"
-    print(f"{REAL_CASES} real-kernel fuzz cases ({sorted(corpora)}) in {time.time() - t0:.0f} s: {s['counts']}")
+    s, took = _run(fz, REAL_CASES, REAL_SEED)
+    print(f"{REAL_CASES} real-kernel fuzz cases ({sorted(corpora)}) in {took:.0f} s: {s['counts']}")
     assert set(s["kinds"]) == {"real_contract", "real_kernel"}
     # check, solve and the kernel-file rules were all reached, and valid variants were accepted
     assert s["codes"].get("ok", 0) > 0 and len([c for c in s["codes"] if c.startswith("L-")]) >= 8

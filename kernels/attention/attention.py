@@ -177,11 +177,10 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     import torch
     variant = check_variant(variant)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        expect_tensor(name, t, dtype=torch.bfloat16, align=16)
+        expect_tensor(name, t, dtype=torch.bfloat16, align=16, nonempty=True)
         if t.dim() != 4:
             raise LaunchError("R-SHAPE", f"{name} has shape {list(t.shape)}; expected [B, H, S, {HEAD_DIM}]",
                               hint="FlexAttention layout: batch, heads, sequence, head dim")
-        expect_tensor(name, t, nonempty=True)
     dev = tensor_device(q)
     for name, t in (("k", k), ("v", v)):
         if tensor_device(t) != dev:

@@ -74,25 +74,27 @@ class MoeStep:
         if not isinstance(self.kernel.manifest.facts.get("block_m"), int):
             raise LaunchError("R-MANIFEST", f"{manifest} has no block_m fact", hint="relink //kernels:moe_step")
 
-    def params(self, x, router_w, w13, w2, out=None) -> dict:
+    def params(self, x, router_w, w13, w2, out=None, *, tokens: int | None = None) -> dict:
+        """The launch's parameters; `tokens` is check_inputs' T when the caller has already
+        checked these tensors (on this kernel's device), so they are not checked twice."""
         import torch
 
-        T = check_inputs(x, router_w, w13, w2, out, self.kernel.device)
+        T = check_inputs(x, router_w, w13, w2, out, self.kernel.device) if tokens is None else tokens
         if out is None:
             out = torch.empty((T, HIDDEN), dtype=torch.bfloat16, device=x.device)
         return {"x": x, "router_w": router_w, "w13": w13, "w2": w2, "out": out, "t": T,
                 "rank": 0, "world": 1, "peers": 0}
 
-    def __call__(self, x, router_w, w13, w2, out=None, *, stream=None):
+    def __call__(self, x, router_w, w13, w2, out=None, *, stream=None, tokens: int | None = None):
         expect_stream(stream)
-        p = self.params(x, router_w, w13, w2, out)
+        p = self.params(x, router_w, w13, w2, out, tokens=tokens)
         self.kernel.launch_with(p, stream=stream)
         return p["out"]
 
-    def open(self, x, router_w, w13, w2, out=None):
+    def open(self, x, router_w, w13, w2, out=None, *, tokens: int | None = None):
         """A planned session: `s.launch()` replays with no host work (CUDA-graph capturable);
         `s.out` is the output tensor. The tensors must outlive the session."""
-        p = self.params(x, router_w, w13, w2, out)
+        p = self.params(x, router_w, w13, w2, out, tokens=tokens)
         s = self.kernel.open(**p)
         s.out = p["out"]
         return s
@@ -122,15 +124,16 @@ def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool
 def moe_step(x, router_w, w13, w2, out=None, *, control: bool = False, kernel_dir=None, name="moe_step",
              stream=None):
     """One MoE layer forward: bf16 out [T, 2048]."""
-    check_inputs(x, router_w, w13, w2, out)
+    T = check_inputs(x, router_w, w13, w2, out)  # before the kernel is loaded; not again in the call
     expect_stream(stream)
-    return load(kernel_dir, tensor_device(x), control=control, name=name)(x, router_w, w13, w2, out, stream=stream)
+    return load(kernel_dir, tensor_device(x), control=control, name=name)(x, router_w, w13, w2, out, stream=stream,
+                                                                            tokens=T)
 
 
 def open_step(x, router_w, w13, w2, out=None, *, control: bool = False, kernel_dir=None, name="moe_step"):
     """Plan once; the session's launch() is capturable in a CUDA graph."""
-    check_inputs(x, router_w, w13, w2, out)
-    return load(kernel_dir, tensor_device(x), control=control, name=name).open(x, router_w, w13, w2, out)
+    T = check_inputs(x, router_w, w13, w2, out)
+    return load(kernel_dir, tensor_device(x), control=control, name=name).open(x, router_w, w13, w2, out, tokens=T)
 
 
 def reference(x, router_w, w13, w2, dtype=None):

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipelink.launch_error import LaunchError
+from pipelink.launch_plan import _FLT_MAX as FLT_MAX
 from pipelink.launch_plan import _dev_index, _is_tensor
-from pipelink.manifest import Manifest
 from pipelink.launch_plan import _is_bool as is_bool
+from pipelink.manifest import Manifest
 
-FLT_MAX = 3.4028234663852886e38
 FLT_MIN = 2.0 ** -126  # the smallest normal float32; the kernels' fast math flushes subnormals to zero
 U32_MAX, I32_MAX = 2**32 - 1, 2**31 - 1
 
