@@ -15,6 +15,7 @@ from pipelink.contract import MBARRIER_COUNT_MAX, PARAM_TYPES, CallableDecl, Ten
 from pipelink.diagnostics import Diagnostic, Fact, Rejected
 from pipelink.expr import ExprError, evaluate
 from pipelink.kernel_rules import BindPlan, check_binds, check_grid, check_param_fact_names, check_resident
+from pipelink.kernel_rules import side_of as _side
 
 SMEM_CAPACITY = {"sm_90a": 232448, "sm_90": 232448, "sm_100a": 232448, "sm_120a": 101376, "sm_80": 166912}
 DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
@@ -109,10 +110,6 @@ class Checked:
     static_smem: int
     capacity: int
     warnings: list[Diagnostic] = field(default_factory=list)
-
-
-def _side(inst: Instance) -> str:
-    return f"{inst.name} ({inst.package.name})"
 
 
 class _Diags:

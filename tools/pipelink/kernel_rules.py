@@ -152,15 +152,16 @@ def check_param_fact_names(comp: Composition, params: dict[str, str], facts: dic
         fi = owner.get(name)
         fd = fi.contract.fact(name) if fi is not None else None
         diags.append(Diagnostic(
-            "L-PARAMS", f"{name!r} is both a parameter of {_side(pi)} and a fact"
-            + (f" owned by {_side(fi)}" if fi is not None else " of the kernel"), f"params.{name}",
-            (Fact(_side(pi), f"{name} = {params[name]!r}", str(pi.contract.param_origin(name))),
-             Fact(_side(fi) if fi is not None else f"kernel {comp.name}", f"fact {name} = {facts[name]}",
+            "L-PARAMS", f"{name!r} is both a parameter of {side_of(pi)} and a fact"
+            + (f" owned by {side_of(fi)}" if fi is not None else " of the kernel"), f"params.{name}",
+            (Fact(side_of(pi), f"{name} = {params[name]!r}", str(pi.contract.param_origin(name))),
+             Fact(side_of(fi) if fi is not None else f"kernel {comp.name}", f"fact {name} = {facts[name]}",
                   str(fd.origin) if fd is not None else comp.file)),
             "rename the parameter or the fact: grid and workspace expressions read both kinds of name"))
 
 
-def _side(inst: Instance) -> str:
+def side_of(inst: Instance) -> str:
+    """How a diagnostic names an instance: `name (package)` (check.py uses it too)."""
     return f"{inst.name} ({inst.package.name})"
 
 
