@@ -78,6 +78,7 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = [], ta
         component = "moe_expert",
         srcs = ["moe/expert.cu"],
         hdrs = MOE_HDRS + ["gemm/wgmma.h"],
+        cutlass = True,
         contract = "moe/expert.contract.toml",
         host_provider = "moe/expert_host.py",
         contract_substitutions = {

@@ -322,3 +322,19 @@ def assert_mentions(diag: Diagnostic, *needles: str) -> None:
     text = diag.render()
     for n in needles:
         assert n in text, f"{n!r} not in the diagnostic:\n{text}"
+
+
+def cutlass_include() -> Path | None:
+    """The nvidia-cutlass wheel's headers (cute/, cutlass/): what the Bazel toolchain finds
+    next to the toolkit wheels. The wgmma components (gemm/wgmma.h, attn_wgmma.h) need them."""
+    import sysconfig
+
+    d = Path(sysconfig.get_paths()["purelib"]) / "cutlass_library" / "source" / "include"
+    return d if (d / "cute").is_dir() else None
+
+
+def require_cutlass() -> Path:
+    d = cutlass_include()
+    if d is None:
+        pytest.skip("no CUTLASS headers (the nvidia-cutlass wheel: bash tools/setup.sh)")
+    return d

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPONENTS, INCLUDE, ROOT, rejected  # noqa: F401
+from conftest import COMPONENTS, INCLUDE, ROOT, rejected, require_cutlass  # noqa: F401
 from pipelink.compose import parse_kernel
 from pipelink.link import link
 from pipelink.package import pack
@@ -39,12 +39,6 @@ bytes = 512
 """
 
 
-def _cutlass_include() -> Path | None:
-    import sysconfig
-    d = Path(sysconfig.get_paths()["purelib"]) / "cutlass_library" / "source" / "include"
-    return d if (d / "cute").is_dir() else None
-
-
 def _nvcc(src: Path, out: Path, *opts: str) -> Path:
     subprocess.run(find_toolkit().nvcc_base() + ["-dc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=lto_90a",
                                                  f"-I{INCLUDE}", *opts, str(src), "-o", str(out)], check=True)
@@ -64,9 +58,7 @@ def test_rebuild_ignores_module_ids(tmp_path, packer):
 
 @pytest.fixture(scope="module")
 def hopper_packages(tmp_path_factory):
-    cutlass = _cutlass_include()
-    if cutlass is None:
-        pytest.skip("no CUTLASS headers (the nvidia-cutlass wheel: bash tools/setup.sh)")
+    cutlass = require_cutlass()
     tmp = tmp_path_factory.mktemp("cute")
     out = {}
     for name, src, contract, opts, host in [

@@ -18,6 +18,8 @@ from pipelink.package import pack
 from pipelink.sass import compare, disassemble
 from pipelink.toolkit import find_toolkit
 
+from conftest import require_cutlass
+
 ROOT = Path(__file__).resolve().parents[1]
 KDIR = ROOT / "kernels" / "gemm_swiglu"
 INCLUDE = ROOT / "tools" / "pipelink" / "include"
@@ -33,8 +35,8 @@ PACKAGES = {
 
 def _package(tmp: Path, name: str, tiles):
     src, contract_name, defines = PACKAGES[name]
-    if defines is None:
-        defines = [f"-DMAINLOOP_BLOCK_{k}={v}" for k, v in zip("MNK", tiles)]
+    if defines is None:  # mainloop_wgmma: its tile, and CuTe's GMMA atoms (through ../gemm/wgmma.h)
+        defines = [f"-DMAINLOOP_BLOCK_{k}={v}" for k, v in zip("MNK", tiles)] + [f"-I{require_cutlass()}"]
     obj = tmp / f"{name}.o"
     subprocess.run(find_toolkit().nvcc_base() + ["-dc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=lto_90a",
                                                  f"-I{INCLUDE}", *defines, str(KDIR / src), "-o", str(obj)], check=True)

@@ -65,7 +65,8 @@ def build_guarded(out: Path) -> dict[str, dict[str, str]]:
                                      for n in ("loader", "mainloop", "swiglu")]),
         "gemm_swiglu_wgmma": parse_kernel(str(GSW / "gemm_swiglu_wgmma.kernel.toml"), [
             pack(str(GSW / "loader.contract.toml"), [str(objs / "loader.o")]),
-            pack(str(GSW / "mainloop_wgmma.contract.toml"), [str(_nvcc(GSW / "mainloop_wgmma.cu", objs / "mainloop_wgmma.o"))]),
+            pack(str(GSW / "mainloop_wgmma.contract.toml"), [str(_nvcc(GSW / "mainloop_wgmma.cu", objs / "mainloop_wgmma.o",
+                                                                             [f"-I{require_cutlass()}"]))]),
             pack(str(GSW / "swiglu_wgmma.contract.toml"),
                  [str(_nvcc(GSW / "swiglu.cu", objs / "swiglu_wgmma.o", ["-DSWIGLU_LAYOUT_WGMMA"]))])]),
         "overrun": parse_kernel_text(OVERRUN_KERNEL, "overrun.kernel.toml", [

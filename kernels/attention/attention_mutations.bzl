@@ -22,7 +22,8 @@ outcome of each (a code, or propagated facts).
 
 load("//kernels:counterexample.bzl", "mutation", "symbol_link_mutations")
 
-_CORE = dict(srcs = ["attn_core.cu"], hdrs = ["attn.h", "attn_wgmma.h"], contract = "attn_core.contract.toml")
+_CORE = dict(srcs = ["attn_core.cu"], hdrs = ["attn.h", "attn_wgmma.h"], contract = "attn_core.contract.toml",
+             cutlass = True)
 _LOADER = dict(srcs = ["attn_loader.cu"], hdrs = ["attn.h"], contract = "attn_loader.contract.toml",
                host_provider = "attn_loader_host.py")
 _STORE = dict(srcs = ["attn_store.cu"], hdrs = ["attn.h"], contract = "attn_store.contract.toml")

@@ -1,10 +1,18 @@
-// wgmma.h — sm_90a warpgroup MMA helpers shared by the wgmma consumers (owner B):
-// shared-memory matrix descriptors for K-major SWIZZLE_128B tiles (tma_gemm.h's stage
-// layout), the fences and group waits, and m64nNk16 bf16 -> f32 for N = 64, 128, 256.
+// wgmma.h — sm_90a warpgroup MMA helpers shared by the wgmma consumers (owner B): the
+// shared-memory matrix descriptor for K-major SWIZZLE_128B tiles (tma_gemm.h's stage layout),
+// and m64nNk16 bf16 -> f32 for N = 64, 128, 256 over CuTe's SM90 GMMA atoms and fences
+// (the instructions are CUTLASS's; this header only picks them and spreads a register array
+// over their per-register arguments).
 #pragma once
 #include <stdint.h>
 
+#include <utility>
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
 namespace wgmma {
+
+namespace gmma = cute::SM90::GMMA;
 
 // Descriptor of a K-major SWIZZLE_128B operand starting at a 1024-byte aligned 8-row atom:
 // start address >> 4, leading byte offset unused (1) because a k16 slice (32 B) lies in
@@ -14,105 +22,34 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr) {
   return (uint64_t)((smem_addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024u >> 4) << 32) |
          ((uint64_t)1 << 62);
 }
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void fence() { cute::warpgroup_arrive(); }
+__device__ __forceinline__ void commit() { cute::warpgroup_commit_batch(); }
 template <int N>
-__device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wait() { cute::warpgroup_wait<N>(); }
 // Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmmas.
 template <unsigned R>
 __device__ __forceinline__ void fence_operands(float* d) {
 #pragma unroll
-  for (unsigned i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (unsigned i = 0; i < R; ++i) cute::warpgroup_fence_operand(d[i]);
 }
 
-// D[64 x 64] (f32, registers) {=, +=} A[64 x 16] (bf16, smem desc) * B[64 x 16]^T (bf16, smem desc).
-// scale_d = 0 overwrites D (the first k-step of a tile), 1 accumulates.
-__device__ __forceinline__ void mma_m64n64k16(float* d, uint64_t da, uint64_t db, uint32_t scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(scale_d));
+// D {=, +=} A (smem desc) * B^T (smem desc) with both operands K-major: the atom takes the
+// accumulator as N/2 separate float& arguments, d[0] .. d[N/2 - 1].
+template <class Atom, size_t... I>
+__device__ __forceinline__ void mma_ss(float* d, uint64_t da, uint64_t db, uint32_t scale_d, std::index_sequence<I...>) {
+  Atom::fma(da, db, d[I]..., static_cast<gmma::ScaleOut>(scale_d));
 }
 
-// D[64 x 128] (f32, registers) {=, +=} A[64 x 16] (bf16, smem desc) * B[128 x 16]^T (bf16, smem desc).
-// scale_d = 0 overwrites D (the first k-step of a tile), 1 accumulates.
-__device__ __forceinline__ void mma_m64n128k16(float* d, uint64_t da, uint64_t db, uint32_t scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// D[64 x 256] (f32, registers) {=, +=} A[64 x 16] (bf16, smem desc) * B[256 x 16]^T (bf16, smem desc).
-// scale_d = 0 overwrites D (the first k-step of a tile), 1 accumulates.
-__device__ __forceinline__ void mma_m64n256k16(float* d, uint64_t da, uint64_t db, uint32_t scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// One m64nNk16 for N in {64, 128, 256}.
+// One m64nNk16 for N in {64, 128, 256}: D[64 x N] (f32, registers) {=, +=} A[64 x 16] *
+// B[N x 16]^T (bf16, smem descs). scale_d = 0 overwrites D (a tile's first k-step), 1 accumulates.
 template <unsigned N>
 __device__ __forceinline__ void mma_m64k16(float* d, uint64_t da, uint64_t db, uint32_t scale_d) {
   static_assert(N == 64 || N == 128 || N == 256, "wgmma N");
-  if constexpr (N == 64) mma_m64n64k16(d, da, db, scale_d);
-  else if constexpr (N == 128) mma_m64n128k16(d, da, db, scale_d);
-  else mma_m64n256k16(d, da, db, scale_d);
+  constexpr auto K = gmma::Major::K;
+  using Atom = std::conditional_t<N == 64, gmma::MMA_64x64x16_F32BF16BF16_SS<K, K>,
+               std::conditional_t<N == 128, gmma::MMA_64x128x16_F32BF16BF16_SS<K, K>,
+                                  gmma::MMA_64x256x16_F32BF16BF16_SS<K, K>>>;
+  mma_ss<Atom>(d, da, db, scale_d, std::make_index_sequence<N / 2>{});
 }
 
 }  // namespace wgmma
