@@ -14,7 +14,7 @@ from pipelink.diagnostics import Fact
 from pipelink.kernel_rules import BindPlan
 from pipelink.kernel_rules import side_of as _side
 
-# Register layouts the linker can stage through shared memory (see generate.LAYOUTS).
+# Register layouts the linker can stage through shared memory (generate._flat indexes them).
 STAGEABLE_LAYOUTS = {"blocked", "cyclic"}
 
 
