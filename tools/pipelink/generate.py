@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelink.check import DTYPE_BYTES, Checked, Transfer
+from pipelink.check import Checked, Transfer
 from pipelink.compose import Instance
 from pipelink.contract import PARAM_ALIGN, PARAM_TYPES
 from pipelink.solve import Placement
@@ -252,7 +252,7 @@ def _handle_value(ch: Checked, pl: Placement, inst: Instance, kind: str, name: s
     if kind == "role":
         if inst.name not in role_of:
             # A library runs in the warps of the role that calls it: the exporter bound to
-            # its tensor import (check.py guarantees there is exactly one).
+            # its tensor import (check_bindings._check_library_warps guarantees there is exactly one).
             inst = next(t.exporter for t in ch.transfers if t.importer.name == inst.name)
         return pl.warp_begin[inst.name] if name == "warp_begin" else role_of[inst.name].warps
     raise AssertionError(f"unknown handle kind {kind}")
