@@ -25,6 +25,7 @@ Adding a kernel's mutations is one more call with its table.
 
 load("//pipelink_rules:defs.bzl", "cuda_component")
 load("//pipelink_rules/private:arch.bzl", "arch_transition")
+load("//pipelink_rules/private:errors.bzl", "pl_fail")
 load("//pipelink_rules/private:cuda_component.bzl", "cuda_toolchain", "pipelink_action_env")
 load("//pipelink_rules/private:providers.bzl", "CudaComponentInfo", "FusedKernelInfo")
 load("//pipelink_rules/private:python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
@@ -33,7 +34,8 @@ load("//pipelink_rules/private:toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
 def mutation(name, owner, what, component = None, target = None):
     """One row of the table: `owner` is the kernel file's instance name of the mutated owner."""
     if (component == None) == (target == None):
-        fail("mutation %s: give exactly one of component (cuda_component kwargs) or target" % name)
+        pl_fail("mutation " + name, "B-MUTATION", "gives %s of component and target" % ("both" if component else "neither"),
+                "give exactly one: component = dict(cuda_component kwargs) or target = \":label\"")
     return struct(name = name, owner = owner, what = what, component = component, target = target)
 
 def symbol_link_mutations(name, kernel, mutations, arch = "sm_90a"):
@@ -64,7 +66,9 @@ def _impl(ctx):
     env["PYTHONPATH"] = pythonpath
     n = len(ctx.attr.mutation_names)
     if len(ctx.attr.mutants) != n or len(ctx.attr.owners) != n or len(ctx.attr.whats) != n:
-        fail("%s: mutants, mutation_names, owners and whats must have one entry per mutation" % ctx.label)
+        pl_fail(ctx, "B-MUTATION", "mutants, mutation_names, owners and whats have %d, %d, %d and %d entries" %
+                (len(ctx.attr.mutants), n, len(ctx.attr.owners), len(ctx.attr.whats)),
+                "declare the rows through symbol_link_mutations(mutations = [mutation(...), ...])")
     inputs = depset([info.kernel], transitive = [info.packages, toolchain.nvcc_files, linker_files])
     rows = []
     outs_all = []

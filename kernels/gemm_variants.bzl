@@ -11,6 +11,7 @@ the toolchain's CUTLASS headers) in its place; its kernel file names package cut
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
+load("//pipelink_rules/private:validate.bzl", "check_variant")
 
 # Consumers of ring `ab` (owner B's two, owner D's CuTe one): source, headers, and how a
 # variant's tile sizes reach the build (defines) and the contract (`# variant:` lines).
@@ -25,12 +26,11 @@ def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = "
     """One GEMM + SwiGLU variant. consumer: "wgmma" (two cooperative warpgroups on a
     128-row tile), "cute" (the same, written with CuTe) or "pingpong" (each warpgroup a
     whole block_m x block_n tile; needs the per-warpgroup epilogue and kernel file)."""
-    if consumer not in _CONSUMERS:
-        fail("gemm_swiglu_tma(%s): consumer = %r; one of %s" % (name, consumer, sorted(_CONSUMERS.keys())))
+    where = "//%s:%s" % (native.package_name(), name)
+    check_variant(where, "gemm_swiglu_tma consumer", repr(consumer), [repr(c) for c in sorted(_CONSUMERS.keys())])
     shapes = [(128, 64), (64, 128)] if consumer == "pingpong" else [(128, 64), (128, 128)]
-    if (block_m, block_n) not in shapes:
-        fail("gemm_swiglu_tma(%s): block_m x block_n = %d x %d is not built by the %s consumer; supported: %s" %
-             (name, block_m, block_n, consumer, ", ".join(["%d x %d" % s for s in shapes])))
+    check_variant(where, "gemm_swiglu_tma block_m x block_n (%s consumer)" % consumer, "%r x %r" % (block_m, block_n),
+                  ["%d x %d" % s for s in shapes])
     c = _CONSUMERS[consumer]
     consumer_target = name + "_consumer"
     if consumer == "pingpong":

@@ -10,6 +10,7 @@ one rebuilt package; the other owners read the facts through handles and only re
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
+load("//pipelink_rules/private:validate.bzl", "check_variant")
 
 MOE_HDRS = ["moe/moe_shapes.h", "moe/warp_mma.h"]
 
@@ -71,8 +72,7 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = [], ta
     wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128}."""
     for what, value, ok in (("block_m", block_m, [16, 32, 64]), ("block_h", block_h, [32, 64]),
                             ("block_n", block_n, [64, 128])):
-        if value not in ok:
-            fail("moe_expert(%s): %s = %r; the expert owner builds %s" % (name, what, value, ok))
+        check_variant("//%s:%s" % (native.package_name(), name), "moe_expert " + what, repr(value), [repr(v) for v in ok])
     cuda_component(
         name = name,
         component = "moe_expert",

@@ -26,6 +26,8 @@ B_CODES = {
     "B-ARGS": "a fused_kernel_sass_test's args_extra is not a `pipelink sass-diff` option it may pass",
     "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured",
     "B-MODULE": "a pipelink_toolchains module-extension tag is repeated or names a bad path",
+    "B-VARIANT": "a kernel macro (kernels/*.bzl) asks for a variant its owner does not build (a tile geometry, a consumer)",
+    "B-MUTATION": "a symbol_link_mutations row gives both or neither of component and target, or its lists disagree in length",
 }
 
 def display_label(label):

@@ -18,6 +18,13 @@ def is_c_identifier(s):
             return False
     return True
 
+def check_variant(where, what, value, built):
+    """B-VARIANT: a kernel macro's variant parameter (a tile geometry, a consumer) must be one
+    its owner builds; `value` and `built` as the user writes them (strings)."""
+    if value not in built:
+        pl_fail(where, "B-VARIANT", "%s = %s is not a variant its owner builds (built: %s)" % (what, value, ", ".join(built)),
+                "set %s to one of %s" % (what, ", ".join(built)))
+
 def check_component_name(ctx, name, explicit):
     """B-NAME: the package name kernels refer to must be able to be a contract's component.name."""
     if is_c_identifier(name):

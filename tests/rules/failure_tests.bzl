@@ -8,7 +8,9 @@ The fixtures (testdata/, :comp, :other_pkg) are declared by rules_analysis_test_
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:cuda.bzl", "cuda_ltoir")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
+load("//kernels:counterexample.bzl", "mutation")
 load("//pipelink_rules/private:toolchain.bzl", "cuda_toolchain")
+load("//pipelink_rules/private:validate.bzl", "check_variant")
 
 _ARCH = str(Label("//pipelink_rules:arch"))
 
@@ -53,6 +55,21 @@ def _fake_component_impl(ctx):
     )]
 
 _fake_component = rule(implementation = _fake_component_impl)
+
+# The kernel macros' checks run while a BUILD file loads, where analysis tests cannot look:
+# these probes run the same checks from a rule (kernels/moe.bzl's and gemm_variants.bzl's
+# check_variant; counterexample.bzl's mutation()).
+def _variant_probe_impl(ctx):
+    check_variant(ctx, "moe_expert block_n", ctx.attr.value, ctx.attr.built)
+    return []
+
+_variant_probe = rule(implementation = _variant_probe_impl, attrs = {"value": attr.string(), "built": attr.string_list()})
+
+def _mutation_probe_impl(ctx):
+    mutation(ctx.label.name, owner = "main", what = "a row with neither component nor target")
+    return []
+
+_mutation_probe = rule(implementation = _mutation_probe_impl)
 
 _SRC = "testdata/comp.cu"
 _CONTRACT = "testdata/comp.contract.toml"
@@ -106,6 +123,8 @@ CASES = [
     ("bad_subst_empty", "B-SUBST", "use a marker that occurs in the contract", "an empty key"),
     ("bad_subst_newline", "B-SUBST", "give the value as many line breaks as its key", "replaces 0 line break(s) with 1"),
     ("bad_sass_args", "B-ARGS", "use --kernel=NAME", "'; rm -rf x'"),
+    ("bad_variant", "B-VARIANT", "set moe_expert block_n to one of 64, 128", "moe_expert block_n = 96 is not a variant"),
+    ("bad_mutation_row", "B-MUTATION", "give exactly one: component = dict(", "gives neither of component and target"),
     ("bad_toolchain", "B-TOOLCHAIN", "bash tools/setup.sh", "no CUDA toolkit found: nothing here"),
 ]
 
@@ -157,6 +176,8 @@ def failure_fixtures():
     _component("bad_subst_newline", contract_substitutions = {"@X@": "1\n2"})
     fused_kernel(name = "kern_for_sass", kernel = _KERNEL, components = [":comp", ":other_pkg"], tags = m)
     fused_kernel_sass_test(name = "bad_sass_args", kernel = ":kern_for_sass", args_extra = ["; rm -rf x"], tags = m)
+    _variant_probe(name = "bad_variant", value = "96", built = ["64", "128"], tags = m)
+    _mutation_probe(name = "bad_mutation_row", tags = m)
     cuda_toolchain(name = "bad_toolchain", missing_reason = "no CUDA toolkit found: nothing here. Fix: bash tools/setup.sh.", tags = m)
 
 def failure_tests():
