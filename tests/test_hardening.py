@@ -391,6 +391,20 @@ def test_sass_diff_absent_kernel_is_e_usage(tmp_path, capsys, toy_linked):
     (tmp_path / "junk").write_bytes(b"not a cubin")
     rc, diags = run_cli(capsys, "sass-diff", tmp_path / "junk", a)
     assert rc == 1 and codes(diags) == ["E-FILE"]
+    assert str(tmp_path / "junk") in diags[0]["message"] and "/tmp/tmp" not in json.dumps(diags)  # the user's path
+
+
+def test_sass_diff_of_two_kernels_is_e_usage_not_a_difference(tmp_path, capsys, toy_linked):
+    """A control means something only for its own kernel: cubins of two kernels, or --kernel
+    naming a function only one of them holds, are a usage error (exit 2), not 'DIFFERENT'."""
+    toy, other = tmp_path / "toy.cubin", tmp_path / "yot.cubin"
+    toy.write_bytes(toy_linked.cubin)
+    other.write_bytes(toy_linked.cubin.replace(b"toy", b"yot"))  # same length: the ELF stays valid
+    rc, diags = run_cli(capsys, "sass-diff", other, toy)
+    assert rc == 2 and codes(diags) == ["E-USAGE"] and "share no function" in diags[0]["message"]
+    assert [f["text"] for f in diags[0]["facts"]] == ["yot", "toy"]
+    rc, diags = run_cli(capsys, "sass-diff", other, toy, "--kernel", "toy")
+    assert rc == 2 and codes(diags) == ["E-USAGE"] and f"only the {toy} has" in diags[0]["message"]
 
 
 # ---- messages -----------------------------------------------------------------------------------------

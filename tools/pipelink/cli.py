@@ -212,7 +212,7 @@ def _run(args) -> int:
         from pipelink.files import read_bytes
 
         a, b = read_bytes(args.linked, "linked cubin"), read_bytes(args.control, "control cubin")
-        res = compare(a, b, args.kernel, args.cuda_home)
+        res = compare(a, b, args.kernel, args.cuda_home, names=(args.linked, args.control))
         lines = []
         for name, f in res["functions"].items():
             lines.append(f"{name}: {'identical' if f['identical'] else 'DIFFERENT'} "

@@ -19,7 +19,9 @@ _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;?\s*(/\*.*\*/)?\s*$")
 
 
-def disassemble(cubin: bytes, cuda_home: str | None = None) -> dict[str, list[str]]:
+def disassemble(cubin: bytes, cuda_home: str | None = None, what: str = "cubin") -> dict[str, list[str]]:
+    """Function name -> normalized instructions. `what` names the input in diagnostics (the
+    bytes go through a temporary file, whose name would mean nothing to the user)."""
     tk = find_toolkit(cuda_home)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -27,7 +29,8 @@ def disassemble(cubin: bytes, cuda_home: str | None = None) -> dict[str, list[st
         try:
             text = run_tool([tk.tool("cuobjdump"), "-sass", f.name], "E-FILE", "cuobjdump -sass")
         except Rejected as e:  # cuobjdump is there (tk.tool checked it): the input is what it cannot read
-            raise reject("E-FILE", "not a cubin: cuobjdump cannot read it", facts=[x for d in e.diagnostics for x in d.facts],
+            said = [Fact(x.side, x.text.replace(f.name, what), x.origin) for d in e.diagnostics for x in d.facts]
+            raise reject("E-FILE", f"{what}: not a cubin (cuobjdump cannot read it)", facts=said,
                          hint="pass the .cubin files written by pipelink link (--cubin and --control-cubin)") from None
     funcs: dict[str, list[str]] = {}
     current = None
@@ -48,13 +51,20 @@ def _normalize(insn: str) -> str:
     return insn
 
 
-def compare(linked: bytes, control: bytes, kernel: str | None = None, cuda_home: str | None = None) -> dict:
-    a, b = disassemble(linked, cuda_home), disassemble(control, cuda_home)
-    if kernel is not None and kernel not in a and kernel not in b:
-        raise reject("E-USAGE", f"--kernel {kernel}: neither cubin has a function of that name",
-                     facts=[Fact("linked cubin", ", ".join(sorted(a)) or "no functions"),
-                            Fact("control cubin", ", ".join(sorted(b)) or "no functions")],
-                     hint="name the kernel (the kernel file's [kernel] name), or leave --kernel out to compare all")
+def compare(linked: bytes, control: bytes, kernel: str | None = None, cuda_home: str | None = None,
+            names: tuple[str, str] = ("linked cubin", "control cubin")) -> dict:
+    """Per function: identical or the diff. Two cubins of different kernels are a usage error
+    (E-USAGE), not a difference: a control only means something for its own kernel."""
+    a, b = disassemble(linked, cuda_home, names[0]), disassemble(control, cuda_home, names[1])
+    has = [Fact(names[0], ", ".join(sorted(a)) or "no functions"), Fact(names[1], ", ".join(sorted(b)) or "no functions")]
+    if kernel is not None and (kernel not in a or kernel not in b):
+        which = "neither cubin has" if kernel not in a and kernel not in b else \
+            f"only the {names[0] if kernel in a else names[1]} has"
+        raise reject("E-USAGE", f"--kernel {kernel}: {which} a function of that name", facts=has,
+                     hint="name a kernel both cubins hold (the kernel file's [kernel] name), or leave --kernel out")
+    if kernel is None and a and b and not set(a) & set(b):
+        raise reject("E-USAGE", "the two cubins share no function: they are not a kernel and its control", facts=has,
+                     hint="compare <kernel>.cubin with the <kernel>.control.cubin the same link wrote")
     names = [kernel] if kernel else sorted(set(a) | set(b))
     result = {"identical": True, "functions": {}}
     for n in names:
