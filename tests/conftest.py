@@ -223,8 +223,13 @@ class Packer:
     def kernel_file(self, text: str, name: str = "k") -> Path:
         return self.write(text, f"{name}.kernel.toml")
 
-    def compose(self, text: str, packages, *, name: str = "k", arch: str | None = None) -> Composition:
-        return parse_kernel(str(self.kernel_file(text, name)), list(packages), arch=arch)
+    def compose(self, text: str, packages, *, name: str = "k", arch: str | None = None,
+                all_packages: bool = False) -> Composition:
+        """The kernel of `text` over the packages its instances name (a test hands over a whole
+        set, e.g. the toy's; a package no instance uses is L-INSTANCE). all_packages: pass them all."""
+        named = set(re.findall(r'^package\s*=\s*"([^"]*)"', text, re.M))
+        chosen = list(packages) if all_packages else [p for p in packages if p.name in named]
+        return parse_kernel(str(self.kernel_file(text, name)), chosen, arch=arch)
 
 
 @pytest.fixture(scope="session")

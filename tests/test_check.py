@@ -85,8 +85,17 @@ def test_l_arch_toolkit_major(packer, parts):
 
 def test_l_instance_unknown_package(packer, parts):
     text = kernel_text("k", ("prod", "producer"), ("cons", "consumr"))
-    d = diagnostic(rejected(packer.compose, text, toy_with(parts)), "L-INSTANCE")
+    d = diagnostic(rejected(packer.compose, text, toy_with(parts), all_packages=True), "L-INSTANCE")
     assert_mentions(d, "consumr", "k.kernel.toml:10", "consumer, producer, sink")
+
+
+def test_l_instance_package_no_instance_uses(packer, parts):
+    """A package given to the link that no instance names would be linked into nothing, while
+    every change of it relinks the kernel: a forgotten [[instance]] or a stale component."""
+    text = kernel_text("k", ("prod", "producer"), ("cons", "consumer"))
+    d = diagnostic(rejected(packer.compose, text, toy_with(parts), all_packages=True), "L-INSTANCE")
+    assert_mentions(d, "package 'sink' is given but no [[instance]] uses it", "package: ",
+                    "instances: prod (producer), cons (consumer)", "add an [[instance]] with package = 'sink'")
 
 
 def test_l_instance_duplicate_instance(packer, parts):

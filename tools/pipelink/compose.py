@@ -154,6 +154,16 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
         counts[pname] = idx + 1
         instances.append(Instance(iname, by_name[pname], idx, origin))
 
+    unused = [p for p in packages if p.name not in counts]
+    if unused:  # it would be linked into nothing, yet every change of it would relink this kernel
+        raise reject("L-INSTANCE", f"package {unused[0].name!r} is given but no [[instance]] uses it",
+                     clause="instance.package",
+                     facts=[Fact("package", q.path) for q in unused] +
+                           [Fact(f"kernel {name}", "instances: " + ", ".join(f"{i.name} ({i.package.name})"
+                                                                            for i in instances), file)],
+                     hint=f"drop it from --package (Bazel: from the fused_kernel's components), or add an "
+                          f"[[instance]] with package = {unused[0].name!r}")
+
     binds = []
     for n, item in enumerate(top.get("bind", list, [])):
         if not isinstance(item, dict):

@@ -89,7 +89,7 @@ CODES: dict[str, str] = {
     "P-PACKAGE": "a package file is damaged or of an unknown format",
     "P-HOST": "the contract's [host] provider file is missing or does not define provide(lent, facts, host)",
     "L-ARCH": "components were built for different architectures or toolkits",
-    "L-INSTANCE": "the kernel names an unknown package or a duplicate instance",
+    "L-INSTANCE": "the kernel names an unknown package or a duplicate instance, or a package is given that no instance uses",
     "L-PARAMS": "components disagree on the host parameter layout",
     "L-HOST": "host providers disagree: two fill one parameter region, or a tmap parameter has no provider",
     "L-WORKSPACE": "the declarations of one kernel-scope workspace disagree (scope, bytes, zero or align)",
