@@ -10,7 +10,10 @@ no rule may fail without a code.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "pipelink_rules"
@@ -34,7 +37,8 @@ def test_every_code_is_documented():
 def test_every_code_has_a_failure_test():
     cases = (REPO / "tests" / "rules" / "failure_tests.bzl").read_text()
     tested = set(re.findall(r'^\s*\("[^"]+", "(B-[A-Z-]+)",', cases, re.M))
-    assert set(_codes()) - tested == {"B-MODULE"}, set(_codes()) - tested  # B-MODULE: test_bazel_consumer.py
+    # B-MODULE: test_bazel_consumer.py; B-COMPILE (execution time): test_compile_failure_* below
+    assert set(_codes()) - tested == {"B-MODULE", "B-COMPILE"}, set(_codes()) - tested
     assert tested <= set(_codes()), tested - set(_codes())
 
 
@@ -47,3 +51,41 @@ def test_no_uncoded_fail():
             if re.search(r"(?<![\w.])fail\(", line):
                 bare.append(f"{f.relative_to(REPO)}:{n}: {line.strip()}")
     assert not bare, "use pl_fail (errors.bzl) with a code and hint:\n" + "\n".join(bare)
+
+
+# ---- B-COMPILE: nvcc_wrapper.sh, the compile action's executable, run here without Bazel ----------
+
+def _compile(tmp_path: Path, source: str, *nvcc_args: str) -> subprocess.CompletedProcess:
+    from pipelink.toolkit import find_toolkit
+
+    try:
+        nvcc = find_toolkit().tool("nvcc")
+    except Exception:
+        pytest.skip("no nvcc (bash tools/setup.sh)")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "comp.cu").write_text(source)
+    argv = ["sh", str(RULES / "private" / "nvcc_wrapper.sh"), f"test-{tmp_path.name}", "pkg/comp.cu", "pkg/comp.o",
+            str(nvcc), "-dc", "-gencode=arch=compute_90a,code=lto_90a", *nvcc_args, "-o", "pkg/comp.o", "pkg/comp.cu"]
+    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def test_compile_failure_missing_header_names_it(tmp_path):
+    res = _compile(tmp_path, '#include "tile.h"\n__device__ int f() { return TILE; }\n')
+    assert res.returncode != 0 and "No such file or directory" in res.stderr  # nvcc's own error stays
+    assert "pipelink B-COMPILE: pkg/comp.cu: nvcc failed" in res.stderr
+    assert "hint: list tile.h in the component's hdrs" in res.stderr
+    assert not (tmp_path / "pkg" / "comp.o").exists()
+
+
+def test_compile_failure_static_assert_and_others(tmp_path):
+    res = _compile(tmp_path, '#ifndef TILE\n#define TILE 64\n#endif\nstatic_assert(TILE == 64, "tile");\n', "-DTILE=32")
+    assert res.returncode != 0 and "hint: the source refuses this build's defines" in res.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    res = _compile(other, "__device__ int f() { return nope; }\n")
+    assert res.returncode != 0 and "pipelink B-COMPILE" in res.stderr and "hint: fix the source" in res.stderr
+
+
+def test_compile_success_is_unchanged(tmp_path):
+    res = _compile(tmp_path, "__device__ int f() { return 1; }\n")
+    assert res.returncode == 0 and "B-COMPILE" not in res.stderr and (tmp_path / "pkg" / "comp.o").exists()

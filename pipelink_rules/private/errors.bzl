@@ -6,7 +6,8 @@ through `pl_fail`, which renders one line in the linker's style (tools/pipelink/
     pipelink B-ARCH: //pkg:t: attribute arch: unsupported architecture 'sm_91'; supported:
     sm_90a, sm_100a, sm_120a, sm_90, sm_80. hint: set arch = "sm_90a"
 
-(Bazel prefixes it with "Error in fail:"). The table below is the only list of B-* codes;
+(Bazel prefixes it with "Error in fail:"). One code is raised while actions run: B-COMPILE,
+printed by nvcc_wrapper.sh under nvcc's own errors. The table below is the only list of B-* codes;
 docs/CONTRACTS.md, "Bazel rule codes", documents each with an example, and
 tests/rules/ has one failure test per code.
 """
@@ -27,6 +28,7 @@ B_CODES = {
     "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured",
     "B-MODULE": "a pipelink_toolchains module-extension tag is repeated or names a bad path",
     "B-VARIANT": "a kernel macro (kernels/*.bzl) asks for a variant its owner does not build (a tile geometry, a consumer)",
+    "B-COMPILE": "nvcc failed compiling a component's source (execution time, under nvcc's own errors: nvcc_wrapper.sh)",
     "B-MUTATION": "a symbol_link_mutations row gives both or neither of component and target, or its lists disagree in length",
 }
 

@@ -46,7 +46,21 @@ rm -f "$D/$src"
 cp "$exec_root/$src" "$D/$src"
 
 rc=0
-(cd "$D" && "$nvcc" "$@") || rc=$?
+(cd "$D" && "$nvcc" "$@") 2> "$D.log" || rc=$?
+cat "$D.log" >&2
+if [ "$rc" != 0 ]; then
+  # A failed compile gets a code and a hint under nvcc's own errors (B-COMPILE, errors.bzl).
+  missing="$(sed -n 's/.*fatal error: \([^:]*\): No such file or directory.*/\1/p' "$D.log" | head -n 1)"
+  if [ -n "$missing" ]; then
+    hint="list $missing in the component's hdrs (or a dep's); the action sees only declared headers (CUTLASS/CuTe: cutlass = True)"
+  elif grep -q "static assertion failed\|static_assert" "$D.log"; then
+    hint="the source refuses this build's defines or copts (its static_assert above): use a variant it supports"
+  else
+    hint="fix the source at the first error above; the command is nvcc $*"
+  fi
+  echo "pipelink B-COMPILE: $src: nvcc failed (exit $rc); its errors are above. hint: $hint" >&2
+fi
+rm -f "$D.log"
 # An output whose directory was mirrored (a generated SRC beside it) landed in $D: move it.
 if [ "$rc" = 0 ] && [ -e "$D/$out" ] && ! [ "$D/$out" -ef "$exec_root/$out" ]; then
   mv -f "$D/$out" "$exec_root/$out"
