@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -38,8 +37,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
-from gpu_bench import interleaved, paired_ratio, sanitizer  # noqa: E402
-from pipelink.runtime import LaunchError  # noqa: E402
+from gpu_bench import expect, interleaved, paired_ratio, run_gates, sanitizer  # noqa: E402
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
 ATOL = RTOL = 2e-2
@@ -109,14 +107,6 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128):
     rel = float(err.norm() / ref.norm().clamp(min=1e-30))
     ok = nan == 0 and bad == 0
     return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}, rel {rel:.2e}"
-
-
-def expect(fn, code):
-    try:
-        fn()
-    except LaunchError as e:
-        return e.code == code, f"{e.code}: {e.diagnostics[0].message} (hint: {e.hint})"
-    return False, "was launched"
 
 
 def cmd_check(a) -> int:
@@ -401,12 +391,7 @@ def main() -> int:
         return cmd_one(a)
     if a.cmd == "prof":
         return cmd_prof(a)
-    rc = 0
-    cmds = {"check": cmd_check, "pair": cmd_pair, "bench": cmd_bench, "sanitize": cmd_sanitize}
-    for cmd in (["check", "sanitize", "pair", "bench"] if a.cmd == "all" else [a.cmd]):
-        print(f"==== {cmd}", flush=True)
-        rc |= cmds[cmd](a)
-    return rc
+    return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 
 if __name__ == "__main__":

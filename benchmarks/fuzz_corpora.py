@@ -330,7 +330,7 @@ def real_contract_case(fz, d: Path, rng: random.Random):
     hosts = [n for n in zipfile.ZipFile(src).namelist() if n.startswith("host/")]
     r = rng.random()
     if r < 0.12 or (r < 0.2 and hosts):  # the package's bytes, manifest types, or its host provider
-        from fuzz_damage import damage_package, rezip
+        from fuzz_damage import damage_package
 
         p = d / src.name
         if r < 0.12:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -35,8 +34,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
-from gpu_bench import interleaved, paired_ratio, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
-from pipelink.runtime import LaunchError  # noqa: E402
+from gpu_bench import expect, interleaved, paired_ratio, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
 BENCH_M = [128, 512, 1024, 2048, 4096, 8192]
@@ -93,14 +91,6 @@ def check_one(g: GemmSwiglu, M, N, K) -> tuple[bool, str]:
         how = f"f64 {len(rows)} rows + fp32 whole"
     ok = unwritten == 0 and err <= TOL
     return ok, f"unwritten={unwritten} max_rel={err:.2e} ({how}, tol {TOL})"
-
-
-def expect(fn, code) -> tuple[bool, str]:
-    try:
-        fn()
-    except LaunchError as e:
-        return e.code == code, f"{e.code}: {e.diagnostics[0].message}"
-    return False, "was launched"
 
 
 def cmd_check(a) -> int:
@@ -269,12 +259,7 @@ def main() -> int:
     a.kernels = a.kernels.split(",")
     a.m = [int(v) for v in a.m.split(",")]
     a.qwen_m = [int(v) for v in a.qwen_m.split(",") if v]
-    rc = 0
-    cmds = {"check": cmd_check, "pair": cmd_pair, "bench": cmd_bench, "sanitize": cmd_sanitize}
-    for cmd in (["check", "sanitize", "pair", "bench"] if a.cmd == "all" else [a.cmd]):
-        print(f"==== {cmd}", flush=True)
-        rc |= cmds[cmd](a)
-    return rc
+    return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
                 in rotating order (the bench tables of gemm_swiglu_bench.py, attention_bench.py,
                 moe_bench.py; `eager` ones, which cannot be captured, as loops of calls).
   sanitizer     compute-sanitizer's path, or None: every sanitize gate fails without it.
+  expect, run_gates
+                a bad-input row (refused with an R-* code?), and the check / sanitize / pair /
+                bench gates of one benchmark script run in order.
   paired_ratio  A-over-B time of two launch functions as ABBA rounds of CUDA-graph replays
                 (benchmarks/gemm_swiglu_bench.py: linked / control, and the baselines).
   target        one launch of one cubin on a small problem, torch-free (driver API + numpy), with
@@ -45,6 +48,28 @@ def graph_of(fn, inner: int):
     g.replay()
     torch.cuda.synchronize()
     return g
+
+
+def expect(fn, code) -> tuple[bool, str]:
+    """(refused with `code`, what was said): the benchmarks' bad-input rows (R-* codes)."""
+    from pipelink.runtime import LaunchError
+    try:
+        fn()
+    except LaunchError as e:
+        return e.code == code, f"{e.code}: {e.diagnostics[0].message} (hint: {e.hint})"
+    return False, "was launched"
+
+
+GATES = ("check", "sanitize", "pair", "bench")  # what `all` runs, in this order
+
+
+def run_gates(a, gates: dict) -> int:
+    """Runs a.cmd (or every gate of GATES for `all`), each under a ==== header; ORs their exits."""
+    rc = 0
+    for cmd in (GATES if a.cmd == "all" else [a.cmd]):
+        print(f"==== {cmd}", flush=True)
+        rc |= gates[cmd](a)
+    return rc
 
 
 def sanitizer() -> str | None:

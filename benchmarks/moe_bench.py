@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
-from gpu_bench import interleaved, paired_ratio, sanitizer  # noqa: E402
+from gpu_bench import interleaved, paired_ratio, run_gates, sanitizer  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
@@ -324,12 +324,7 @@ def main() -> int:
     ap.add_argument("--json")
     a = ap.parse_args()
     a.tokens = [int(v) for v in a.tokens.split(",")]
-    rc = 0
-    cmds = {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench}
-    for cmd in (["check", "sanitize", "pair", "bench"] if a.cmd == "all" else [a.cmd]):
-        print(f"==== {cmd}", flush=True)
-        rc |= cmds[cmd](a)
-    return rc
+    return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 
 if __name__ == "__main__":

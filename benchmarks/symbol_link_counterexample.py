@@ -347,7 +347,7 @@ def run(index_path: Path, watchdog: float, seed: int | None) -> dict:
                 kind, info = outcome(f"{m['name']}.pipelink")
                 changed = {k: f"{original_facts.get(k)}->{v}" for k, v in pl["facts"].items()
                            if original_facts.get(k) != v}
-                b = ((f"propagated-and-correct" if kind == "correct" else f"propagated-but-{kind}"),
+                b = (("propagated-and-correct" if kind == "correct" else f"propagated-but-{kind}"),
                      f"{info}; facts {changed or 'unchanged'}")
             rows.append({"mutation": m["name"], "owner": m["owner"], "what": m["what"],
                          "plain": plain[0], "plain_detail": plain[1], "pipelink": b[0], "pipelink_detail": b[1]})

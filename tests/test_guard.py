@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conftest import require_cutlass  # noqa: E402  (mainloop_wgmma: CuTe's GMMA atoms)
+
 GSW = ROOT / "kernels" / "gemm_swiglu"
 OVERRUN_KERNEL = '[kernel]\nname = "overrun"\narch = "sm_90a"\ngrid = ["blocks", 1, 1]\nlaunch_args = ["blocks"]\n' \
                  '[[instance]]\nname = "o"\npackage = "overrun"\n'

@@ -21,7 +21,7 @@ from pipelink.sass import compare, disassemble
 def assert_same_sass(res, kernel: str):
     cmp = compare(res.cubin, res.control_cubin, kernel)
     f = cmp["functions"][kernel]
-    assert cmp["identical"], f"linked SASS differs from the control:\n" + "\n".join(f["diff"][:80])
+    assert cmp["identical"], "linked SASS differs from the control:\n" + "\n".join(f["diff"][:80])
     assert f["linked_instructions"] > 10
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from pipelink.contract import ARCHES, IDENT, LineIndex, Origin, _Reader, load_toml, parse_toml_text
 from pipelink.diagnostics import Fact, reject

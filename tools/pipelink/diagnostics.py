@@ -7,7 +7,7 @@ or as JSON for tools. Nothing in the linker prints a traceback for a bad input.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)

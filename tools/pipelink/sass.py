@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import re
 import tempfile
-from pathlib import Path
 
 from pipelink.diagnostics import Fact, Rejected, reject
 from pipelink.toolkit import find_toolkit, run_tool
