@@ -133,3 +133,38 @@ def test_refuse_unused_names_the_reader():
     refuse_unused("variant 'full'", {"window": None}, {"window": "variant 'sliding'"})
     e = refused(refuse_unused, "variant 'full'", {"window": 0}, {"window": "variant 'sliding'"})
     assert e.code == "R-PARAM" and "window=" in str(e) and "sliding" in e.hint
+
+
+# ---- a damaged manifest is R-MANIFEST, whatever the damage (benchmarks/fuzz_manifest.py found these) ----
+
+_GOOD = {"format": 1, "kernel": "k", "block": [32, 1, 1], "grid": ["1", "1", "1"],
+         "params": {"size": 8, "by_name": {"p": "ptr"}, "fields": [{"instance": "a", "name": "p", "type": "ptr", "offset": 0}]}}
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(params=[1, 2]),                        # a container of another kind
+    lambda d: d["params"].update(by_name=["x"]),
+    lambda d: d["params"].update(fields=[7]),
+    lambda d: d.update(facts=[1]),
+    lambda d: d.update(host="h.py"),
+    lambda d: d.update(workspaces={"a": 1}),
+    lambda d: d.update(grid={"x": 1}),
+    lambda d: d.update(block=[32.5, 1, 1]),                   # a number of another type
+    lambda d: d.update(block=[True, 1, 1]),
+    lambda d: d.update(kernel={"name": "k"}),
+    lambda d: d["params"].update(size=2**64),                 # beyond a parameter block
+    lambda d: d.update(dynamic_smem=2**40),
+], ids=["params-list", "by_name-list", "field-int", "facts-list", "host-str", "workspaces-dict", "grid-dict",
+        "block-float", "block-bool", "kernel-dict", "size-2^64", "smem-2^40"])
+def test_damaged_manifest_is_r_manifest(edit):
+    import copy
+
+    from pipelink.launch_error import LaunchError
+    from pipelink.manifest import Manifest
+
+    Manifest.from_dict(copy.deepcopy(_GOOD))  # the undamaged one reads
+    d = copy.deepcopy(_GOOD)
+    edit(d)
+    with pytest.raises(LaunchError) as e:
+        Manifest.from_dict(d, "k.manifest.json")
+    assert e.value.code == "R-MANIFEST" and e.value.hint

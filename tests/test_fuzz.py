@@ -73,3 +73,18 @@ def test_fuzz_real_corpora_seeded(tmp_path):
     assert set(s["kinds"]) == {"real_contract", "real_kernel"}
     # check, solve and the kernel-file rules were all reached, and valid variants were accepted
     assert s["codes"].get("ok", 0) > 0 and len([c for c in s["codes"] if c.startswith("L-")]) >= 8
+
+
+# ---- the runtime's side: a damaged manifest read back and planned (benchmarks/fuzz_manifest.py) ----
+
+def test_fuzz_manifest_slice():
+    """3,000 damaged manifests of the built kernels through Manifest.from_dict and plan_launch
+    (no GPU): each plans or is refused with a code and a hint (R-MANIFEST, R-PARAM, R-HOST, ...)."""
+    spec = importlib.util.spec_from_file_location("fuzz_manifest", ROOT / "benchmarks" / "fuzz_manifest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not (ROOT / "bazel-bin" / "examples" / "toy" / "toy.manifest.json").exists():
+        pytest.skip("no manifests in bazel-bin (tools/bazel build //...)")
+    res = mod.run(3000, 21, ROOT / "bazel-bin")
+    assert res["counts"]["refused_reading"] and res["counts"]["planned"], res["counts"]
+    assert not res["failures"], "\n".join(f"{f['manifest']} ({f['stage']}): {f['what']}" for f in res["failures"])

@@ -15,6 +15,8 @@ from pipelink.workspace import Workspace
 from pipelink.launch_error import LaunchError
 
 SUPPORTED_MANIFEST_FORMAT = 1
+PARAM_BLOCK_MAX = 32764  # bytes of kernel parameters CUDA 12.1+ passes (sm_70 and later)
+DYNAMIC_SMEM_MAX = 232448  # the largest opt-in shared memory of a supported arch (sm_90a / sm_100a)
 
 # type -> (struct code, size, int range or None for f32)
 _TYPES: dict[str, tuple[str, int, tuple[int, int] | None]] = {
@@ -98,28 +100,36 @@ class Manifest:
         if fmt != SUPPORTED_MANIFEST_FORMAT:
             raise bad(f"format {fmt!r}; this runtime reads format {SUPPORTED_MANIFEST_FORMAT}",
                       hint="use the runtime of the pipelink that linked the kernel, or relink")
-        try:
-            kernel = str(d.get("entry") or d["kernel"])
-            arch = str(d.get("arch", ""))
+        try:  # every container and number is type-checked: a damaged manifest is R-MANIFEST, never a crash
+            kernel = _str(d.get("entry") or d["kernel"], "kernel")
+            arch = _str(d.get("arch", ""), "arch")
             block = _dims(d.get("block", [1, 1, 1]), "block")
             cluster = _dims(d.get("cluster", [1, 1, 1]), "cluster")
-            grid = [str(g) for g in d.get("grid", ["1", "1", "1"])]
+            grid = [str(_int(g, "grid entry")) if not isinstance(g, str) else g  # an expression, or a constant
+                    for g in _arr(d.get("grid", ["1", "1", "1"]), "grid")]
             if not 1 <= len(grid) <= 3:
                 raise ValueError("grid must have 1 to 3 expressions")
             grid += ["1"] * (3 - len(grid))
-            dynamic_smem = int(d.get("dynamic_smem", 0))
-            params = d.get("params", {}) or {}
-            size = int(params.get("size", 0))
-            by_name = {str(k): str(v) for k, v in (params.get("by_name") or {}).items()}
-            slots = tuple(sorted((Slot(str(f["instance"]), str(f["name"]), str(f["type"]), int(f["offset"]))
-                                  for f in params.get("fields") or []), key=lambda s: s.offset))
-            facts = {str(k): int(v) for k, v in (d.get("facts") or {}).items()}
-            requires = tuple(str(r) for r in d.get("requires", []) or [])
-            host = tuple(HostProvider.from_dict(h) for h in d.get("host", []) or [])
-            workspaces = tuple(Workspace.from_dict(w) for w in d.get("workspaces", []) or [])
-            co_resident = tuple(str(n) for n in d.get("co_resident", []) or [])
+            dynamic_smem = _int(d.get("dynamic_smem", 0), "dynamic_smem")
+            params = _obj(d.get("params", {}) or {}, "params")
+            size = _int(params.get("size", 0), "params.size")
+            by_name = {str(k): _str(v, f"params.by_name.{k}") for k, v in _obj(params.get("by_name") or {}, "params.by_name").items()}
+            slots = tuple(sorted((Slot(_str(f["instance"], "field instance"), _str(f["name"], "field name"),
+                                       _str(f["type"], "field type"), _int(f["offset"], "field offset"))
+                                  for f in (_obj(x, "params.fields entry") for x in _arr(params.get("fields") or [], "params.fields"))),
+                                 key=lambda s: s.offset))
+            facts = {str(k): _int(v, f"facts.{k}") for k, v in _obj(d.get("facts") or {}, "facts").items()}
+            requires = tuple(_str(r, "requires entry") for r in _arr(d.get("requires", []) or [], "requires"))
+            host = tuple(HostProvider.from_dict(_obj(h, "host entry")) for h in _arr(d.get("host", []) or [], "host"))
+            workspaces = tuple(Workspace.from_dict(_obj(w, "workspaces entry"))
+                               for w in _arr(d.get("workspaces", []) or [], "workspaces"))
+            co_resident = tuple(_str(n, "co_resident entry") for n in _arr(d.get("co_resident", []) or [], "co_resident"))
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"malformed ({type(e).__name__}: {e})") from None
+        if not 0 <= size <= PARAM_BLOCK_MAX:
+            raise bad(f"params.size {size} is outside 0..{PARAM_BLOCK_MAX} (a kernel's parameter block)")
+        if not 0 <= dynamic_smem <= DYNAMIC_SMEM_MAX:
+            raise bad(f"dynamic_smem {dynamic_smem} is outside 0..{DYNAMIC_SMEM_MAX} bytes")
         for name, t in by_name.items():
             if t not in _TYPES:
                 raise bad(f"parameter {name!r} has unknown type {t!r}", hint=f"known types: {sorted(_TYPES)}")
@@ -174,8 +184,32 @@ class Manifest:
                    requires, tuple(grid_names), host, workspaces, co_resident, source, dict(d))
 
 
+def _obj(v, what: str) -> Mapping:
+    if not isinstance(v, Mapping):
+        raise TypeError(f"{what} must be a JSON object, not {type(v).__name__}")
+    return v
+
+
+def _arr(v, what: str) -> list:
+    if not isinstance(v, list):
+        raise TypeError(f"{what} must be a JSON array, not {type(v).__name__}")
+    return v
+
+
+def _str(v, what: str) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{what} must be a string, not {type(v).__name__}")
+    return v
+
+
+def _int(v, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+    return v
+
+
 def _dims(v, what: str) -> tuple[int, int, int]:
-    v = [int(x) for x in v]
+    v = [_int(x, what) for x in _arr(v, what)]
     if not 1 <= len(v) <= 3 or any(x < 1 for x in v):
         raise ValueError(f"{what} must be 1 to 3 positive integers")
     return tuple(v + [1] * (3 - len(v)))  # type: ignore[return-value]
