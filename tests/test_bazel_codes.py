@@ -89,3 +89,29 @@ def test_compile_failure_static_assert_and_others(tmp_path):
 def test_compile_success_is_unchanged(tmp_path):
     res = _compile(tmp_path, "__device__ int f() { return 1; }\n")
     assert res.returncode == 0 and "B-COMPILE" not in res.stderr and (tmp_path / "pkg" / "comp.o").exists()
+
+
+# ---- B-SUBST at execution time: substitute_contract.py, the contract_substitutions action ----------
+
+def _substitute(tmp_path: Path, subs: dict) -> tuple[subprocess.CompletedProcess, Path]:
+    import json
+    import sys
+
+    contract, out, js = tmp_path / "c.contract.toml", tmp_path / "out.toml", tmp_path / "subs.json"
+    contract.write_text('[component]\nname = "c"\n[fact.tile]\ntype = "u32"\nown = 64  # variant: TILE\n')
+    js.write_text(json.dumps(subs))
+    res = subprocess.run([sys.executable, "-s", str(RULES / "private" / "substitute_contract.py"), "//pkg:c",
+                          str(contract), str(out), str(js)], capture_output=True, text=True, timeout=60)
+    return res, out
+
+
+def test_substitution_applies_every_key(tmp_path):
+    res, out = _substitute(tmp_path, {"64  # variant: TILE": "128  # variant: TILE"})
+    assert res.returncode == 0 and "own = 128  # variant: TILE" in out.read_text()
+
+
+def test_substitution_key_missing_from_the_contract_is_b_subst(tmp_path):
+    res, out = _substitute(tmp_path, {"64  # variant: TILE": "128  # variant: TILE", "own = 32": "own = 16"})
+    assert res.returncode == 1 and not out.exists()
+    assert "pipelink B-SUBST: //pkg:c: attribute contract_substitutions: key 'own = 32' occurs nowhere" in res.stderr
+    assert "hint: use a marker that occurs in the contract" in res.stderr

@@ -240,7 +240,19 @@ def _cuda_component_impl(ctx):
 def _expand_contract(ctx, contract):
     """The contract with `contract_substitutions` applied (same lines, so same file:line)."""
     out = ctx.actions.declare_file("_pl_contracts/%s/%s" % (ctx.label.name, contract.basename))
-    ctx.actions.expand_template(template = contract, output = out, substitutions = ctx.attr.contract_substitutions)
+    subs = ctx.actions.declare_file("_pl_contracts/%s/substitutions.json" % ctx.label.name)
+    ctx.actions.write(subs, json.encode(ctx.attr.contract_substitutions))
+    python = ctx.toolchains[PYTHON_TOOLCHAIN_TYPE].python
+    script = ctx.file._substitute_contract
+    ctx.actions.run(
+        executable = python.interpreter,
+        arguments = ["-s", script.path, display_label(ctx.label), contract.path, out.path, subs.path],
+        inputs = [script, contract, subs],
+        outputs = [out],
+        mnemonic = "PipelinkSubstitute",
+        progress_message = "Substituting %{label}'s contract",
+        toolchain = PYTHON_TOOLCHAIN_TYPE,
+    )
     return out
 
 def _retarget_contract(ctx, contract, arch):
@@ -332,6 +344,11 @@ cuda_component = rule(
         "_pipelink_header": attr.label(
             default = Label("//tools:pipelink_header"),
             allow_files = True,
+        ),
+        "_substitute_contract": attr.label(
+            default = Label("//pipelink_rules/private:substitute_contract.py"),
+            allow_single_file = True,
+            doc = "Applies contract_substitutions; a key the contract lacks is B-SUBST.",
         ),
         "_linker": attr.label(
             default = Label("//tools:pipelink_linker_files"),

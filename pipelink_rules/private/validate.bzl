@@ -100,6 +100,7 @@ _OUT_HINT = "drop it: the rule names every output itself"
 _TOOL_HINT = "drop it: the CUDA toolchain chooses the host compiler (pipelink_toolchains.cuda(host_compiler = ...))"
 _TEMP_HINT = "drop it: kept intermediates are undeclared outputs and break reproducible objects"
 _FILE_HINT = "drop it: an options file is an undeclared input; list the options in copts"
+_DEBUG_HINT = "drop it: LTO-IR carries no device debug information (nvcc refuses -G with LTO); -lineinfo keeps source lines"
 
 # nvcc option names (without leading dashes) that the rule itself sets, -> hint.
 _RULE_FLAGS = {
@@ -158,6 +159,8 @@ _RULE_FLAGS = {
     "objtemp": _TEMP_HINT,
     "objdir-as-tempdir": _TEMP_HINT,
     "optf": _FILE_HINT,
+    "G": _DEBUG_HINT,
+    "device-debug": _DEBUG_HINT,
     "options-file": _FILE_HINT,
 }
 

@@ -117,6 +117,7 @@ CASES = [
     ("bad_copt_keep", "B-COPT", "drop it: kept intermediates", "'--keep'"),
     ("bad_copt_abs_include", "B-COPT", "use a path relative to the workspace", "'-I/usr/include' names an absolute path"),
     ("bad_copt_abs_separate", "B-COPT", "use a path relative to the workspace", "'/opt/include' names an absolute path"),
+    ("bad_copt_debug", "B-COPT", "drop it: LTO-IR carries no device debug information", "'-G' sets what the rule controls"),
     ("bad_copt_ltoir", "B-COPT", "drop it: the rule compiles for the kernel's arch", "'--gpu-architecture=sm_90a'"),
     ("bad_include_abs", "B-INCLUDE", "give a directory relative to this package", "'/usr/include' is not a directory inside this package"),
     ("bad_include_up", "B-INCLUDE", "give a directory relative to this package", "'../x'"),
@@ -169,6 +170,7 @@ def failure_fixtures():
     _component("bad_copt_keep", copts = ["--keep"])
     _component("bad_copt_abs_include", copts = ["-I/usr/include"])
     _component("bad_copt_abs_separate", copts = ["-isystem", "/opt/include"])
+    _component("bad_copt_debug", copts = ["-G"])
     cuda_ltoir(name = "bad_copt_ltoir", src = _SRC, copts = ["--gpu-architecture=sm_90a"], tags = m)
     _component("bad_include_abs", includes = ["/usr/include"])
     _component("bad_include_up", includes = ["../x"])
