@@ -3,8 +3,8 @@
 A manifest travels beside its cubin and is read back by `pipelink.runtime` (Manifest.from_dict)
 and planned for a launch (plan_launch: parameter coercion, grid, host providers, workspaces,
 the packed parameter block). Each case damages a real kernel's manifest (from bazel-bin) at 1-3
-random places: a value replaced by one of another type or out of range, a key dropped or
-added, a list entry duplicated. The runtime must then either plan the launch or refuse it with
+random places: a value replaced by one from fuzz_damage.py's pools (any type) or by another of
+its own type (`like`), a key dropped or added, a list entry duplicated. The runtime must then either plan the launch or refuse it with
 a coded diagnostic that has a hint (R-MANIFEST, R-PARAM, R-GRID, R-HOST, R-WORKSPACE, ...);
 any other exception is a failure. Host providers' own source is left intact (their damage is
 fuzz_damage.py's, through pack).
@@ -30,12 +30,12 @@ from pipelink.host import HostEncoder  # noqa: E402
 from pipelink.launch_plan import plan_launch  # noqa: E402
 from pipelink.manifest import Manifest  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_damage import like, pool  # noqa: E402  (the CLI fuzzer's value pools)
+
 MANIFESTS = ["examples/toy/toy", "kernels/gemm_swiglu", "kernels/gemm_swiglu_tma", "kernels/gemm_swiglu_tma_c2",
              "kernels/moe_step", "kernels/attention/attn_causal", "kernels/attention/attn_decode",
              "kernels/attention/attn_cp"]
-VALUES = [None, True, False, 0, 1, -1, 7, 2**31, 2**32, 2**64, 1.5, float("nan"), 1e308, "", "x", "1", "t * 0",
-          "1 / 0", "ceil_div(t, 0)", "t" * 300, [], [1], [1, 1, 1], [0, 1, 1], [2**40, 1, 1], ["1", "1", "1"], {},
-          {"a": 1}, "tmap", "ptr", "u32", "f32", "bogus", "@ws:x"]
 SCALARS = {"ptr": 0x7F0000100000, "u32": 128, "i32": 3, "u64": 5, "f32": 0.5}
 
 
@@ -62,12 +62,14 @@ def damage(d: dict, rng: random.Random) -> dict:
         for k in p[:-1]:
             parent = parent[k]
         op = rng.random()
-        if op < 0.6:
-            parent[p[-1]] = copy.deepcopy(rng.choice(VALUES))
+        if op < 0.35:  # a value of any type
+            parent[p[-1]] = copy.deepcopy(pool(rng))
+        elif op < 0.6:  # another value of the same type: gets past the type checks into planning
+            parent[p[-1]] = like(copy.deepcopy(parent[p[-1]]), rng, [])
         elif op < 0.8 and isinstance(parent, dict):
             del parent[p[-1]]
         elif isinstance(parent, dict):
-            parent[rng.choice(["zz", "extra", f"{p[-1]}_"])] = copy.deepcopy(rng.choice(VALUES))
+            parent[rng.choice(["zz", "extra", f"{p[-1]}_"])] = copy.deepcopy(pool(rng))
         else:
             parent.append(copy.deepcopy(rng.choice(parent)))
     return d

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from pipelink.runtime import Kernel  # noqa: E402
+from pipelink.runtime import Kernel, LaunchError  # noqa: E402
 
 GSW_TOL = 2e-2
 # Kernel families with the gemm_swiglu interface (the `target` check).
@@ -52,7 +52,6 @@ def graph_of(fn, inner: int):
 
 def expect(fn, code) -> tuple[bool, str]:
     """(refused with `code`, what was said): the benchmarks' bad-input rows (R-* codes)."""
-    from pipelink.runtime import LaunchError
     try:
         fn()
     except LaunchError as e:

@@ -154,8 +154,10 @@ _GOOD = {"format": 1, "kernel": "k", "block": [32, 1, 1], "grid": ["1", "1", "1"
     lambda d: d.update(kernel={"name": "k"}),
     lambda d: d["params"].update(size=2**64),                 # beyond a parameter block
     lambda d: d.update(dynamic_smem=2**40),
+    lambda d: d.update(workspaces=[{"param": "@ws:a.x", "instance": "a", "name": "x", "bytes": "1", "zero": True,
+                                    "align": float("inf")}]),
 ], ids=["params-list", "by_name-list", "field-int", "facts-list", "host-str", "workspaces-dict", "grid-dict",
-        "block-float", "block-bool", "kernel-dict", "size-2^64", "smem-2^40"])
+        "block-float", "block-bool", "kernel-dict", "size-2^64", "smem-2^40", "align-inf"])
 def test_damaged_manifest_is_r_manifest(edit):
     import copy
 

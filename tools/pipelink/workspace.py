@@ -30,8 +30,11 @@ class Workspace:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Workspace":
-        w = cls(str(d["param"]), str(d["instance"]), str(d["name"]), str(d["bytes"]), bool(d["zero"]),
-                int(d["align"]), str(d.get("scope", "instance")))
+        align, zero = d["align"], d["zero"]
+        if not isinstance(align, int) or isinstance(align, bool) or not isinstance(zero, bool):
+            raise TypeError(f"workspace {d['param']!r}: align must be an integer and zero a bool, not {align!r}, {zero!r}")
+        w = cls(str(d["param"]), str(d["instance"]), str(d["name"]), str(d["bytes"]), zero, align,
+                str(d.get("scope", "instance")))
         if not w.param.startswith("@ws:") or w.align < 1 or w.align & (w.align - 1):
             raise ValueError(f"workspace {w.param!r}: bad name or alignment {w.align}")
         if w.scope not in ("instance", "kernel"):
