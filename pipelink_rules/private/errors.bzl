@@ -6,8 +6,9 @@ through `pl_fail`, which renders one line in the linker's style (tools/pipelink/
     pipelink B-ARCH: //pkg:t: attribute arch: unsupported architecture 'sm_91'; supported:
     sm_90a, sm_100a, sm_120a, sm_90, sm_80. hint: set arch = "sm_90a"
 
-(Bazel prefixes it with "Error in fail:"). One code is raised while actions run: B-COMPILE,
-printed by nvcc_wrapper.sh under nvcc's own errors. The table below is the only list of B-* codes;
+(Bazel prefixes it with "Error in fail:"). Two are also raised while actions run, in the same
+format: B-COMPILE (nvcc_wrapper.sh, under nvcc's own errors) and B-SUBST (substitute_contract.py,
+a key the contract lacks). The table below is the only list of B-* codes;
 docs/CONTRACTS.md, "Bazel rule codes", documents each with an example, and
 tests/rules/ has one failure test per code.
 """
@@ -23,7 +24,7 @@ B_CODES = {
     "B-DEFINE": "a define is malformed (empty, not NAME or NAME=VALUE, a comma, a reserved PL_/pl_ name) or given twice with different values",
     "B-COPT": "a copt sets what the rule controls (arch, output, compile mode, host compiler, temporaries) or names an absolute path",
     "B-INCLUDE": "an `includes` entry is empty, absolute or climbs out of the package",
-    "B-SUBST": "a contract_substitutions key is empty, or its value has another number of line breaks than the key",
+    "B-SUBST": "a contract_substitutions key is empty or occurs nowhere in the contract, or its value has another number of line breaks than the key",
     "B-ARGS": "a fused_kernel_sass_test's args_extra is not a `pipelink sass-diff` option it may pass",
     "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured",
     "B-MODULE": "a pipelink_toolchains module-extension tag is repeated or names a bad path",
