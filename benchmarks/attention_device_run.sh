@@ -22,7 +22,7 @@ rc=0
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # flex compiles are CPU work: start them first, in the background, while the GPU checks run
 has masks && { "${F[@]}" warm --cache $CACHE --timeout ${WARM_TIMEOUT:-330} > "$OUT/masks.log" 2>&1 & }
-WARM=$!
+WARM=${!:-}  # empty when masks is not a step (set -u)
 has check && { "${P[@]}" check --variants $D128,$D64 > "$OUT/check.log" 2>&1 || rc=1; tail -2 "$OUT/check.log"; grep FAIL "$OUT/check.log"; }
 has sanitize && { "${P[@]}" sanitize --variants $D128,$D64 --jobs 8 > "$OUT/sanitize.log" 2>&1 || rc=1; tail -1 "$OUT/sanitize.log"; grep -A5 FAIL "$OUT/sanitize.log"; }
 has pair && { "${P[@]}" pair --variants $D128,causal:64,block_sparse:64,alibi:64 --rounds ${PAIR_ROUNDS:-10} > "$OUT/pair.log" 2>&1 || rc=1; cat "$OUT/pair.log"; }
