@@ -192,9 +192,15 @@ PL_ENTRY(run) {
     }
 #pragma unroll
     for (unsigned j = 0; j < 2; ++j) {
-      float mx = -INFINITY;
+      float t[16];  // the row max as a tree (depth 5, not a chain of 16 dependent FMNMX)
 #pragma unroll
-      for (unsigned nt = 0; nt < 16; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]));
+      for (unsigned nt = 0; nt < 16; ++nt) t[nt] = fmaxf(s[nt * 4 + 2 * j], s[nt * 4 + 2 * j + 1]);
+#pragma unroll
+      for (unsigned k = 0; k < 8; ++k) t[k] = fmaxf(t[k], t[k + 8]);
+#pragma unroll
+      for (unsigned k = 0; k < 4; ++k) t[k] = fmaxf(t[k], t[k + 4]);
+      t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
+      float mx = t[0];
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
@@ -277,10 +283,12 @@ PL_ENTRY(run) {
         softmax(kind, 0, bits, alpha, f.m, f.l);
         to_p();
       }
+      if (n > 1) {  // block 1's kind and mask words (later blocks: fetched a block ahead)
+        kind = PL_CALL(kv_block, qb, bh, split, 1, p.q_len, p.kv_len, p.aux);
+        if (early) mask_of(kind, 1, bits);
+      }
       for (unsigned i = 1; i < n; ++i) {
         const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
-        kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
-        if (early) mask_of(kind, i, bits);
         rkv.wait(ik);
         turn();
         issue_qk(s, q_desc(it), kv_stage(ik));
@@ -289,15 +297,21 @@ PL_ENTRY(run) {
         attn_wgmma::fence_regs<32>(pr);
         issue_pv(f.o, pr, kv_stage(iv));
         pass();
+        // Block i + 1's kind and mask words, asked for now: their aux loads complete under this
+        // block's GEMMs and softmax instead of delaying the next issue (the loop's memory
+        // clobbers keep the compiler from hoisting them; ncu run7: 14% of the core's stall samples
+        // sat on those loads before the issue). Block n - 1 asks for itself again (no branch).
+        const unsigned inx = i + 1 < n ? i + 1 : i;
+        const unsigned kind_nx = PL_CALL(kv_block, qb, bh, split, inx, p.q_len, p.kv_len, p.aux);
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
+        // K_i is released before the softmax. (Released after it on a predicate reading the row
+        // sums, ptxas kept the wait for PV_{i-1} below the softmax, so the softmax overlapped its
+        // own PV; measured 1.5-3% slower in run7: K's stage went back to the loader later.)
+        rkv.release(ik, lane0);
         softmax(kind, i, bits, alpha, f.m, f.l);
-        // K_i's stage is released after the softmax, on a predicate that reads its row sums
-        // (never negative, so always lane 0's): ptxas keeps the wait for PV_{i-1} after that
-        // arrive, so the softmax runs under PV_{i-1}. Released before it, ptxas hoisted the
-        // wait above the whole softmax (SASS: WARPGROUP.DEPBAR before the first MUFU.EX2),
-        // which left only the ping-pong to hide it.
-        rkv.release(ik, lane0 && !(f.l[0] + f.l[1] < 0.f));
+        kind = kind_nx;
+        if (early) mask_of(kind, inx, bits);  // used by block i + 1's softmax
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);
@@ -330,8 +344,8 @@ PL_ENTRY(run) {
       pass();
       attn_wgmma::wait<1>();  // the next tile's S_0 is ready; this tile's last PV may still run
       attn_wgmma::fence_regs<64>(s);
+      rkv.release(ik, go && lane0);
       if (go) softmax(nkind, 0, nbits, nalpha, nm, nl);
-      rkv.release(ik, go && lane0 && !(nl[0] + nl[1] < 0.f));  // as in the loop: the wait stays below
       attn_wgmma::wait<0>();
       attn_wgmma::fence_regs<OREGS>(f.o);
       attn_wgmma::fence_regs<32>(pr);
