@@ -152,14 +152,19 @@ def liger_step_factory():
     return liger_step
 
 
-def moe_step_columns() -> tuple[dict, str]:
-    """{'moe_step': opener, 'moe_step:control': opener} or ({}, why not). opener(x, rw, w13, w2,
-    out) plans once (MoeStep.open) and returns the session's launch: no host work per call."""
+def moe_step_columns(builds=()) -> tuple[dict, str]:
+    """{'moe_step': opener, 'moe_step:control': opener, 'moe_step_<name>': opener for each
+    (name, dir) of `builds`} or ({}, why not). opener(x, rw, w13, w2, out) plans once
+    (MoeStep.open) and returns the session's launch: no host work per call."""
     entry = ROOT / "kernels" / "moe" / "moe_step.py"
     if not entry.exists():
         return {}, f"{entry.relative_to(ROOT)} does not exist yet"
     cubins = {"moe_step": BIN / "moe_step.cubin", "moe_step:control": BIN / "moe_step.control.cubin"}
-    missing = [str(p.relative_to(ROOT)) for p in cubins.values() if not p.exists()]
+    manifests = {n: BIN / "moe_step.manifest.json" for n in cubins}
+    for name, bdir in builds:  # another build's linked kernel, timed in the same rounds
+        cubins[f"moe_step_{name}"] = Path(bdir) / "moe_step.cubin"
+        manifests[f"moe_step_{name}"] = Path(bdir) / "moe_step.manifest.json"
+    missing = [str(p) for p in [*cubins.values(), *manifests.values()] if not p.exists()]
     if missing:
         return {}, f"not built: {', '.join(missing)} (tools/bazel build //kernels:moe_step --output_groups=+control)"
     import moe_step as m
@@ -168,7 +173,7 @@ def moe_step_columns() -> tuple[dict, str]:
         return {}, "kernels/moe/moe_step.py has no MoeStep(cubin, manifest) class to load linked and control"
     cols = {}
     for name, cubin in cubins.items():
-        k = cls(cubin, BIN / "moe_step.manifest.json")
+        k = cls(cubin, manifests[name])
         cols[name] = (lambda x, rw, w13, w2, out, k=k: k.open(x, rw, w13, w2, out).launch)
     return cols, ""
 
@@ -214,7 +219,7 @@ def cmd_check(a) -> int:
 def cmd_bench(a) -> int:
     import torch
     router_w, w13, w2, g = weights()
-    ours, why = moe_step_columns()
+    ours, why = moe_step_columns(a.builds)
     if why:
         print(f"moe_step columns skipped: {why}")
     try:
@@ -254,7 +259,8 @@ def cmd_bench(a) -> int:
             row["vs_torch_eager"] = round(t["torch"] / t["moe_step"], 3)
         table.append(row)
         print(json.dumps(row), flush=True)
-    cols = [c for c in ("moe_step", "moe_step:control", "torch", "torch.compile", "liger") if c in table[0]]
+    cols = [c for c in ("moe_step", "moe_step:control", *(f"moe_step_{n}" for n, _ in a.builds),
+                        "torch", "torch.compile", "liger") if c in table[0]]
     print(f"\nMoE step (Qwen3-30B-A3B), us per step, median over {a.rounds} rotating rounds "
           "(graph replays; liger eager)")
     print(f"{'T':>6} " + " ".join(f"{c:>16}" for c in cols) + ("  vs best  vs eager" if "moe_step" in cols else ""))
@@ -321,9 +327,13 @@ def main() -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
+    ap.add_argument("--builds", default="", help="bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
     ap.add_argument("--json")
     a = ap.parse_args()
     a.tokens = [int(v) for v in a.tokens.split(",")]
+    a.builds = [tuple(b.split("=", 1)) for b in a.builds.split(",") if b]
+    if any(len(b) != 2 or not b[0] or not b[1] for b in a.builds):
+        ap.error("--builds: name=dir,... (e.g. before=.xfer/moe/before)")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 

@@ -3,6 +3,7 @@
 # persistent kernel must not take the whole call: it cost 767 device-seconds once), logs in $OUT.
 #   device run, carry ["bazel-bin/kernels", ".whl"]:  bash benchmarks/moe_device_run.sh
 #   STEPS="tests check trace pair bench sanitize ep cx"   (default: all, in this order)
+#   BUILDS=name=dir,...   other builds' moe_step timed in bench's rounds (columns moe_step_<name>)
 #   needs //kernels:moe_step, :moe_step_swiglu2 (+control), :moe_step_trace (manual) and the
 #   counterexample's mutations (//kernels/... builds them) in bazel-bin.
 set -uo pipefail
@@ -26,7 +27,7 @@ has tests && step tests 240 python3 -m pytest -q tests/test_moe_step.py tests/te
 has check && step check 150 python3 benchmarks/moe_bench.py check
 has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3
 has pair && TAIL=8 step pair 200 python3 benchmarks/moe_bench.py pair --rounds ${ROUNDS:-10}
-has bench && TAIL=9 step bench 300 python3 benchmarks/moe_bench.py bench --rounds ${ROUNDS:-10}
+has bench && TAIL=9 step bench 300 python3 benchmarks/moe_bench.py bench --rounds ${ROUNDS:-10} ${BUILDS:+--builds $BUILDS}
 has sanitize && TAIL=7 step sanitize 420 python3 benchmarks/moe_sanitize.py --tokens 8
 has ep && step ep 120 python3 benchmarks/moe_ep_check.py check
 has ep && step ep_memcheck 180 python3 benchmarks/moe_ep_check.py sanitize memcheck 16 2

@@ -1,6 +1,8 @@
 // combine.cu — owner C. Role: out[t] = Σ_k weight_k · ys[row(t, k)] (ys bf16, the sum in
-// f32), rounded to bf16, one warp per token. A token is ready (YDONE, acquire) once the expert
-// owner has finished every down-projection tile of each of its experts: ceil(count / block_m)
+// f32), rounded to bf16, one warp per token, or per 1/parts of a token's columns when there
+// are fewer tokens than warps (T = 1: one warp loaded the 8 ys rows in 8 dependent rounds,
+// ~8 us after the last expert was done; 8 warps load them in one). A token is ready (YDONE,
+// acquire) once the expert owner has finished every down-projection tile of each of its experts: ceil(count / block_m)
 // row tiles × 2048 / block_n column blocks (the expert owner's geometry, read as facts). Each
 // warp combines its tokens in the order they become ready (a sweep that skips the others).
 // With world > 1 ranks (moe_shapes.h) the expert's rank may be another GPU: the count is the
@@ -67,8 +69,14 @@ PL_ENTRY(run) {
       done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
     return moe::ld_acquire_sys(done) >= moe::ceil_div(cnt, bm) * blocks;
   };
-  // out[tok] from its top_k ys rows (every choice's expert done, acquired by this warp).
-  const auto combine = [&](unsigned tok) {
+  // Work units: (token, column part); parts = 1, 2, 4 or 8 parts of 2048 / parts columns.
+  constexpr unsigned CHUNKS = moe::HIDDEN / 256;  // 256 columns: 8 per lane, one uint4
+  unsigned shift = 0;  // parts = 1 << shift
+  while ((1u << shift) < CHUNKS && T << (shift + 1) <= nw) ++shift;
+  const unsigned parts = 1u << shift, per_part = CHUNKS >> shift;
+  // out[tok]'s columns of part `part` from its top_k ys rows (every choice's expert done,
+  // acquired by this warp).
+  const auto combine = [&](unsigned tok, unsigned part) {
     // Lane k < top_k: choice k's weight and ys row (this rank's ys or the owner's); the
     // other lanes hold lane 0's, so every lane computes the same way before the shuffles.
     const unsigned k = lane < top_k ? lane : 0u;
@@ -80,11 +88,11 @@ PL_ENTRY(run) {
     // rows[] was written before the READY release that the expert acquired: visible now.
     src += (size_t)__ldcg(rows + tok * top_k + k) * moe::HIDDEN;
     __syncwarp();
-#pragma unroll
-    for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) {
+    for (unsigned j = part * per_part; j < (part + 1) * per_part; ++j) {
       const unsigned c = j * 256 + lane * 8;
       float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (unsigned k = 0; k < top_k; ++k) {
+#pragma unroll
+      for (unsigned k = 0; k < moe::TOP_K; ++k) {  // (top_k == TOP_K: checked above)
         const auto* yk = reinterpret_cast<const __nv_bfloat16*>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
         const float wk = __shfl_sync(0xffffffffu, w, k);
@@ -104,14 +112,14 @@ PL_ENTRY(run) {
       *reinterpret_cast<uint4*>(p.out + (size_t)tok * moe::HIDDEN + c) = o;
     }
   };
-  // This warp's tokens gw + j nw, j < n, in the order their experts finish: sweep them,
-  // combining every token whose top_k experts are done and skipping the others, until none is
+  // This warp's units gw + j nw, j < n, in the order their experts finish: sweep them,
+  // combining every unit whose token's top_k experts are done, skipping the others, until none is
   // left (in token order, a warp would wait on a token whose last expert finishes late while
   // tokens behind it are ready; experts finish over the whole down pass). Readiness is tested
   // 32 / top_k tokens at a time, lane g top_k + k testing choice k of token g. Windows of 1024
   // tokens: lane l keeps bit m for window token l + 32 m.
   constexpr unsigned GROUP = 32 / moe::TOP_K;
-  const unsigned n = T > gw ? moe::ceil_div(T - gw, nw) : 0u;
+  const unsigned units = T * parts, n = units > gw ? moe::ceil_div(units - gw, nw) : 0u;
   for (unsigned w0 = 0; w0 < n; w0 += 1024) {
     const unsigned wn = min(1024u, n - w0);
     unsigned done = 0, left = wn;
@@ -121,14 +129,15 @@ PL_ENTRY(run) {
         const unsigned j = j0 + lane / top_k;
         const unsigned seen = __shfl_sync(0xffffffffu, done, j % 32);  // (every lane: a full-warp shuffle)
         const bool pending = j < wn && !(seen >> (j / 32) & 1u);
-        const bool ok = pending && choice_done(__ldcg(route_e + (gw + (w0 + j) * nw) * top_k + lane % top_k));
+        const bool ok = pending && choice_done(__ldcg(route_e + ((gw + (w0 + j) * nw) >> shift) * top_k + lane % top_k));
         const unsigned pend = __ballot_sync(0xffffffffu, pending), bad = __ballot_sync(0xffffffffu, pending && !ok);
         for (unsigned g = 0; g < GROUP; ++g) {
           const unsigned bits = (1u << top_k) - 1u;
           if (!(pend >> (g * top_k) & bits) || (bad >> (g * top_k) & bits)) continue;
           const unsigned jg = j0 + g;
           if (first) moe::stamp(sync, moe::COMBINE_BEGIN, lane), first = false;
-          combine(gw + (w0 + jg) * nw);
+          const unsigned unit = gw + (w0 + jg) * nw;
+          combine(unit >> shift, unit & (parts - 1));
           if (lane == jg % 32) done |= 1u << (jg / 32);
           --left, ++progressed;
         }
