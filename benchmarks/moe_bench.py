@@ -334,6 +334,11 @@ def main() -> int:
     a.builds = [tuple(b.split("=", 1)) for b in a.builds.split(",") if b]
     if any(len(b) != 2 or not b[0] or not b[1] for b in a.builds):
         ap.error("--builds: name=dir,... (e.g. before=.xfer/moe/before)")
+    for name, bdir in a.builds:  # a missing build is an error, not a silently dropped column
+        lacking = [f for f in ("moe_step.cubin", "moe_step.manifest.json") if not (Path(bdir) / f).is_file()]
+        if lacking:
+            ap.error(f"--builds {name}={bdir}: no {' or '.join(lacking)} there (copy them from another "
+                     "checkout's bazel-bin/kernels)")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 
