@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
-from gpu_bench import expect, interleaved, paired_ratio, run_gates, sanitizer  # noqa: E402
+from gpu_bench import expect, interleaved, paired_ratio, parse_builds, run_gates, sanitizer  # noqa: E402
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
 ATOL = RTOL = 2e-2
@@ -385,7 +385,7 @@ def main() -> int:
     a.variants = [v for v in a.variants.split(",") if v]
     a.seqs = [int(s) for s in a.seqs.split(",") if s]
     a.prefill = [v for v in a.prefill.split(",") if v]
-    a.builds = [tuple(b.split("=", 1)) for b in a.builds.split(",") if b]
+    a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")
     a.decode = [tuple(int(x) for x in s.split("x")) for s in a.decode.split(",") if s]
     if a.cmd == "one":
         return cmd_one(a)

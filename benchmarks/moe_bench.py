@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
-from gpu_bench import interleaved, paired_ratio, run_gates, sanitizer  # noqa: E402
+from gpu_bench import interleaved, paired_ratio, parse_builds, run_gates, sanitizer  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
@@ -331,14 +331,7 @@ def main() -> int:
     ap.add_argument("--json")
     a = ap.parse_args()
     a.tokens = [int(v) for v in a.tokens.split(",")]
-    a.builds = [tuple(b.split("=", 1)) for b in a.builds.split(",") if b]
-    if any(len(b) != 2 or not b[0] or not b[1] for b in a.builds):
-        ap.error("--builds: name=dir,... (e.g. before=.xfer/moe/before)")
-    for name, bdir in a.builds:  # a missing build is an error, not a silently dropped column
-        lacking = [f for f in ("moe_step.cubin", "moe_step.manifest.json") if not (Path(bdir) / f).is_file()]
-        if lacking:
-            ap.error(f"--builds {name}={bdir}: no {' or '.join(lacking)} there (copy them from another "
-                     "checkout's bazel-bin/kernels)")
+    a.builds = parse_builds(ap, a.builds, "moe_step.manifest.json")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from pipelink.contract import parse_contract_text
 from pipelink.diagnostics import CODES, Rejected
 from pipelink.link import link, plan
 from pipelink.package import read_package
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ROLE = '[component]\nname = "r"\nkind = "role"\nentry = "run"\n[role]\nwarps = 1\n'
 
@@ -559,3 +563,26 @@ def test_trial_registers_over_budget_are_a_fact_of_a_spill_not_a_warning(monkeyp
     assert check_linked(ch, pl, b"", {"REG": 128, "LOCAL": 0, "STACK": 0}, tk) == []
     (w,) = check_linked(ch, pl, b"", {"REG": 128, "LOCAL": 64, "STACK": 0}, tk, spills="warning")
     assert w.code == "L-REGS" and "ffn: its trial compile used 234 registers, over its budget 128" in w.render()
+
+
+@pytest.mark.parametrize("script, needs", [("moe_bench.py", "moe_step.manifest.json"),
+                                           ("attention_bench.py", "attn_*.manifest.json"),
+                                           ("attention_flex_bench.py", "attn_*.manifest.json")])
+@pytest.mark.parametrize("builds", ["before", "=somewhere", "before=", "before=/nonexistent/build"])
+def test_bench_builds_option_is_checked(script, needs, builds):
+    """--builds name=dir (other builds timed as columns): a malformed entry or a dir without the
+    build is a usage error (exit 2) before anything runs, never a traceback or a dropped column."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "bench", "--builds", builds],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert ("is not name=dir" in r.stderr) if builds != "before=/nonexistent/build" else (needs in r.stderr)
+
+
+def test_bench_builds_option_accepts_a_build(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import argparse
+
+    from gpu_bench import parse_builds
+    (tmp_path / "moe_step.manifest.json").write_text("{}")
+    assert parse_builds(argparse.ArgumentParser(), f"a={tmp_path},", "moe_step.manifest.json") == [("a", str(tmp_path))]

@@ -133,17 +133,3 @@ def test_bad_inputs_are_coded(weights):
             ms.moe_step(*args)
         assert e.value.code == code
 
-
-@pytest.mark.parametrize("builds, says", [
-    ("before", "--builds: name=dir"),
-    ("=somewhere", "--builds: name=dir"),
-    ("before=/nonexistent/build", "no moe_step.cubin or moe_step.manifest.json there"),
-])
-def test_bench_refuses_a_bad_builds_column(builds, says):
-    """moe_bench.py bench --builds name=dir: a malformed value or a build without the kernel is a
-    usage error (exit 2) before anything runs, not a silently dropped column. No GPU needed."""
-    import subprocess
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_bench.py"), "bench", "--builds", builds],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, r.stderr
-    assert says in r.stderr and "Traceback" not in r.stderr
