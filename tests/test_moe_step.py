@@ -132,4 +132,3 @@ def test_bad_inputs_are_coded(weights):
         with pytest.raises(LaunchError) as e:
             ms.moe_step(*args)
         assert e.value.code == code
-
