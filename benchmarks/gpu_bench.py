@@ -71,16 +71,17 @@ def run_gates(a, gates: dict) -> int:
     return rc
 
 
-def parse_builds(ap: argparse.ArgumentParser, text: str, needs: str) -> list[tuple[str, str]]:
+def parse_builds(ap: argparse.ArgumentParser, text: str, *needs: str) -> list[tuple[str, str]]:
     """--builds name=dir,...: other builds timed as extra columns. A malformed entry, or a dir
-    with no file matching the glob `needs`, is a usage error (exit 2), not a dropped column."""
+    where one of the globs `needs` matches nothing, is a usage error (exit 2), not a dropped column."""
     builds = []
     for entry in (e for e in text.split(",") if e):
         name, eq, bdir = entry.partition("=")
         if not (name and eq and bdir):
             ap.error(f"--builds: {entry!r} is not name=dir (e.g. before=.xfer/before)")
-        if not any(Path(bdir).glob(needs)):
-            ap.error(f"--builds {entry}: no {needs} in {bdir} (copy a build's bazel-bin outputs there)")
+        for glob in needs:
+            if not any(Path(bdir).glob(glob)):
+                ap.error(f"--builds {entry}: no {glob} in {bdir} (copy a build's bazel-bin outputs there)")
         builds.append((name, bdir))
     return builds
 

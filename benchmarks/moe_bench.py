@@ -160,11 +160,11 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
     if not entry.exists():
         return {}, f"{entry.relative_to(ROOT)} does not exist yet"
     cubins = {"moe_step": BIN / "moe_step.cubin", "moe_step:control": BIN / "moe_step.control.cubin"}
+    missing = [str(p.relative_to(ROOT)) for p in cubins.values() if not p.exists()]
     manifests = {n: BIN / "moe_step.manifest.json" for n in cubins}
-    for name, bdir in builds:  # another build's linked kernel, timed in the same rounds
+    for name, bdir in builds:  # another build's linked kernel (checked by parse_builds), same rounds
         cubins[f"moe_step_{name}"] = Path(bdir) / "moe_step.cubin"
         manifests[f"moe_step_{name}"] = Path(bdir) / "moe_step.manifest.json"
-    missing = [str(p) for p in [*cubins.values(), *manifests.values()] if not p.exists()]
     if missing:
         return {}, f"not built: {', '.join(missing)} (tools/bazel build //kernels:moe_step --output_groups=+control)"
     import moe_step as m
@@ -331,7 +331,7 @@ def main() -> int:
     ap.add_argument("--json")
     a = ap.parse_args()
     a.tokens = [int(v) for v in a.tokens.split(",")]
-    a.builds = parse_builds(ap, a.builds, "moe_step.manifest.json")
+    a.builds = parse_builds(ap, a.builds, "moe_step.manifest.json", "moe_step.cubin")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 

@@ -2,9 +2,10 @@
 // f32), rounded to bf16, one warp per token, or per 1/parts of a token's columns when there
 // are fewer tokens than warps (T = 1: one warp loaded the 8 ys rows in 8 dependent rounds,
 // ~8 us after the last expert was done; 8 warps load them in one). A token is ready (YDONE,
-// acquire) once the expert owner has finished every down-projection tile of each of its experts: ceil(count / block_m)
-// row tiles × 2048 / block_n column blocks (the expert owner's geometry, read as facts). Each
-// warp combines its tokens in the order they become ready (a sweep that skips the others).
+// acquire) once the expert owner has finished every down-projection tile of each of its
+// experts: ceil(count / block_m) row tiles × 2048 / block_n column blocks (the expert owner's
+// geometry, read as facts). Each warp combines its units in the order they become ready (a
+// sweep that skips the others).
 // With world > 1 ranks (moe_shapes.h) the expert's rank may be another GPU: the count is the
 // total over ranks (the count exchange), and YDONE and the ys rows are the owner's, read
 // through `peers` (per rank {xs, sync, ys}) with system-scope acquires.
@@ -116,8 +117,8 @@ PL_ENTRY(run) {
   // combining every unit whose token's top_k experts are done, skipping the others, until none is
   // left (in token order, a warp would wait on a token whose last expert finishes late while
   // tokens behind it are ready; experts finish over the whole down pass). Readiness is tested
-  // 32 / top_k tokens at a time, lane g top_k + k testing choice k of token g. Windows of 1024
-  // tokens: lane l keeps bit m for window token l + 32 m.
+  // 32 / top_k units at a time, lane g top_k + k testing choice k of unit g's token. Windows of
+  // 1024 units: lane l keeps bit m for window unit l + 32 m.
   constexpr unsigned GROUP = 32 / moe::TOP_K;
   const unsigned units = T * parts, n = units > gw ? moe::ceil_div(units - gw, nw) : 0u;
   for (unsigned w0 = 0; w0 < n; w0 += 1024) {
