@@ -130,12 +130,12 @@ __device__ __forceinline__ void finish_launch(unsigned* sync, unsigned owner, un
 // Phase timeline (only in the MOE_TRACE build, //kernels:moe_step_trace; benchmarks/moe_trace.py):
 // lane 0 of a warp folds %globaltimer into one of TRACE_SLOTS u64 slots after SYNC_WORDS
 // (even slots: earliest, odd slots: latest). The host sets the slots before one launch.
-constexpr unsigned TRACE = 6144, TRACE_SLOTS = 16;
+constexpr unsigned TRACE = 6144, TRACE_SLOTS = 24;
 static_assert(TRACE >= SYNC_WORDS && TRACE + 2 * TRACE_SLOTS <= EX, "trace slots fit in sync, before the exchange");
 enum Stamp : unsigned {
   ROUTER_BEGIN = 0, ROUTER_END = 1, DISPATCH_BEGIN = 2, DISPATCH_END = 3, GATEUP_BEGIN = 4, GATEUP_END = 5,
   DOWN_BEGIN = 6, DOWN_END = 7, COMBINE_BEGIN = 8, COMBINE_END = 9, KERNEL_BEGIN = 10, KERNEL_END = 11,
-  ROUTER_GEMM_END = 13, ROUTER_SUMMED = 15  // (latest only)
+  ROUTER_SUMMED = 15, ROUTED_FIRST = 17, ROUTED_SECOND = 19, ROUTER_SIGNALLED = 21  // (latest only)
 };
 __device__ __forceinline__ void stamp(unsigned* sync, Stamp slot, unsigned lane) {
 #ifdef MOE_TRACE

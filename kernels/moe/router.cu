@@ -195,8 +195,11 @@ PL_ENTRY(run) {
     moe::stamp(sync, moe::ROUTER_SUMMED, lane);
     // This warp completed the tile: select the experts of its tokens t0 + g and t0 + g + 8.
     route_token<0>(acc, t0, T, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
+    moe::stamp(sync, moe::ROUTED_FIRST, lane);
     route_token<1>(acc, t0, T, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
+    moe::stamp(sync, moe::ROUTED_SECOND, lane);
     moe::signal(cur + moe::ROUTED, min(moe::ROUTE_TOKENS, T - t0), lane);
+    moe::stamp(sync, moe::ROUTER_SIGNALLED, lane);
   }
   moe::stamp(sync, moe::ROUTER_END, lane);
 }
