@@ -40,6 +40,8 @@ def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
         args.add("--control-cubin", control)
     args.add("--arch", ctx.attr.arch)
     args.add("--cuda-home", toolchain.cuda_home)
+    if ctx.attr.spills != "error":
+        args.add("--spills", ctx.attr.spills)
     if ORIGIN_FLAG:
         args.add("--origin", "%s=%s" % (kernel_file.path, display_label(ctx.label)))
         for c in comps:
@@ -149,6 +151,12 @@ fused_kernel = rule(
         "arch": attr.string(
             default = "sm_90a",
             doc = "Target architecture, one of %s (passed as `link --arch`)." % SUPPORTED_ARCHS,
+        ),
+        "spills": attr.string(
+            default = "error",
+            values = ["error", "warning"],
+            doc = "Local memory in the linked kernel (`link --spills`): an L-REGS error, or a " +
+                  "warning for diagnostic builds whose instrumentation costs registers.",
         ),
         "_linker": attr.label(
             default = Label("//tools:pipelink_linker_files"),

@@ -152,6 +152,8 @@ def _kernel_test_impl(ctx):
         asserts.equals(env, ["kern.kernel.toml"], [p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--kernel")])
         asserts.equals(env, ["comp.plpkg", "other_pkg.plpkg"], sorted([p.rsplit("/", 1)[-1] for p in _flag_values(argv, "--package")]))
         asserts.false(env, "--control-cubin" in argv, "the default link must not build the control cubin")
+        spills = ctx.attr.spills
+        asserts.equals(env, [] if spills == "error" else [spills], _flag_values(argv, "--spills"))
         asserts.equals(env, sorted([info.cubin.basename, info.manifest.basename, info.report.basename, info.map.basename]),
                        _basenames(link.outputs))
         for f in ["--cubin", "--manifest", "--report", "--map"]:
@@ -170,7 +172,10 @@ def _kernel_test_impl(ctx):
         _contains(env, _basenames(control.outputs), name + ".control.cubin", "control outputs")
     return analysistest.end(env)
 
-kernel_test = analysistest.make(_kernel_test_impl, attrs = {"arch": attr.string(default = "sm_90a")})
+kernel_test = analysistest.make(_kernel_test_impl, attrs = {
+    "arch": attr.string(default = "sm_90a"),
+    "spills": attr.string(default = "error"),
+})
 
 # ---- suite ----------------------------------------------------------------------------------
 
@@ -209,6 +214,7 @@ def rules_analysis_test_suite(name):
     )
     fused_kernel(name = "kern", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm100a", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
+    fused_kernel(name = "kern_spills", spills = "warning", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm120a", arch = "sm_120a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
 
     failure_fixtures()  # the bad_* targets (failure_tests.bzl)
@@ -219,6 +225,7 @@ def rules_analysis_test_suite(name):
     kernel_test(name = "kernel_test", target_under_test = ":kern", size = "small")
     kernel_test(name = "kernel_sm100a_test", target_under_test = ":kern_sm100a", size = "small", arch = "sm_100a")
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
+    kernel_test(name = "kernel_spills_test", target_under_test = ":kern_spills", size = "small", spills = "warning")
     failures = failure_tests()
     native.test_suite(
         name = name,
@@ -229,5 +236,6 @@ def rules_analysis_test_suite(name):
             ":kernel_test",
             ":kernel_sm100a_test",
             ":kernel_sm120a_test",
+            ":kernel_spills_test",
         ] + failures,
     )
