@@ -24,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 
-TRACE_WORD, SLOTS = 6144, 24  # moe_shapes.h: moe::TRACE, moe::TRACE_SLOTS
-# the last four: the router's tile finishers, latest stamps only (moe::Stamp)
+TRACE_WORD, SLOTS = 6144, 20  # moe_shapes.h: moe::TRACE, moe::TRACE_SLOTS
+# the last three: the router's tile finishers (latest stamps only, moe::Stamp): partial sums
+# read, tokens routed, ROUTED released
 PHASES = ["router", "dispatch", "gate/up", "down", "combine", "kernel", "(unused)", "router sum",
-          "routed 0-7", "routed 8-15", "signalled", "(unused)"]
+          "routed", "signalled"]
 
 
 def _check(res, what):

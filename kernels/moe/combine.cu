@@ -54,7 +54,15 @@ PL_ENTRY(run) {
   const __nv_bfloat16* ys = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(ys));
 
   const unsigned world = p.world;
-  moe::wait_at_least(cur + moe::ROUTED, T);
+  // Work units: (token, column part); parts = 1, 2, 4 or 8 parts of 2048 / parts columns.
+  constexpr unsigned CHUNKS = moe::HIDDEN / 256;  // 256 columns: 8 per lane, one uint4
+  unsigned shift = 0;  // parts = 1 << shift
+  while ((1u << shift) < CHUNKS && T << (shift + 1) <= nw) ++shift;
+  const unsigned parts = 1u << shift, per_part = CHUNKS >> shift;
+  const unsigned units = T * parts, n = units > gw ? moe::ceil_div(units - gw, nw) : 0u;
+  if (n == 0) return;  // nothing to combine: this warp need not poll
+  // Combine reads nothing before the experts are done, so it polls ROUTED slowly.
+  moe::wait_at_least(cur + moe::ROUTED, T, 1024);
   if (world > 1) {  // every rank's counts of this launch
     unsigned tot[4], below[4];
     moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);
@@ -70,11 +78,6 @@ PL_ENTRY(run) {
       done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
     return moe::ld_acquire_sys(done) >= moe::ceil_div(cnt, bm) * blocks;
   };
-  // Work units: (token, column part); parts = 1, 2, 4 or 8 parts of 2048 / parts columns.
-  constexpr unsigned CHUNKS = moe::HIDDEN / 256;  // 256 columns: 8 per lane, one uint4
-  unsigned shift = 0;  // parts = 1 << shift
-  while ((1u << shift) < CHUNKS && T << (shift + 1) <= nw) ++shift;
-  const unsigned parts = 1u << shift, per_part = CHUNKS >> shift;
   // out[tok]'s columns of part `part` from its top_k ys rows (every choice's expert done,
   // acquired by this warp).
   const auto combine = [&](unsigned tok, unsigned part) {
@@ -120,7 +123,6 @@ PL_ENTRY(run) {
   // 32 / top_k units at a time, lane g top_k + k testing choice k of unit g's token. Windows of
   // 1024 units: lane l keeps bit m for window unit l + 32 m.
   constexpr unsigned GROUP = 32 / moe::TOP_K;
-  const unsigned units = T * parts, n = units > gw ? moe::ceil_div(units - gw, nw) : 0u;
   for (unsigned w0 = 0; w0 < n; w0 += 1024) {
     const unsigned wn = min(1024u, n - w0);
     unsigned done = 0, left = wn;

@@ -245,6 +245,14 @@ PL_ENTRY(run) {
     if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 128);
     else pl::named_barrier_sync(PL_BARRIER(wg0), 128);
   };
+  // One warp of a warpgroup polls ROUTED and the warpgroup's barrier hands its acquire on (the
+  // CUTLASS semaphore pattern): 264 pollers of the word the router's finisher releases, not 1,056.
+  // (Per unit, READY and HREADY stay polled by every warp: one poller there was 1-2% slower at
+  // T >= 4096, BENCHMARKS.md issue 9 run 9.)
+  const auto wg_wait = [&](const unsigned* counter, unsigned target) {
+    if (warp == 0) moe::wait_at_least(counter, target);
+    wg_sync();
+  };
   if (ring.t == 0) {
     for (unsigned s = 0; s < STAGES; ++s) pl::mbar_init(ring.full + s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -265,7 +273,7 @@ PL_ENTRY(run) {
   if (PL_FACT(top_k) != moe::TOP_K) __trap();  // xs/hs/ys are sized for it (folds away)
   unsigned count[4], padded[4], first_row[4], first[4], units[4], total;
   if (p.world == 1) {
-    moe::wait_at_least(cur + moe::ROUTED, p.t);
+    wg_wait(cur + moe::ROUTED, p.t);
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) count[i] = __ldcg(cur + moe::COUNTS + 4 * lane + i);
   } else {  // this rank's experts only: their rows from every rank (the count exchange)

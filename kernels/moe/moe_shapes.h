@@ -72,9 +72,11 @@ __device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
 }
 using pl::atom_acq_rel;
 // Every lane of the warp waits until *p >= target (acquire: what the signaller wrote
-// before its release is visible to the whole warp afterwards).
-__device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target) {
-  while (ld_acquire(p) < target) __nanosleep(64);
+// before its release is visible to the whole warp afterwards). The sleep between polls
+// doubles from 32 ns to max_ns: a waiter off the critical path polls less often (every poll is
+// a request to the L2 slice that also serves the signaller and the weight stream there).
+__device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target, unsigned max_ns = 64) {
+  for (unsigned ns = 32; ld_acquire(p) < target; ns = min(2 * ns, max_ns)) __nanosleep(ns);
   __syncwarp();
 }
 // Signal after this warp's global writes: every lane fences, lane 0 adds with release.
@@ -130,12 +132,12 @@ __device__ __forceinline__ void finish_launch(unsigned* sync, unsigned owner, un
 // Phase timeline (only in the MOE_TRACE build, //kernels:moe_step_trace; benchmarks/moe_trace.py):
 // lane 0 of a warp folds %globaltimer into one of TRACE_SLOTS u64 slots after SYNC_WORDS
 // (even slots: earliest, odd slots: latest). The host sets the slots before one launch.
-constexpr unsigned TRACE = 6144, TRACE_SLOTS = 24;
+constexpr unsigned TRACE = 6144, TRACE_SLOTS = 20;
 static_assert(TRACE >= SYNC_WORDS && TRACE + 2 * TRACE_SLOTS <= EX, "trace slots fit in sync, before the exchange");
 enum Stamp : unsigned {
   ROUTER_BEGIN = 0, ROUTER_END = 1, DISPATCH_BEGIN = 2, DISPATCH_END = 3, GATEUP_BEGIN = 4, GATEUP_END = 5,
   DOWN_BEGIN = 6, DOWN_END = 7, COMBINE_BEGIN = 8, COMBINE_END = 9, KERNEL_BEGIN = 10, KERNEL_END = 11,
-  ROUTER_SUMMED = 15, ROUTED_FIRST = 17, ROUTED_SECOND = 19, ROUTER_SIGNALLED = 21  // (latest only)
+  ROUTER_SUMMED = 15, ROUTER_ROUTED = 17, ROUTER_SIGNALLED = 19  // (latest only)
 };
 __device__ __forceinline__ void stamp(unsigned* sync, Stamp slot, unsigned lane) {
 #ifdef MOE_TRACE

@@ -8,7 +8,8 @@
 // warp then selects in registers, four lanes per token (the mma accumulator layout: lane
 // (g, q) holds 32 of token g's and of token g + 8's logits), appends each slot to its expert
 // (atomic per-expert count = the slot's position) and releases the tile's tokens on counter
-// ROUTED. No warp of this role ever waits.
+// ROUTED. No warp of this role ever waits; a warp without a unit warms the instruction cache
+// for the routing code (below).
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
@@ -55,36 +56,46 @@ __device__ __forceinline__ unsigned key_of(float p, unsigned expert) {
 __device__ __forceinline__ float p_of(unsigned key) { return __uint_as_float(key & ~0xFFu); }
 __device__ __forceinline__ unsigned expert_of(unsigned key) { return 127u - (key >> 1 & 0x7Fu); }
 
-// Top-k of one token: acc half h of the tile (h = 0: token g, h = 1: token g + 8), held by
-// the 4 lanes q = 0..3 of a group: acc[j][2h + i] is expert 8 j + 2 q + i. Softmax, then k
-// rounds of a max over sortable words (no serial compare chain). Lane q gets choices k = q
-// and q + 4 (expert, renormalized weight).
-template <unsigned H>
+// Top-k of token g of the tile (the half-0 columns of acc), held by the 4 lanes q = 0..3 of a
+// group: acc[j][i] is expert 8 j + 2 q + i. Softmax, then k rounds of a max over sortable
+// words. Each exp is taken once and every reduction runs as 4 independent chains.
+// Lane q gets choices k = q and q + 4 (expert, renormalized weight).
+constexpr unsigned CHAINS = 4;
 __device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, unsigned (&expert)[2], float (&weight)[2]) {
   unsigned key[NT][2];
-  float m = -INFINITY;
+  float c[CHAINS];
 #pragma unroll
-  for (unsigned j = 0; j < NT; ++j) m = fmaxf(m, fmaxf(acc[j][2 * H], acc[j][2 * H + 1]));
+  for (unsigned j = 0; j < CHAINS; ++j) c[j] = fmaxf(acc[j][0], acc[j][1]);
+#pragma unroll
+  for (unsigned j = CHAINS; j < NT; ++j) c[j % CHAINS] = fmaxf(c[j % CHAINS], fmaxf(acc[j][0], acc[j][1]));
+  float m = fmaxf(fmaxf(c[0], c[1]), fmaxf(c[2], c[3]));
   m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
   m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  float sum = 0.f;
 #pragma unroll
-  for (unsigned j = 0; j < NT; ++j)
+  for (unsigned j = 0; j < CHAINS; ++j) c[j] = 0.f;
 #pragma unroll
-    for (unsigned i = 0; i < 2; ++i) sum += expf(acc[j][2 * H + i] - m);
+  for (unsigned j = 0; j < NT; ++j) {
+    const float e0 = expf(acc[j][0] - m), e1 = expf(acc[j][1] - m);
+    key[j][0] = __float_as_uint(e0), key[j][1] = __float_as_uint(e1);  // p before the 1 / sum
+    c[j % CHAINS] += e0 + e1;
+  }
+  float sum = (c[0] + c[1]) + (c[2] + c[3]);
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   const float inv = 1.f / sum;
 #pragma unroll
   for (unsigned j = 0; j < NT; ++j)
 #pragma unroll
-    for (unsigned i = 0; i < 2; ++i) key[j][i] = key_of(expf(acc[j][2 * H + i] - m) * inv, 8 * j + 2 * q + i);  // p
+    for (unsigned i = 0; i < 2; ++i) key[j][i] = key_of(__uint_as_float(key[j][i]) * inv, 8 * j + 2 * q + i);
   float chosen = 0.f, mine0 = 0.f, mine1 = 0.f;
 #pragma unroll 1
   for (unsigned k = 0; k < moe::TOP_K; ++k) {
-    unsigned best = 0;
+    unsigned b[CHAINS];
 #pragma unroll
-    for (unsigned j = 0; j < NT; ++j) best = max(best, max(key[j][0], key[j][1]));
+    for (unsigned j = 0; j < CHAINS; ++j) b[j] = max(key[j][0], key[j][1]);
+#pragma unroll
+    for (unsigned j = CHAINS; j < NT; ++j) b[j % CHAINS] = max(b[j % CHAINS], max(key[j][0], key[j][1]));
+    unsigned best = max(max(b[0], b[1]), max(b[2], b[3]));
     best = max(best, __shfl_xor_sync(0xffffffffu, best, 1));
     best = max(best, __shfl_xor_sync(0xffffffffu, best, 2));
 #pragma unroll
@@ -98,14 +109,14 @@ __device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, un
   weight[0] = mine0 / chosen, weight[1] = mine1 / chosen;
 }
 
-// Select token t0 + g + 8 H's experts and append its slots (lane q: choices q and q + 4).
-template <unsigned H>
+// Select the experts of token t0 + g (acc's half-0 columns) and, if it is < T, append its
+// slots (lane q: choices q and q + 4).
 __device__ __forceinline__ void route_token(const float (&acc)[NT][4], unsigned t0, unsigned T, unsigned g, unsigned q,
                                             unsigned* counts, unsigned* route_e, float* route_w, unsigned* route_pos) {
   unsigned e[2];
   float w[2];
-  select<H>(acc, q, e, w);
-  const unsigned tok = t0 + g + 8 * H;
+  select(acc, q, e, w);
+  const unsigned tok = t0 + g;
   if (tok >= T) return;
   const unsigned pos0 = atomicAdd(counts + e[0], 1u), pos1 = atomicAdd(counts + e[1], 1u);
   const unsigned slot = tok * moe::TOP_K + q;
@@ -119,7 +130,7 @@ PL_ENTRY(run) {
   const Params& p = PL_PARAMS(Params);
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const unsigned warps = PL_WARPS();
-  const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
+  const unsigned nw = gridDim.x * warps;
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   const unsigned set = moe::enter(sync, moe::ROUTER, nw, lane, last);
@@ -147,57 +158,72 @@ PL_ENTRY(run) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line + i % lines * 128));
     }
   };
-  prefetch_x(gw);
-  for (unsigned u = gw; u < tiles * ks; u += nw) {
-    prefetch_x(u + nw);
-    const unsigned tile = u / ks, split = u % ks;
-    const unsigned t0 = tile * moe::ROUTE_TOKENS;
-    const bool v0 = t0 + g < T, v1 = t0 + g + 8 < T;
-    const unsigned k_begin = split * krange;
-    const __nv_bfloat16* a0 = p.x + (size_t)(t0 + g) * moe::HIDDEN + 8 * q + k_begin;
-    const __nv_bfloat16* a1 = a0 + 8 * moe::HIDDEN;
-    const __nv_bfloat16* b = p.router_w + (size_t)g * moe::HIDDEN + 8 * q + k_begin;
+  // Units go to the CTAs' first router warps before their second ones (rank: CTA-fastest),
+  // so at small T a busy CTA has an idle router warp. The routing below runs once per tile,
+  // in one warp: from a cold instruction cache it took ~6 us per pass (moe_step_trace), from
+  // a warm one ~2. So a warp without a unit makes one dry pass through the same code (no
+  // token: no side effect), which leaves it in its SM's instruction cache for the finisher.
+  const unsigned rank = (threadIdx.x / 32 - PL_WARP_BEGIN()) * gridDim.x + blockIdx.x, units = tiles * ks;
+  const unsigned end = rank < units ? units : rank + 1;  // a warp without a unit: one dry pass
+  prefetch_x(rank);
+  for (unsigned u = rank; u < end; u += nw) {
     float acc[NT][4];
 #pragma unroll
     for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
+    if (u < units) {  // a unit: its slice of the tile's logits; the tile's last unit goes on
+      const unsigned tile = u / ks, split = u % ks, t0 = tile * moe::ROUTE_TOKENS;
+      prefetch_x(u + nw);
+      const bool v0 = t0 + g < T, v1 = t0 + g + 8 < T;
+      const unsigned k_begin = split * krange;
+      const __nv_bfloat16* a0 = p.x + (size_t)(t0 + g) * moe::HIDDEN + 8 * q + k_begin;
+      const __nv_bfloat16* a1 = a0 + 8 * moe::HIDDEN;
+      const __nv_bfloat16* b = p.router_w + (size_t)g * moe::HIDDEN + 8 * q + k_begin;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll 1
-    for (unsigned k0 = 0; k0 < krange; k0 += 32) {
-      const uint4 ag = v0 ? warp_mma::ld_cg(a0 + k0) : zero, ah = v1 ? warp_mma::ld_cg(a1 + k0) : zero;
+      for (unsigned k0 = 0; k0 < krange; k0 += 32) {
+        const uint4 ag = v0 ? warp_mma::ld_cg(a0 + k0) : zero, ah = v1 ? warp_mma::ld_cg(a1 + k0) : zero;
 #pragma unroll
-      for (unsigned j = 0; j < NT; ++j)
-        warp_mma::mma_k32(acc[j], ag, ah, __ldg(reinterpret_cast<const uint4*>(b + (size_t)8 * j * moe::HIDDEN + k0)));
+        for (unsigned j = 0; j < NT; ++j)
+          warp_mma::mma_k32(acc[j], ag, ah, __ldg(reinterpret_cast<const uint4*>(b + (size_t)8 * j * moe::HIDDEN + k0)));
+      }
+      if (ks > 1) {  // add the partial sums; the tile's last unit takes them
+#pragma unroll
+        for (unsigned j = 0; j < NT; ++j) {
+          atomicAdd(part(logits, tile, j, 0, lane), make_float2(acc[j][0], acc[j][1]));
+          atomicAdd(part(logits, tile, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
+        }
+        __threadfence();
+        __syncwarp();
+        unsigned old = 0;
+        if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
+        old = __shfl_sync(0xffffffffu, old, 0);
+        if (old != ks - 1) continue;
+        if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;  // every split has counted: zero for the next launch
+#pragma unroll
+        for (unsigned j = 0; j < NT; ++j) {
+          const float2 lo = __ldcg(part(logits, tile, j, 0, lane)), hi = __ldcg(part(logits, tile, j, 1, lane));
+          acc[j][0] = lo.x, acc[j][1] = lo.y, acc[j][2] = hi.x, acc[j][3] = hi.y;
+        }
+#pragma unroll
+        for (unsigned j = 0; j < NT; ++j) {  // zero-kept: the next launch adds onto zeros
+          __stcg(part(logits, tile, j, 0, lane), make_float2(0.f, 0.f));
+          __stcg(part(logits, tile, j, 1, lane), make_float2(0.f, 0.f));
+        }
+      }
     }
-    if (ks > 1) {  // add the partial sums; the tile's last unit takes them
+    const bool dry = u >= units;
+    if (!dry) moe::stamp(sync, moe::ROUTER_SUMMED, lane);
+    // The tile's finisher routes its tokens t0 + g, then (if any) t0 + g + 8 (moved into the
+    // half-0 columns), through one copy of the code; a dry pass routes no token.
+    const unsigned t0 = dry ? 0u : u / ks * moe::ROUTE_TOKENS, live = dry ? 0u : T;  // live: tokens a pass routes
+#pragma unroll 1
+    for (unsigned h = 0; h < (live > t0 + 8 ? 2u : 1u); ++h) {
+      route_token(acc, t0 + 8 * h, live, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
 #pragma unroll
-      for (unsigned j = 0; j < NT; ++j) {
-        atomicAdd(part(logits, tile, j, 0, lane), make_float2(acc[j][0], acc[j][1]));
-        atomicAdd(part(logits, tile, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
-      }
-      __threadfence();
-      __syncwarp();
-      unsigned old = 0;
-      if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
-      old = __shfl_sync(0xffffffffu, old, 0);
-      if (old != ks - 1) continue;
-      if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;  // every split has counted: zero for the next launch
-#pragma unroll
-      for (unsigned j = 0; j < NT; ++j) {
-        const float2 lo = __ldcg(part(logits, tile, j, 0, lane)), hi = __ldcg(part(logits, tile, j, 1, lane));
-        acc[j][0] = lo.x, acc[j][1] = lo.y, acc[j][2] = hi.x, acc[j][3] = hi.y;
-      }
-#pragma unroll
-      for (unsigned j = 0; j < NT; ++j) {  // zero-kept: the next launch adds onto zeros
-        __stcg(part(logits, tile, j, 0, lane), make_float2(0.f, 0.f));
-        __stcg(part(logits, tile, j, 1, lane), make_float2(0.f, 0.f));
-      }
+      for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][2], acc[j][1] = acc[j][3];  // tokens + 8 next
     }
-    moe::stamp(sync, moe::ROUTER_SUMMED, lane);
-    // This warp completed the tile: select the experts of its tokens t0 + g and t0 + g + 8.
-    route_token<0>(acc, t0, T, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
-    moe::stamp(sync, moe::ROUTED_FIRST, lane);
-    route_token<1>(acc, t0, T, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
-    moe::stamp(sync, moe::ROUTED_SECOND, lane);
+    if (dry) break;
+    moe::stamp(sync, moe::ROUTER_ROUTED, lane);
     moe::signal(cur + moe::ROUTED, min(moe::ROUTE_TOKENS, T - t0), lane);
     moe::stamp(sync, moe::ROUTER_SIGNALLED, lane);
   }
