@@ -97,8 +97,12 @@ def test_variant_placement(built, kernel):
     assert m["facts"] == {"block_q": 128, "head_dim": 64 if kernel.endswith("_d64") else 128}
     assert m["block"] == [384, 1, 1]
     assert r["resource_usage"]["LOCAL"] == 0, "the linked kernel spills"
-    # ring q: 2 stages (the next tile's Q loads under this one); kv: what is left (5 at d = 128)
-    assert r["rings"]["q"]["depth"] == 2 and 2 <= r["rings"]["kv"]["depth"] <= 6
+    # ring q: 2 stages (the next tile's Q loads under this one; decode, one tile per CTA, links
+    # attn_loader_q1: 1); kv: what is left (5 at d = 128, 6 for decode and at d = 64)
+    q_depth = 1 if variant == "decode" else 2
+    assert r["rings"]["q"]["depth"] == q_depth and 2 <= r["rings"]["kv"]["depth"] <= 6
+    if variant == "decode" or kernel.endswith("_d64"):
+        assert r["rings"]["kv"]["depth"] == 6
     names = {i["name"]: i["package"] for i in m["instances"]}
     assert names["core"] == "attn_core" and names["mask"] == "attn_mask"
     if variant == "decode":

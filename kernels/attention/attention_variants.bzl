@@ -8,7 +8,7 @@ linked with attn_core_d64 (head dim 64).
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
-def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True):
+def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True, loader = ":attn_loader"):
     mask = name + "_mask"
     cuda_component(
         name = mask,
@@ -21,7 +21,7 @@ def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefil
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = [":attn_loader", ":attn_core", ":" + mask, epilogue],
+        components = [loader, ":attn_core", ":" + mask, epilogue],
         kernel = kernel,
         visibility = ["//visibility:public"],
     )
@@ -33,7 +33,7 @@ def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefil
         fused_kernel(
             name = name + "_d64",
             arch = "sm_90a",
-            components = [":attn_loader", ":attn_core_d64", ":" + mask, epilogue],
+            components = [loader, ":attn_core_d64", ":" + mask, epilogue],
             kernel = kernel,
             visibility = ["//visibility:public"],
         )
