@@ -237,7 +237,8 @@ def cmd_bench(a) -> int:
         fns = {"pipelink": lambda: attention(q, k, v, "decode", out=out, kernel_dir=BIN),
                "pipelink:control": lambda: attention(q, k, v, "decode", out=ctl, control=True, kernel_dir=BIN)}
         for name, bdir in a.builds:  # other builds: column pipelink_<name>
-            fns[f"pipelink_{name}"] = lambda o=torch.empty_like(q), d=bdir: attention(q, k, v, "decode", out=o, kernel_dir=d)
+            fns[f"pipelink_{name}"] = (lambda o=torch.empty_like(q), d=bdir:
+                                       attention(q, k, v, "decode", out=o, kernel_dir=d))
         fns.update(sdpa_fns(q, k, v, False))
         if a.flex_decode:
             try:

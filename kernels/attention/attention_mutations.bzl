@@ -21,11 +21,11 @@ outcome of each (a code, or propagated facts).
 """
 
 load("//kernels:counterexample.bzl", "mutation", "symbol_link_mutations")
+load(":attention_variants.bzl", "LOADER_FILES")
 
 _CORE = dict(srcs = ["attn_core.cu"], hdrs = ["attn.h", "attn_wgmma.h"], contract = "attn_core.contract.toml",
              cutlass = True)
-_LOADER = dict(srcs = ["attn_loader.cu"], hdrs = ["attn.h"], contract = "attn_loader.contract.toml",
-               host_provider = "attn_loader_host.py")
+_LOADER = LOADER_FILES
 _STORE = dict(srcs = ["attn_store.cu"], hdrs = ["attn.h"], contract = "attn_store.contract.toml")
 _COMBINE = dict(srcs = ["attn_combine.cu"], hdrs = ["attn.h"], contract = "attn_combine.contract.toml")
 

@@ -8,18 +8,23 @@ linked with attn_core_d64 (head dim 64).
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
+# The loader's files: its builds below and its geometry mutations (attention_mutations.bzl).
+LOADER_FILES = dict(
+    srcs = ["attn_loader.cu"],
+    hdrs = ["attn.h"],
+    contract = "attn_loader.contract.toml",
+    host_provider = "attn_loader_host.py",
+)
+
 def attention_loader(name, contract_substitutions = {}):
     """The TMA loader package (attn_loader.cu, package `attn_loader`), its contract edited by
     `contract_substitutions` (e.g. another ring depth) when given."""
     cuda_component(
         name = name,
         component = "attn_loader",
-        srcs = ["attn_loader.cu"],
-        hdrs = ["attn.h"],
-        contract = "attn_loader.contract.toml",
         contract_substitutions = contract_substitutions,
-        host_provider = "attn_loader_host.py",
         copts = ["-O3"],
+        **LOADER_FILES
     )
 
 def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True, loader = ":attn_loader"):
