@@ -116,12 +116,8 @@ def attention_problem(rng, *, head_dim=128, decode=False):
     kb, kf = bf16(rng.uniform(-1, 1, (B, H, Lkv, head_dim)))
     vb, vf = bf16(rng.uniform(-1, 1, (B, H, Lkv, head_dim)))
     scale = 1.0 / head_dim**0.5
-    # decode: 4 pieces per head, grid 4 * B * H (attention.decode_grid with splits=4); its aux
-    # words are [kv_len, B * H] (attn_decode_split.cu)
-    scalars = {"q_len": Lq, "kv_len": Lkv, "bh": B * H, "scale": scale,
-               **({"splits": 4, "ctas": 4 * B * H} if decode else {})}
-    aux = np.array([Lkv, B * H, 0, 0] if decode else [0] * 4, np.int32)
-    return ({"q": qb, "k": kb, "v": vb, "aux": aux}, scalars, ("o", (B, H, Lq, head_dim)),
+    scalars = {"q_len": Lq, "kv_len": Lkv, "bh": B * H, "scale": scale, **({"splits": 4} if decode else {})}
+    return ({"q": qb, "k": kb, "v": vb, "aux": np.zeros(4, np.int32)}, scalars, ("o", (B, H, Lq, head_dim)),
             _attention_ref(qf, kf, vf, scale, causal=not decode))
 
 

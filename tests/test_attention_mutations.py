@@ -38,8 +38,8 @@ EXPECTED = {
         "store_shape64": ("rejected", {"L-TENSOR-SHAPE"}, ["epi (attn_store)", "core (attn_core)"]),
     },
     "attn_decode": {
-        "core_d64": ("linked", {"block_q": 128, "head_dim": 64}, {"q": 2, "kv": 6}),  # the combine takes 64 too
-        "combine_d64": ("linked", {"block_q": 128, "head_dim": 128}, {"q": 2, "kv": 5}),
+        "core_d64": ("linked", {"block_q": 128, "head_dim": 64}, {"q": 1, "kv": 6}),  # the combine takes 64 too
+        "combine_d64": ("linked", {"block_q": 128, "head_dim": 128}, {"q": 1, "kv": 6}),  # (decode: attn_loader_q1)
         "mask_block64": ("rejected", {"L-FACT-ACCEPT"}, ["mask (attn_mask)", "core (attn_core)"]),
     },
 }

@@ -74,7 +74,7 @@ def test_good_calls_launch_once(kern, variant):
     (p,) = kern.launches
     assert p["q_len"] == q.shape[2] and p["kv_len"] == S and p["bh"] == B * H and p["scale"] == 1 / math.sqrt(D)
     if variant == "decode":
-        assert (p["ctas"], p["splits"]) == A.decode_grid(B * H, S, kern.num_sms)
+        assert p["splits"] == A.default_splits(B * H, S, kern.num_sms)
 
 
 def test_numpy_numbers_are_taken(kern):
@@ -83,7 +83,6 @@ def test_numpy_numbers_are_taken(kern):
     A.attention(q, k, v, "softcap", softcap=np.float64(2.0), out=empty(*q.shape))
     A.attention(randn(B, H, 1, D), k, v, "decode", splits=np.int32(2), out=empty(B, H, 1, D))
     assert kern.launches[0]["scale"] == 0.5 and kern.launches[2]["splits"] == 2
-    assert kern.launches[2]["ctas"] == 2 * B * H  # two pieces per head: the classic split-KV grid
 
 
 def _cases():
@@ -124,6 +123,8 @@ def _cases():
         ("decode 17 rows", dict(variant="decode", q=randn(B, H, 17, D)), "R-SHAPE"),
         ("rows > 2^31", dict(variant="full", q=huge(64, 64, 2**19, D), k=huge(64, 64, 2**19, D),
                              v=huge(64, 64, 2**19, D)), "R-SHAPE"),
+        ("decode B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
+                                    v=huge(2, 32768, 128, D)), "R-SHAPE"),
         ("document B*H > 65535", dict(variant="document", q=huge(2, 32768, 128, D), k=huge(2, 32768, 128, D),
                                       v=huge(2, 32768, 128, D), doc_ids=gpu(torch.zeros(2, 128, dtype=torch.int32))),
          "R-SHAPE"),
@@ -371,53 +372,9 @@ def test_variant_aux_builds_what_the_checks_passed():
     ids = (torch.arange(S, dtype=torch.int32) // 50).repeat(2, 1)
     assert aux("document", doc_ids=ids)[:3] == [S, H, S // 128]
     assert aux("full") == [0, 0, 0, 0]
-    assert aux("decode", kv_len=4096) == [4096, 2 * H, 0, 0]  # what tile() and kv_count() lack
     for variant, kw in [("sliding", {"window": 2**31}), ("softcap", {"softcap": True}), ("alibi", {"slopes": [1.0]}),
                         ("document", {"doc_ids": ids.long()}), ("block_sparse", {"block_mask": "m"})]:
         refused(aux, variant, **kw)
-
-
-def _decode_pieces(bh, nkv, ctas):
-    """attn_decode_split.cu's partition, in Python: {head: [(cta, first block, blocks)]}."""
-    n, pieces = bh * nkv, {}
-    for c in range(ctas):
-        lo, hi = c * n // ctas, (c + 1) * n // ctas
-        assert lo < hi, "a CTA with no block"
-        for h in range(lo // nkv, (hi - 1) // nkv + 1):
-            a, b = max(lo, h * nkv), min(hi, h * nkv + nkv)
-            pieces.setdefault(h, []).append((c, a - h * nkv, b - a))
-            first_owner = ((h * nkv + 1) * ctas - 1) // n  # the variant's owner(h * nkv)
-            assert c - first_owner == len(pieces[h]) - 1, "info[2]: the piece's index in its head"
-    return pieces
-
-
-@pytest.mark.parametrize("bh,kv_len", [(1, 128), (1, 4096), (32, 4096), (32, 131072), (256, 32768), (1024, 8192),
-                                       (2048, 4096), (3, 640), (7, 128 * 131), (131, 128 * 3), (133, 256)])
-def test_decode_grid_gives_every_head_its_slots(bh, kv_len):
-    """Stream-K: at most one CTA per SM, each with a block at least; every head's pieces cover its
-    KV blocks once, in order, and fit the slots per head attn_combine is given; `splits` given:
-    splits * bh CTAs, each head in `splits` equal pieces (the classic split-KV grid)."""
-    nkv = kv_len // 128
-    for sms in (1, 2, 7, 132, 264):
-        ctas, slots = A.decode_grid(bh, kv_len, sms)
-        assert ctas == min(sms, bh * nkv)
-        pieces = _decode_pieces(bh, nkv, ctas)
-        assert sorted(pieces) == list(range(bh))
-        for h, ps in pieces.items():
-            assert [p[1] for p in ps] == list(np.cumsum([0] + [p[2] for p in ps[:-1]])) and sum(p[2] for p in ps) == nkv
-            assert len(ps) <= slots, (h, len(ps), slots)
-    for splits in {s for s in (1, 2, nkv // 3, nkv) if 1 <= s <= nkv}:  # check_call: 1 .. nkv
-        ctas, slots = A.decode_grid(bh, kv_len, 132, splits)
-        assert (ctas, slots) == (splits * bh, splits)
-        pieces = _decode_pieces(bh, nkv, ctas)
-        assert all([p[2] for p in ps] == [(i + 1) * nkv // splits - i * nkv // splits for i in range(splits)]
-                   for ps in pieces.values())
-
-
-def test_decode_takes_more_than_65535_heads():
-    """Decode's grid is one-dimensional (stream-K): B*H past grid y's 65535 is taken."""
-    a = A.check_call(huge(2, 32768, 1, D), huge(2, 32768, 128, D), huge(2, 32768, 128, D), "decode")
-    assert (a["B"], a["H"]) == (2, 32768)
 
 
 def test_built_kernels_pass_the_manifest_checks(monkeypatch):

@@ -27,8 +27,8 @@ with pipelink.runtime.LaunchError, a code and a hint:
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; lengths not multiples
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
-            than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); document B*H or
-            S/128 > 65535; doc_ids or block mask of other shapes
+            than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); decode B*H > 65535
+            (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
   R-DTYPE   q/k/v/out not bf16, doc_ids not int32
   R-DEVICE  CPU tensors, operands (or the block mask, doc_ids) on different GPUs
   R-LAYOUT  non-contiguous, not 16-byte aligned (q, k, v, out: TMA), sparse or lazy views, an
@@ -165,18 +165,9 @@ def _aux(tensor_like, words):
     return t
 
 
-def decode_grid(bh: int, kv_len: int, num_sms: int, splits: int | None = None) -> tuple[int, int]:
-    """(CTAs, slots per head) of a decode launch. attn_decode_split.cu gives CTA c of G the c-th
-    of G equal ranges of the bh * nkv (head, KV block) pairs, nkv = kv_len / 128. `splits` given:
-    G = splits * bh, each head cut into `splits` equal pieces. Else stream-K: G = one CTA per SM
-    (one fits), so no second wave leaves SMs idle. A head's nkv blocks then meet at most
-    (nkv - 2) // L + 1 range boundaries (ranges hold L = bh * nkv // G blocks or more): that many
-    pieces plus one, the slots attn_combine needs per head."""
-    nkv = kv_len // BLOCK
-    if splits is not None:
-        return splits * bh, splits
-    ctas = min(num_sms, bh * nkv)
-    return ctas, 1 if nkv < 2 else min(ctas, (nkv - 2) // (bh * nkv // ctas) + 2)
+def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
+    """One wave of CTAs (one fits per SM), at least one KV block each."""
+    return max(1, min(kv_len // BLOCK, num_sms // bh))
 
 
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
@@ -209,6 +200,9 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         if not 1 <= Lq <= DECODE_ROWS:
             raise LaunchError("R-SHAPE", f"decode takes 1..{DECODE_ROWS} query rows, got {Lq}",
                               hint="use a prefill variant for longer queries")
+        if B * H > 65535:
+            raise LaunchError("R-SHAPE", f"decode launches one CTA row per head: B*H = {B * H} > 65535 (grid y)",
+                              hint="split the batch into several calls")
     elif Lq % BLOCK:
         raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK}",
                           hint=f"pad q to a multiple of {BLOCK}, or use variant='decode' for 1..16 rows")
@@ -252,13 +246,13 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"])
     grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
-                       slopes=slopes, grid=max(grid, 1), kv_len=Lkv)
+                       slopes=slopes, grid=max(grid, 1))
     if out is None:
         out = torch.empty_like(q)
     params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
               "scale": a["scale"]}
     if variant == "decode":
-        params["ctas"], params["splits"] = decode_grid(B * H, Lkv, kern.num_sms, a["splits"])
+        params["splits"] = a["splits"] or default_splits(B * H, Lkv, kern.num_sms)
     kern.launch_with(params, stream=stream)
     return out
 
@@ -302,7 +296,7 @@ def _variant_args(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, 
     return {}
 
 
-def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1, kv_len=0):
+def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
     import torch
     a = _variant_args(variant, q, B, H, S, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                       slopes=slopes)
@@ -324,8 +318,6 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
             hit = _aux_cache.put(key, (doc_ids, getattr(doc_ids, "_version", None),
                                        document_aux(doc_ids, B, H, S, q.device, grid)))
         return hit[2]
-    if variant == "decode":  # the launch's sizes that its tile / kv_count callables lack
-        return _aux(q, [kv_len, B * H])
     return _aux(q, [0])
 
 

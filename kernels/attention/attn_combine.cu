@@ -1,11 +1,9 @@
 // attn_combine.cu — split-KV decode epilogue (contract: attn_combine.contract.toml).
-// A head's KV is cut into pieces, each a work tile of some CTA (info[2] = piece, info[3] = the
-// head's pieces; a CTA may hold pieces of several heads). Each piece's rows' normalised O and
-// log2-sum-exp go to its slot of workspace `partials` (head bh's slots start at bh * splits:
-// param `splits` is the most pieces any head has), then thread 0 counts on the head's counter
-// (acq_rel). The CTA whose count completes the head merges its pieces (weights
-// exp2(lse_s - max)), writes bf16 O and resets the counter to zero for the next launch. No CTA
-// waits for another, so any grid size is safe.
+// Each CTA (split s of head bh) writes its rows' normalised O and log2-sum-exp into its slot
+// of workspace `partials`, then thread 0 counts on the head's counter (acq_rel). The CTA
+// whose count completes the head merges every split's slot (weights exp2(lse_s - max)),
+// writes bf16 O and resets the counter to zero for the next launch. No CTA waits for
+// another, so any grid size is safe.
 #define PL_COMPONENT attn_combine
 #include <pipelink.h>
 
@@ -21,7 +19,7 @@ PL_DECLARE_SMEM(last);
 PL_DECLARE_BARRIER(sync);
 
 namespace attn_combine {
-struct Params {  // o = "ptr"; q_len, bh, splits = "u32" (splits: slots per head)
+struct Params {  // o = "ptr"; q_len, bh, splits = "u32"
   uint4* o;      // 8 bf16 per uint4
   uint32_t q_len, bh, splits;
 };
@@ -44,7 +42,7 @@ PL_IMPORT(out) {
   const attn::OutFrag& f = *static_cast<const attn::OutFrag*>(pl_frag);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const unsigned g = (t % 32) / 4, qd = t % 4;
-  const unsigned bh = f.info[1], split = f.info[2], pieces = f.info[3];
+  const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];
   const unsigned rows = min(p.q_len, ROWS);
   // The linked head_dim (the core's fact: 64 or 128), never a compile-time copy of it. It folds
   // to an immediate at link time; the fragment's loops stay unrolled over 16 column tiles with a
@@ -52,7 +50,7 @@ PL_IMPORT(out) {
   const unsigned D = PL_FACT(head_dim), SLOT = ROWS * D + ROWS;  // floats per slot
   float* ws = static_cast<float*>(PL_WORKSPACE(partials));
   unsigned* counters = static_cast<unsigned*>(PL_WORKSPACE(counters));
-  float* slot = ws + ((size_t)bh * p.splits + split) * SLOT;
+  float* slot = ws + ((size_t)bh * splits + split) * SLOT;
   if (t < 32) {  // rows 0..15 of the tile live in the first warp (attn_o(2))
 #pragma unroll
     for (unsigned j = 0; j < 2; ++j) {
@@ -72,8 +70,8 @@ PL_IMPORT(out) {
   unsigned* last = reinterpret_cast<unsigned*>(PL_SMEM_PTR(last));
   pl::named_barrier_sync(bar, 256);
   if (t == 0) {
-    const bool is_last = add_acq_rel(counters + bh, 1) == pieces - 1;
-    if (is_last) counters[bh] = 0;  // every piece has counted: ready for the next launch
+    const bool is_last = add_acq_rel(counters + bh, 1) == splits - 1;
+    if (is_last) counters[bh] = 0;  // every split has counted: ready for the next launch
     *last = is_last;
   }
   pl::named_barrier_sync(bar, 256);
@@ -81,12 +79,12 @@ PL_IMPORT(out) {
   __threadfence();
   const unsigned G = D / 8, r = t / G, c0 = (t % G) * 8;  // 16 rows x D / 8 groups of 8 columns
   if (r >= rows) return;
-  const float* head = ws + (size_t)bh * p.splits * SLOT;
+  const float* head = ws + (size_t)bh * splits * SLOT;
   float mx = -INFINITY;
-  for (unsigned s = 0; s < pieces; ++s) mx = fmaxf(mx, __ldcg(head + s * SLOT + ROWS * D + r));
+  for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(head + s * SLOT + ROWS * D + r));
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sum = 0.f;
   if (mx != -INFINITY) {
-    for (unsigned s = 0; s < pieces; ++s) {
+    for (unsigned s = 0; s < splits; ++s) {
       const float* sl = head + s * SLOT;
       const float wgt = exp2f(__ldcg(sl + ROWS * D + r) - mx);
       const float4 a = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0));
