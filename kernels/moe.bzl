@@ -111,14 +111,9 @@ def moe_step(name, expert = ":moe_expert", swiglu = ":moe_swiglu", router = ":mo
         spills = spills,
     )
     if sass_test:
-        # Known failure, not run by `bazel test //...`: for moe_step, nvJitLink's LTO and the
-        # single-unit control compile the step differently (11600 vs 11576 instructions at
-        # 8eb25b5: other register allocation, the control keeps 8 runtime divisions the LTO
-        # build folds; BENCHMARKS.md, issue 9). The linked ÷
-        # control time is measured instead (benchmarks/moe_bench.py pair). Run it with
-        # `tools/bazel test //kernels:moe_step_sass_test`.
+        # Linked SASS == the single-unit control's. (It differed while the control was
+        # whole-program nvcc, another optimiser pipeline than LTO; docs/ARCHITECTURE.md.)
         fused_kernel_sass_test(
             name = name + "_sass_test",
             kernel = ":" + name,
-            tags = ["manual"],
         )

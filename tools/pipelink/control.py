@@ -1,4 +1,6 @@
-"""The control build: every component and the generated code as ONE translation unit.
+"""The control build: every component and the generated code as ONE translation unit,
+compiled to LTO-IR and linked by nvJitLink as the packages are, so that it differs from the
+linked kernel only in being one unit.
 
 Components are written by different owners and were compiled apart, so one translation unit
 must not let them see each other. Each package's sources are unpacked into their own folder
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from pipelink.compose import Composition
 from pipelink.diagnostics import reject
-from pipelink.toolkit import Toolkit, run_tool
+from pipelink.toolkit import Toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
@@ -99,9 +101,13 @@ def build_control(comp: Composition, generated: str, tk: Toolkit, tmp: Path) -> 
     parts += hoisted + body + ["#undef PL_COMPONENT", generated]
     unit = root / "control.cu"
     unit.write_text("\n".join(parts))
-    out = root / "control.cubin"
+    out = root / "control.fatbin"
     inc = [f"-I{d}" for d in dict.fromkeys(includes + [str(root / pkg.name) for pkg in pkgs])]
-    run_tool(tk.nvcc_base() + ["-cubin", "-std=c++17", "-O3", f"-gencode=arch=compute_{comp.arch[3:]},code=sm_{comp.arch[3:]}",
+    # Compiled as the packages are (LTO-IR, -rdc) and through nvJitLink with the link's options:
+    # the control differs from the linked kernel only in being one unit. (nvcc's whole-program
+    # -cubin runs another optimisation pipeline than LTO: for moe_step it gave other SASS than the
+    # same unit through LTO, which is byte-identical to the link; docs/ARCHITECTURE.md.)
+    run_tool(tk.nvcc_base() + ["-fatbin", "-rdc=true", "-std=c++17", "-O3", gencode(comp.arch, "lto"),
                                f"-I{INCLUDE_DIR}", *inc, *flags, str(unit), "-o", str(out)],
              "L-CONTROL", "compiling the control translation unit")
-    return out.read_bytes()
+    return nvjitlink_link([(out.name, out.read_bytes())], lto_link_options(comp.arch, comp.name), code="L-CONTROL")

@@ -21,7 +21,7 @@ from pipelink.control import build_control  # noqa: F401  (its own module; impor
 from pipelink.diagnostics import Fact, Rejected, reject
 from pipelink.generate import generate, param_layout, ws_param
 from pipelink.solve import Placement, first_fit, solve
-from pipelink.toolkit import Toolkit, find_toolkit, nvjitlink_link, run_tool
+from pipelink.toolkit import Toolkit, find_toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
 
 INCLUDE_DIR = Path(__file__).parent / "include"
 MANIFEST_FORMAT = 1
@@ -40,10 +40,6 @@ class LinkResult:
     timings: dict[str, float] = field(default_factory=dict)
     control_error: Rejected | None = None  # the control failed; the linked outputs are still good
     warnings: list = field(default_factory=list)  # Diagnostics with severity "warning"
-
-
-def _gencode(arch: str, kind: str) -> str:
-    return f"-gencode=arch=compute_{arch[3:]},code={kind}_{arch[3:]}"
 
 
 def _generate(ch: Checked, pl: Placement, guard: bool) -> str:
@@ -107,7 +103,7 @@ def _link_once(comp, ch, pl, src, timings, control, tk, spills="error") -> LinkR
         gen.write_text(src)
         obj = Path(tmp) / "generated.o"
         t0 = time.perf_counter()
-        run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", _gencode(arch, "lto"), f"-I{INCLUDE_DIR}",
+        run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", gencode(arch, "lto"), f"-I{INCLUDE_DIR}",
                                    str(gen), "-o", str(obj)], "L-COMPILE", "compiling the generated dispatcher")
         timings["compile_generated"] = time.perf_counter() - t0
         inputs = []
@@ -115,7 +111,7 @@ def _link_once(comp, ch, pl, src, timings, control, tk, spills="error") -> LinkR
             inputs += [(f"{pkg.name}/{k}", v) for k, v in sorted(pkg.objects.items())]
         inputs.append((obj.name, obj.read_bytes()))
         t0 = time.perf_counter()
-        cubin = nvjitlink_link(inputs, [f"-arch={arch}", "-lto", "-O3", f"-kernels-used={comp.name}"])
+        cubin = nvjitlink_link(inputs, lto_link_options(arch, comp.name))
         timings["nvjitlink"] = time.perf_counter() - t0
         control_cubin = None
         if control:

@@ -46,8 +46,8 @@ def plain_link(kernel: str, packages: list, mutant, *, arch: str | None = None,
                cuda_home: str | None = None) -> tuple[bytes, dict, str]:
     """(cubin, manifest, generated source): the original composition's glue + the mutant's objects."""
     from pipelink.compose import parse_kernel
-    from pipelink.link import _gencode, INCLUDE_DIR, make_manifest, plan, resource_usage
-    from pipelink.toolkit import find_toolkit, nvjitlink_link, run_tool
+    from pipelink.link import INCLUDE_DIR, make_manifest, plan, resource_usage
+    from pipelink.toolkit import find_toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
 
     tk = find_toolkit(cuda_home)
     comp = parse_kernel(kernel, packages, arch=arch)  # the original: its check/solve is the "shared header"
@@ -56,14 +56,14 @@ def plain_link(kernel: str, packages: list, mutant, *, arch: str | None = None,
     with tempfile.TemporaryDirectory(prefix="pipelink-plain-") as tmp:
         gen, obj = Path(tmp) / "generated.cu", Path(tmp) / "generated.o"
         gen.write_text(src)
-        run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", _gencode(comp.arch, "lto"), f"-I{INCLUDE_DIR}",
+        run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", gencode(comp.arch, "lto"), f"-I{INCLUDE_DIR}",
                                    str(gen), "-o", str(obj)], "L-COMPILE", "compiling the original glue")
         inputs = []
         for pkg in comp.packages():
             objs = swapped[pkg.name].objects
             inputs += [(f"{pkg.name}/{k}", v) for k, v in sorted(objs.items())]
         inputs.append((obj.name, obj.read_bytes()))
-        cubin = nvjitlink_link(inputs, [f"-arch={comp.arch}", "-lto", "-O3", f"-kernels-used={comp.name}"])
+        cubin = nvjitlink_link(inputs, lto_link_options(comp.arch, comp.name))
     manifest = make_manifest(ch, pl, resource_usage(cubin, comp.name, tk))
     manifest["plain_link"] = {"mutant": mutant.name, "mutant_digest": mutant.digest(),
                               "note": "original composition's glue and manifest; no contract check"}

@@ -131,6 +131,17 @@ def _nvjitlink():
     return nvjitlink
 
 
+def gencode(arch: str, kind: str) -> str:
+    """nvcc's -gencode for `arch` (sm_90a) emitting `kind` (lto, sm)."""
+    return f"-gencode=arch=compute_{arch[3:]},code={kind}_{arch[3:]}"
+
+
+def lto_link_options(arch: str, kernel: str) -> list[str]:
+    """nvJitLink's options for one kernel. The link, the plain symbol link and the control all
+    use these, so they differ only in what they link."""
+    return [f"-arch={arch}", "-lto", "-O3", f"-kernels-used={kernel}"]
+
+
 def nvjitlink_link(inputs: list[tuple[str, bytes]], options: list[str], *, ptx: bool = False,
                    code: str = "L-LINK") -> bytes:
     """Link (name, data) inputs (LTO-IR objects/fatbins) -> cubin, or PTX when ptx=True.
