@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -159,6 +160,16 @@ def paired_ratio(fa, fb, inner: int, rounds: int) -> tuple[float, float, float, 
         tb.append((t[1] + t[2]) / 2 * 1e3 / inner)
     q = statistics.quantiles(ratios, n=4)
     return statistics.median(ratios), q[2] - q[0], statistics.median(ta), statistics.median(tb)
+
+
+def both_ways_ratio(own, swapped, inner: int, rounds: int) -> tuple[float, float, float, float, float, float]:
+    """paired_ratio of (A, B) on their own buffers, then of (A', B'): the same kernels with their
+    buffers exchanged (A on B's workspaces and output, B on A's). The geometric mean cancels
+    where the buffers lie, which alone moved one cubin against itself by up to 1.2% (moe_step,
+    BENCHMARKS.md issue 9 run 10). -> (ratio, the larger IQR, A us, B us, own ratio, swapped ratio)."""
+    r1, q1, a1, b1 = paired_ratio(*own, inner, rounds)
+    r2, q2, a2, b2 = paired_ratio(*swapped, inner, rounds)
+    return math.sqrt(r1 * r2), max(q1, q2), math.sqrt(a1 * a2), math.sqrt(b1 * b2), r1, r2
 
 
 def cmd_target(a) -> int:

@@ -31,7 +31,8 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
             (routing is then precision-dependent) are excluded and counted.
   sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step (T = 64,
             torch-free, through symbol_link_counterexample.py's worker); fails if the tool is missing.
-  pair      moe_step linked / control: ABBA rounds of CUDA-graph replays (gpu_bench.paired_ratio).
+  pair      moe_step linked / control: ABBA rounds of CUDA-graph replays, each kernel on its own
+            buffers, then on the other's (gpu_bench.both_ways_ratio).
   bench     every column per T: graphs (or eager calls for liger) in rounds with rotating order,
             median us per step.
 """
@@ -51,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
-from gpu_bench import interleaved, paired_ratio, parse_builds, run_gates, sanitizer  # noqa: E402
+from gpu_bench import both_ways_ratio, interleaved, parse_builds, run_gates, sanitizer  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
@@ -154,8 +155,9 @@ def liger_step_factory():
 
 def moe_step_columns(builds=()) -> tuple[dict, str]:
     """{'moe_step': opener, 'moe_step:control': opener, 'moe_step_<name>': opener for each
-    (name, dir) of `builds`} or ({}, why not). opener(x, rw, w13, w2, out) plans once
-    (MoeStep.open) and returns the session's launch: no host work per call."""
+    (name, dir) of `builds`} or ({}, why not). opener(x, rw, w13, w2, out, workspaces=None)
+    plans once (MoeStep.open) and returns the session's launch: no host work per call;
+    opener.step is its MoeStep."""
     entry = ROOT / "kernels" / "moe" / "moe_step.py"
     if not entry.exists():
         return {}, f"{entry.relative_to(ROOT)} does not exist yet"
@@ -174,7 +176,9 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
     cols = {}
     for name, cubin in cubins.items():
         k = cls(cubin, manifests[name])
-        cols[name] = (lambda x, rw, w13, w2, out, k=k: k.open(x, rw, w13, w2, out).launch)
+        cols[name] = lambda x, rw, w13, w2, out, workspaces=None, k=k: k.open(x, rw, w13, w2, out,
+                                                                             workspaces=workspaces).launch
+        cols[name].step = k
     return cols, ""
 
 
@@ -273,22 +277,26 @@ def cmd_bench(a) -> int:
 
 
 def cmd_pair(a) -> int:
+    """linked / control, each kernel timed on its own buffers and then on the other's (gpu_bench.
+    both_ways_ratio): one cubin against itself moved by up to 1.2% with where its buffers lay."""
     import torch
     ours, why = moe_step_columns()
     if why:
         print(f"pair: skipped ({why})")
         return 0
     router_w, w13, w2, g = weights()
+    linked, control = ours["moe_step"], ours["moe_step:control"]
     ratios = []
     for T in a.tokens:
         x = tokens(T, g)
         ol, oc = (torch.empty(T, H, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-        r, iqr, ta, tb = paired_ratio(ours["moe_step"](x, router_w, w13, w2, ol),
-                                      ours["moe_step:control"](x, router_w, w13, w2, oc),
-                                      10 if T <= 1024 else 3, a.rounds)
+        own = (linked(x, router_w, w13, w2, ol), control(x, router_w, w13, w2, oc))
+        swapped = (linked(x, router_w, w13, w2, oc, workspaces=control.step.kernel.workspace_buffers()),
+                   control(x, router_w, w13, w2, ol, workspaces=linked.step.kernel.workspace_buffers()))
+        r, iqr, ta, tb, r_own, r_swapped = both_ways_ratio(own, swapped, 10 if T <= 1024 else 3, a.rounds)
         ratios.append(r)
-        print(f"  moe_step T={T:<6} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f} (IQR {iqr:.4f})",
-              flush=True)
+        print(f"  moe_step T={T:<6} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f} (IQR {iqr:.4f}; "
+              f"own buffers {r_own:.4f}, exchanged {r_swapped:.4f})", flush=True)
     print(f"pair: geomean {statistics.geometric_mean(ratios):.4f}, worst |linked/control - 1| = "
           f"{max(abs(r - 1) for r in ratios) * 100:.3f}%")
     return 0

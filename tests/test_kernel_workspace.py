@@ -129,3 +129,20 @@ def test_lent_tensor_counts_its_bytes():
         def element_size(self): return 4
         def is_contiguous(self): return True
     assert _plan({"xs": T()})[:2] == (0x40000, 0x40000)
+
+
+def test_workspace_buffers_lend_to_a_kernel_of_the_same_workspaces():
+    """Kernel.workspace_buffers names a kernel's workspace buffers as `workspaces=` takes them, so
+    another build of the kernel can run on them (moe_bench pair: each build on the other's buffers)."""
+    from pipelink.runtime import Kernel
+    m = _lend_manifest()
+    assert Kernel.workspace_buffers(SimpleNamespace(_arena=None, manifest=m)) == {}  # nothing launched yet
+    allocs = []
+    arena = Arena(lambda n: allocs.append(n) or 0x100000 * len(allocs), lambda p: None, lambda p, n: None)
+    xs, own = m.workspaces[0], m.workspaces[2]
+    arena.pointer(xs, 400)
+    arena.pointer(own, 100)
+    bufs = Kernel.workspace_buffers(SimpleNamespace(_arena=arena, manifest=m))
+    assert bufs == {"xs": (0x100000, 400), "b.own": (0x200000, 100)}
+    a, b, own_ptr, allocated = _plan(bufs)
+    assert (a, b, own_ptr, allocated) == (0x100000, 0x100000, 0x200000, [])

@@ -91,11 +91,12 @@ class MoeStep:
         self.kernel.launch_with(p, stream=stream)
         return p["out"]
 
-    def open(self, x, router_w, w13, w2, out=None, *, tokens: int | None = None):
+    def open(self, x, router_w, w13, w2, out=None, *, tokens: int | None = None, workspaces=None):
         """A planned session: `s.launch()` replays with no host work (CUDA-graph capturable);
-        `s.out` is the output tensor. The tensors must outlive the session."""
+        `s.out` is the output tensor. The tensors must outlive the session. `workspaces`: lent
+        buffers (Kernel.plan), e.g. another MoeStep's `kernel.workspace_buffers()`."""
         p = self.params(x, router_w, w13, w2, out, tokens=tokens)
-        s = self.kernel.open(**p)
+        s = self.kernel.open(workspaces=workspaces, **p)
         s.out = p["out"]
         return s
 

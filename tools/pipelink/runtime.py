@@ -312,6 +312,15 @@ class Kernel:
                 lambda p, n: _check(drv, drv.cuMemsetD8(p, 0, n), "zeroing a workspace"))
         return self._arena.pointer(w, nbytes)
 
+    def workspace_buffers(self) -> dict[str, tuple[int, int]]:
+        """{name: (device pointer, bytes)} of the workspace buffers this kernel's launches got so
+        far, named as `workspaces=` takes them: lend them to another kernel with the same
+        workspaces (a benchmark timing two builds on the same buffers, in both orders)."""
+        if self._arena is None:
+            return {}
+        names = {w.key: (w.name if w.scope == "kernel" else f"{w.instance}.{w.name}") for w in self.manifest.workspaces}
+        return {names[k]: buf for k, buf in self._arena.live().items() if k in names}
+
     def open(self, grid=None, workspaces=None, **params) -> "Session":
         """Plan once (validation, grid, host providers) and keep the packed parameters:
         `session.launch()` then does no host work but the launch call, so a session can be

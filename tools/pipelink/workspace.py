@@ -73,6 +73,10 @@ class Arena:
             self._live[w.key] = (ptr, nbytes)
         return self._live[w.key][0]
 
+    def live(self) -> dict[str, tuple[int, int]]:
+        """{buffer key (Workspace.key): (pointer, bytes)} of the current buffers."""
+        return dict(self._live)
+
     def close(self) -> None:
         for p in [p for p, _ in self._live.values()] + self._retired:
             self._free(p)
