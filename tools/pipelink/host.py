@@ -117,7 +117,7 @@ class HostEncoder:
             raise HostError(message, hint="the kernel does not support these sizes")
 
     def tensor_map_2d(self, ptr: int, dtype: str, *, rows: int, cols: int, box_rows: int, box_cols: int,
-                      swizzle: int = 128) -> bytes:
+                      swizzle: int = 128, l2_promotion: int = 256) -> bytes:
         """A row-major [rows, cols] tensor at `ptr`, read in boxes of [box_rows, box_cols];
         out-of-bounds elements read as zero."""
         if dtype not in _DTYPES or swizzle not in _SWIZZLE:
@@ -138,7 +138,8 @@ class HostEncoder:
             getattr(drv.CUtensorMapDataType, _DTYPES[dtype][0]), 2, ptr,
             [u64(cols), u64(rows)], [u64(cols * esize)], [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, getattr(drv.CUtensorMapSwizzle, _SWIZZLE[swizzle]),
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            getattr(drv.CUtensorMapL2promotion, {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+                                                 128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B"}.get(l2_promotion, "CU_TENSOR_MAP_L2_PROMOTION_L2_256B")),
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
         if res[0] != drv.CUresult.CUDA_SUCCESS:
             raise HostError(f"cuTensorMapEncodeTiled failed ({res[0].name}) for [{rows}, {cols}] {dtype}, "
