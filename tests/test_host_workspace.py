@@ -118,3 +118,17 @@ def test_provider_failures_are_r_host(source, why):
     with pytest.raises(HostError) as e:
         run_providers([p], {"x": 1}, {}, FakeHost())
     assert e.value.code == "R-HOST" and why in e.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("kw", [{"l2_promotion": 96}, {"l2_promotion": True}, {"l2_promotion": "128"},
+                                {"swizzle": 48}, {"swizzle": False}, {"dtype": "bf8"}])
+def test_tensor_map_2d_refuses_unsupported_settings_before_the_driver(kw):
+    """A provider asking for a swizzle, L2 promotion or dtype TMA lacks gets R-HOST with the
+    supported values, before any driver call (HostEncoder without a driver)."""
+    from pipelink.host import HostEncoder
+    args = {"dtype": "bf16", **kw}
+    with pytest.raises(HostError) as e:
+        HostEncoder(driver=None).tensor_map_2d(0x1000, args.pop("dtype"), rows=128, cols=64, box_rows=64,
+                                               box_cols=64, **args)
+    d = e.value.diagnostics[0]
+    assert e.value.code == "R-HOST" and "not supported" in d.message and "l2_promotion in [0, 64, 128, 256]" in d.hint

@@ -103,6 +103,8 @@ _DTYPES = {"bf16": ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2), "f16": ("CU_TENSOR_M
            "f32": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4), "u8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1)}
 _SWIZZLE = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
             128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+_L2_PROMOTION = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+                 128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", 256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
 
 
 class HostEncoder:
@@ -119,10 +121,12 @@ class HostEncoder:
     def tensor_map_2d(self, ptr: int, dtype: str, *, rows: int, cols: int, box_rows: int, box_cols: int,
                       swizzle: int = 128, l2_promotion: int = 256) -> bytes:
         """A row-major [rows, cols] tensor at `ptr`, read in boxes of [box_rows, box_cols];
-        out-of-bounds elements read as zero."""
-        if dtype not in _DTYPES or swizzle not in _SWIZZLE:
-            raise HostError(f"tensor_map_2d: dtype {dtype!r} / swizzle {swizzle} not supported",
-                            hint=f"dtype in {sorted(_DTYPES)}, swizzle in {sorted(_SWIZZLE)}")
+        out-of-bounds elements read as zero. `l2_promotion`: the bytes L2 fetches per miss (0: none)."""
+        if (dtype not in _DTYPES or isinstance(swizzle, bool) or swizzle not in _SWIZZLE
+                or isinstance(l2_promotion, bool) or l2_promotion not in _L2_PROMOTION):
+            raise HostError(f"tensor_map_2d: dtype {dtype!r} / swizzle {swizzle!r} / l2_promotion {l2_promotion!r} "
+                            "not supported", hint=f"dtype in {sorted(_DTYPES)}, swizzle in {sorted(_SWIZZLE)}, "
+                            f"l2_promotion in {sorted(_L2_PROMOTION)}")
         esize = _DTYPES[dtype][1]
         self.require(rows >= 1 and cols >= 1, f"tensor of {rows} x {cols} is empty")
         self.require(ptr % 16 == 0, f"address {ptr:#x} is not 16-byte aligned (TMA)")
@@ -138,8 +142,7 @@ class HostEncoder:
             getattr(drv.CUtensorMapDataType, _DTYPES[dtype][0]), 2, ptr,
             [u64(cols), u64(rows)], [u64(cols * esize)], [u32(box_cols), u32(box_rows)], [u32(1), u32(1)],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, getattr(drv.CUtensorMapSwizzle, _SWIZZLE[swizzle]),
-            getattr(drv.CUtensorMapL2promotion, {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
-                                                 128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B"}.get(l2_promotion, "CU_TENSOR_MAP_L2_PROMOTION_L2_256B")),
+            getattr(drv.CUtensorMapL2promotion, _L2_PROMOTION[l2_promotion]),
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
         if res[0] != drv.CUresult.CUDA_SUCCESS:
             raise HostError(f"cuTensorMapEncodeTiled failed ({res[0].name}) for [{rows}, {cols}] {dtype}, "
