@@ -323,7 +323,7 @@ def lent_workspaces(m: Manifest, lent) -> dict[str, tuple[int, int]]:
     if not isinstance(lent, Mapping):
         raise LaunchError("R-WORKSPACE", f"workspaces must be a dict of name -> (pointer, bytes), got "
                           f"{type(lent).__name__}", hint="workspaces={'xs': (ptr, nbytes)}")
-    known = {(w.name if w.scope == "kernel" else f"{w.instance}.{w.name}") for w in m.workspaces}
+    known = {w.lend_name for w in m.workspaces}
     out = {}
     for name, buf in lent.items():
         if name not in known:
@@ -359,7 +359,7 @@ def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, l
         except ExprError as e:
             raise LaunchError("R-MANIFEST", f"workspace {w.instance}.{w.name}: {e}",
                               hint="relink: the workspace size names parameters the kernel lacks") from None
-        key = w.name if w.scope == "kernel" else f"{w.instance}.{w.name}"
+        key = w.lend_name
         if key in lent:
             ptr, have = lent[key]
             if have < n:

@@ -318,7 +318,7 @@ class Kernel:
         workspaces (a benchmark timing two builds on the same buffers, in both orders)."""
         if self._arena is None:
             return {}
-        names = {w.key: (w.name if w.scope == "kernel" else f"{w.instance}.{w.name}") for w in self.manifest.workspaces}
+        names = {w.key: w.lend_name for w in self.manifest.workspaces}
         return {names[k]: buf for k, buf in self._arena.live().items() if k in names}
 
     def open(self, grid=None, workspaces=None, **params) -> "Session":

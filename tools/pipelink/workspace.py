@@ -46,6 +46,12 @@ class Workspace:
         """The buffer this workspace uses: its own, or the kernel's one of that name."""
         return f"@kernel:{self.name}" if self.scope == "kernel" else self.param
 
+    @property
+    def lend_name(self) -> str:
+        """How a caller names this workspace's buffer when lending it (`workspaces=`): a
+        kernel-scope workspace by its name, an instance's own as "<instance>.<name>"."""
+        return self.name if self.scope == "kernel" else f"{self.instance}.{self.name}"
+
     def size(self, env: Mapping[str, int]) -> int:
         """Bytes for this launch; raises ExprError when a name is missing."""
         n = evaluate(self.bytes, dict(env))
