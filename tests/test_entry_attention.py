@@ -372,6 +372,7 @@ def test_variant_aux_builds_what_the_checks_passed():
     ids = (torch.arange(S, dtype=torch.int32) // 50).repeat(2, 1)
     assert aux("document", doc_ids=ids)[:3] == [S, H, S // 128]
     assert aux("full") == [0, 0, 0, 0]
+    assert aux("causal", grid=3)[:6] == [2, 6, 0, 2, 5, 8]  # the host schedule: 8 tiles on 3 CTAs
     for variant, kw in [("sliding", {"window": 2**31}), ("softcap", {"softcap": True}), ("alibi", {"slopes": [1.0]}),
                         ("document", {"doc_ids": ids.long()}), ("block_sparse", {"block_mask": "m"})]:
         refused(aux, variant, **kw)

@@ -53,7 +53,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 from pipelink.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
                             expect_tensor, flag, integer, optional_dir, real, refuse_unused, tensor_device)
 
-from attention_masks import BlockMask, check_doc_ids, create_block_mask, document_aux  # noqa: E402,F401
+from attention_masks import BlockMask, causal_schedule, check_doc_ids, create_block_mask, document_aux  # noqa: E402,F401
 
 BLOCK, HEAD_DIM, DECODE_ROWS = 128, 128, 16
 HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d64 (attn_<variant>_d64)
@@ -154,14 +154,17 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
     return k
 
 
+def _words_tensor(words, device):
+    import torch
+    return torch.tensor(list(words) + [0] * (4 - len(words) % 4), dtype=torch.int32, device=device)
+
+
 def _aux(tensor_like, words):
     """A small int32 aux buffer on the device (cached per content)."""
-    import torch
     key = (tensor_like.device.index, tuple(words))
     t = _aux_cache.get(key)
     if t is None:
-        t = _aux_cache.put(key, torch.tensor(list(words) + [0] * (4 - len(words) % 4), dtype=torch.int32,
-                                             device=tensor_like.device))
+        t = _aux_cache.put(key, _words_tensor(words, tensor_like.device))
     return t
 
 
@@ -318,6 +321,14 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
             hit = _aux_cache.put(key, (doc_ids, getattr(doc_ids, "_version", None),
                                        document_aux(doc_ids, B, H, S, q.device, grid)))
         return hit[2]
+    if variant == "causal":  # the host's tile schedule (attention_masks.causal_schedule), per shape and grid
+        grid = integer("grid", grid, 1, I32_MAX)
+        key = ("causal", q.device.index, B, H, S, q.shape[-1], grid)
+        hit = _aux_cache.get(key)
+        if hit is None:
+            l2 = torch.cuda.get_device_properties(q.device).L2_cache_size if q.device.type == "cuda" else 0
+            hit = _aux_cache.put(key, _words_tensor(causal_schedule(B, H, S, q.shape[-1], grid, l2), q.device))
+        return hit
     return _aux(q, [0])
 
 

@@ -203,6 +203,47 @@ def schedule(costs, G):
     return starts, [i for lst in lists for i in lst]
 
 
+def list_schedule(costs, G):
+    """Tiles in the given order, each to the CTA that is free first (what a dynamic scheduler would
+    do at equal speed). Returns the [G + 1] list starts and the tile indices, CTA by CTA."""
+    import heapq
+    heap = [(0.0, c) for c in range(G)]
+    lists = [[] for _ in range(G)]
+    for i, cost in enumerate(costs):
+        load, c = heapq.heappop(heap)
+        lists[c].append(i)
+        heapq.heappush(heap, (load + cost, c))
+    starts = [0]
+    for lst in lists:
+        starts.append(starts[-1] + len(lst))
+    return starts, [i for lst in lists for i in lst]
+
+
+# The causal schedule (ATTN_CAUSAL_TILE): the (batch, head) rows in sections whose K and V take at
+# most half the L2 but hold at least 8 rows (H200 run 11: 8 rows per section at S = 32K, 2-4%
+# faster at S = 4K-8K than sections sized by the L2 alone or the device's order over all heads).
+CAUSAL_L2_SHARE = 0.5
+CAUSAL_MIN_SECTION_ROWS = 8
+CAUSAL_SCHEDULE_MAX_TILES = 1 << 18  # past this, making the schedule takes the host ~1 s: the device's order
+
+
+def causal_schedule(B, H, S, D, G, l2_bytes):
+    """aux words for ATTN_CAUSAL_TILE: [2, 3 + G, starts[G + 1], tiles (q_block << 16 | bh)]; the
+    (batch, head) rows in sections of equal size, each section's Q blocks longest first (a tile
+    costs its KV blocks + ~0.5), list-scheduled onto G CTAs. [0] (the device's own order) for a
+    shape whose fields do not fit 16 bits or whose schedule is too long to make on the host."""
+    QB, BH = S // BLOCK, B * H
+    if QB > 0xFFFF or BH > 0xFFFF or QB * BH > CAUSAL_SCHEDULE_MAX_TILES:
+        return [0]
+    per_row = S * D * 2 * 2  # K and V of one (batch, head), bf16
+    rows = max(CAUSAL_MIN_SECTION_ROWS, int(l2_bytes * CAUSAL_L2_SHARE) // per_row)
+    n = -(-BH // min(BH, rows))  # sections of equal size (a small last one starts its long tiles late)
+    cuts = [BH * i // n for i in range(n + 1)]
+    tiles = [(qb, bh) for lo, hi in zip(cuts, cuts[1:]) for qb in range(QB - 1, -1, -1) for bh in range(lo, hi)]
+    starts, order = list_schedule([qb + 1.5 for qb, _ in tiles], G)
+    return [2, 3 + G, *starts, *(tiles[i][0] << 16 | tiles[i][1] for i in order)]
+
+
 def document_aux(doc_ids, B, H, S, device, G):
     """aux for attn_document.cu: [S, H, QB, off_lo, off_hi, off_flo, off_fhi, off_start, off_end,
     off_batch, off_starts, off_tiles] + the arrays; the tiles' schedule is made for a grid of G

@@ -1,0 +1,49 @@
+"""The causal variant's host schedule (attention_masks.causal_schedule, ATTN_CAUSAL_TILE's aux
+words): every tile once, sections of K/V rows that fit the L2 share, balanced CTAs, and the
+device's own order where the host does not make one. CPU only."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import ROOT  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+import attention_masks as M  # noqa: E402
+
+L2 = 60 * 2**20
+
+
+def decode(words, G):
+    assert words[:2] == [2, 3 + G]
+    starts, tiles = words[2:3 + G], words[3 + G:]
+    assert starts[0] == 0 and starts[-1] == len(tiles) and starts == sorted(starts)
+    return [[(w >> 16, w & 0xFFFF) for w in tiles[starts[c]:starts[c + 1]]] for c in range(G)]
+
+
+@pytest.mark.parametrize("B,H,S,G", [(1, 32, 4096, 132), (1, 32, 8192, 132), (1, 32, 32768, 132),
+                                     (2, 3, 256, 4), (1, 1, 128, 1), (3, 20, 1024, 100)])
+def test_every_tile_once_and_balanced(B, H, S, G):
+    QB = S // M.BLOCK
+    lists = decode(M.causal_schedule(B, H, S, 128, G, L2), G)
+    seen = sorted(t for lst in lists for t in lst)
+    assert seen == sorted((qb, bh) for qb in range(QB) for bh in range(B * H))
+    loads = [sum(qb + 1 for qb, _ in lst) for lst in lists]
+    if QB * B * H >= 8 * G:  # enough tiles to balance: within 3% of the mean (one wave's tail)
+        assert max(loads) <= 1.03 * sum(loads) / G, (max(loads), sum(loads) / G)
+
+
+def test_sections_fit_half_the_l2_but_hold_eight_rows():
+    """At S = 8K (4 MB of K/V per head), 30 MB of L2 holds 7 heads: sections of 8 rows; at 1K, 30 MB
+    holds 60 heads: one section of all 32. A CTA's tiles come in section order."""
+    for S, rows in [(8192, 8), (1024, 32)]:
+        lists = decode(M.causal_schedule(1, 32, S, 128, 132, L2), 132)
+        for lst in lists:
+            sections = [bh // rows for _, bh in lst]
+            assert sections == sorted(sections)
+
+
+@pytest.mark.parametrize("B,H,S", [(1, 0x10000, 128), (1, 1, 128 * 0x10000), (64, 64, 16384)])
+def test_shapes_past_the_fields_or_the_limit_keep_the_device_order(B, H, S):
+    assert M.causal_schedule(B, H, S, 128, 132, L2) == [0]
