@@ -15,8 +15,9 @@ import attention_masks as M  # noqa: E402
 L2 = 60 * 2**20
 
 
-def decode(words, G):
-    assert words[:2] == [2, 3 + G]
+def decode(words, G, base=0):
+    words = words[base:]
+    assert words[:2] == [base + 2, base + 3 + G]
     starts, tiles = words[2:3 + G], words[3 + G:]
     assert starts[0] == 0 and starts[-1] == len(tiles) and starts == sorted(starts)
     return [[(w >> 16, w & 0xFFFF) for w in tiles[starts[c]:starts[c + 1]]] for c in range(G)]
@@ -47,3 +48,9 @@ def test_sections_fit_half_the_l2_but_hold_eight_rows():
 @pytest.mark.parametrize("B,H,S", [(1, 0x10000, 128), (1, 1, 128 * 0x10000), (64, 64, 16384)])
 def test_shapes_past_the_fields_or_the_limit_keep_the_device_order(B, H, S):
     assert M.causal_schedule(B, H, S, 128, 132, L2) == [0]
+
+
+def test_schedule_placed_after_the_variant_words():
+    """softcap and alibi put their own words first: the offsets count from the aux start."""
+    assert decode([7, 9] + M.causal_schedule(1, 2, 512, 128, 3, L2, base=2), 3, base=2) == \
+        decode(M.causal_schedule(1, 2, 512, 128, 3, L2), 3)

@@ -373,6 +373,8 @@ def test_variant_aux_builds_what_the_checks_passed():
     assert aux("document", doc_ids=ids)[:3] == [S, H, S // 128]
     assert aux("full") == [0, 0, 0, 0]
     assert aux("causal", grid=3)[:6] == [2, 6, 0, 2, 5, 8]  # the host schedule: 8 tiles on 3 CTAs
+    assert aux("softcap", softcap=30.0, grid=3)[1:7] == [3, 7, 0, 2, 5, 8]  # after the cap word
+    assert aux("alibi", grid=3)[1 + H:7 + H] == [3 + H, 7 + H, 0, 2, 5, 8]  # after H and the slopes
     for variant, kw in [("sliding", {"window": 2**31}), ("softcap", {"softcap": True}), ("alibi", {"slopes": [1.0]}),
                         ("document", {"doc_ids": ids.long()}), ("block_sparse", {"block_mask": "m"})]:
         refused(aux, variant, **kw)

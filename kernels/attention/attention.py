@@ -299,18 +299,32 @@ def _variant_args(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, 
     return {}
 
 
+def _causal_aux(q, B, H, S, grid, head):
+    """The variant's words `head`, then the host's tile schedule of the causal family
+    (attention_masks.causal_schedule, ATTN_CAUSAL_TILE(len(head))); cached per shape and grid."""
+    import torch
+    grid = integer("grid", grid, 1, I32_MAX)
+    key = ("causal", q.device.index, B, H, S, q.shape[-1], grid, tuple(head))
+    hit = _aux_cache.get(key)
+    if hit is None:
+        l2 = torch.cuda.get_device_properties(q.device).L2_cache_size if q.device.type == "cuda" else 0
+        words = head + causal_schedule(B, H, S, q.shape[-1], grid, l2, base=len(head))
+        hit = _aux_cache.put(key, _words_tensor(words, q.device))
+    return hit
+
+
 def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
     import torch
     a = _variant_args(variant, q, B, H, S, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                       slopes=slopes)
-    if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits]
+    if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits, the causal schedule]
         words = torch.tensor(a["slopes"], dtype=torch.float32).view(torch.int32).tolist()
-        return _aux(q, [H, *words])
+        return _causal_aux(q, B, H, S, grid, [H, *words])
     if variant == "sliding":
         return _aux(q, [a["window"]])
     if variant == "softcap":
         word = int(torch.tensor([a["softcap"]], dtype=torch.float32).view(torch.int32).item())
-        return _aux(q, [word])
+        return _causal_aux(q, B, H, S, grid, [word])  # [cap as f32 bits, the causal schedule]
     if variant == "block_sparse":
         return block_mask.aux_for(H)
     if variant == "document":  # cached per ids tensor object and version: no host sync in a graph capture
@@ -321,14 +335,8 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
             hit = _aux_cache.put(key, (doc_ids, getattr(doc_ids, "_version", None),
                                        document_aux(doc_ids, B, H, S, q.device, grid)))
         return hit[2]
-    if variant == "causal":  # the host's tile schedule (attention_masks.causal_schedule), per shape and grid
-        grid = integer("grid", grid, 1, I32_MAX)
-        key = ("causal", q.device.index, B, H, S, q.shape[-1], grid)
-        hit = _aux_cache.get(key)
-        if hit is None:
-            l2 = torch.cuda.get_device_properties(q.device).L2_cache_size if q.device.type == "cuda" else 0
-            hit = _aux_cache.put(key, _words_tensor(causal_schedule(B, H, S, q.shape[-1], grid, l2), q.device))
-        return hit
+    if variant == "causal":
+        return _causal_aux(q, B, H, S, grid, [])
     return _aux(q, [0])
 
 

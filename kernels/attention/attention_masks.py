@@ -227,8 +227,9 @@ CAUSAL_MIN_SECTION_ROWS = 8
 CAUSAL_SCHEDULE_MAX_TILES = 1 << 18  # past this, making the schedule takes the host ~1 s: the device's order
 
 
-def causal_schedule(B, H, S, D, G, l2_bytes):
-    """aux words for ATTN_CAUSAL_TILE: [2, 3 + G, starts[G + 1], tiles (q_block << 16 | bh)]; the
+def causal_schedule(B, H, S, D, G, l2_bytes, base=0):
+    """aux words for ATTN_CAUSAL_TILE(base), placed at word `base` of the variant's aux:
+    [base + 2, base + 3 + G, starts[G + 1], tiles (q_block << 16 | bh)]; the
     (batch, head) rows in sections of equal size, each section's Q blocks longest first (a tile
     costs its KV blocks + ~0.5), list-scheduled onto G CTAs. [0] (the device's own order) for a
     shape whose fields do not fit 16 bits or whose schedule is too long to make on the host."""
@@ -241,7 +242,7 @@ def causal_schedule(B, H, S, D, G, l2_bytes):
     cuts = [BH * i // n for i in range(n + 1)]
     tiles = [(qb, bh) for lo, hi in zip(cuts, cuts[1:]) for qb in range(QB - 1, -1, -1) for bh in range(lo, hi)]
     starts, order = list_schedule([qb + 1.5 for qb, _ in tiles], G)
-    return [2, 3 + G, *starts, *(tiles[i][0] << 16 | tiles[i][1] for i in order)]
+    return [base + 2, base + 3 + G, *starts, *(tiles[i][0] << 16 | tiles[i][1] for i in order)]
 
 
 def document_aux(doc_ids, B, H, S, device, G):

@@ -5,7 +5,7 @@
 
 #include "attn_variant.h"
 
-ATTN_CAUSAL_TILE  // aux: the host's schedule (attention_masks.causal_schedule)
+ATTN_CAUSAL_TILE(0u)  // aux: the host's schedule (attention_masks.causal_schedule)
 ATTN_KV_COUNT { return qb + 1; }
 ATTN_KV_BLOCK { return i == qb ? (i | attn::PARTIAL) : i; }
 ATTN_MASK_BITS { return attn_variant::below(k0, (int)q + 1); }

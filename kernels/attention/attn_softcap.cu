@@ -1,6 +1,6 @@
 // attn_softcap.cu — variant: causal attention with tanh soft-capping of the scores
 // (Gemma 2): score = cap * tanh(score / cap), cap = aux float 0, read once per tile
-// (mod_params); the causal mask as attn_causal.cu (only the diagonal block is PARTIAL).
+// (mod_params); the causal mask and tile schedule (aux words 1 on) as attn_causal.cu.
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
@@ -14,7 +14,7 @@ __device__ __forceinline__ float tanh_approx(float x) {
 }
 }  // namespace
 
-ATTN_PREFILL_TILE
+ATTN_CAUSAL_TILE(1u)  // aux: [cap, the host's schedule]
 ATTN_KV_COUNT { return qb + 1; }
 ATTN_KV_BLOCK { return i == qb ? (i | attn::PARTIAL) : i; }
 ATTN_MASK_BITS { return attn_variant::below(k0, (int)q + 1); }

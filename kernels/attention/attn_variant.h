@@ -44,18 +44,20 @@ PL_DECLARE_FACT(block_q);
     info[3] = 1;                                                                                 \
     return 1u;                                                                                   \
   }
-// Causal: the host's list schedule when aux word 0 is non-zero (ATTN_LISTED_TILE(0)'s words, made
-// by attention_masks.causal_schedule: the (batch, head) rows in sections whose K/V fit half the L2
+// The causal family: the host's list schedule at aux word W when that word is non-zero
+// ([W] offset of the [G + 1] list starts, [W + 1] offset of the tiles, as ATTN_LISTED_TILE; made by
+// attention_masks.causal_schedule: the (batch, head) rows in sections whose K/V fit half the L2
 // (at least 8 rows), each section's Q blocks longest first, every tile to the CTA free first),
-// else ATTN_PREFILL_TILE's order (a shape the host makes no schedule for; aux [0]). Q-block-major
-// over all 32 heads read 56 GB of K/V from DRAM at S = 32K (L2 hit 34%; the sections: 0.8 GB).
-#define ATTN_CAUSAL_TILE                                                                        \
+// else ATTN_PREFILL_TILE's order (a shape the host makes no schedule for). Q-block-major over all
+// 32 heads read 56 GB of K/V from DRAM at S = 32K (L2 hit 34%; the sections: 0.8 GB).
+#define ATTN_CAUSAL_TILE(W)                                                                     \
   ATTN_TILE_SIGNATURE {                                                                         \
     const unsigned* a = static_cast<const unsigned*>(aux);                                      \
-    if (__ldg(a) != 0u) {                                                                       \
-      const unsigned s = __ldg(a + __ldg(a) + blockIdx.x) + t;                                   \
-      if (s >= __ldg(a + __ldg(a) + blockIdx.x + 1)) return 0u;                                  \
-      const unsigned w = __ldg(a + __ldg(a + 1) + s);                                            \
+    const unsigned w0 = (W), starts = __ldg(a + w0);                                            \
+    if (starts != 0u) {                                                                         \
+      const unsigned s = __ldg(a + starts + blockIdx.x) + t;                                    \
+      if (s >= __ldg(a + starts + blockIdx.x + 1)) return 0u;                                   \
+      const unsigned w = __ldg(a + __ldg(a + w0 + 1) + s);                                      \
       info[0] = w >> 16;                                                                        \
       info[1] = w & 0xFFFFu;                                                                    \
     } else {                                                                                    \
