@@ -54,3 +54,15 @@ def test_schedule_placed_after_the_variant_words():
     """softcap and alibi put their own words first: the offsets count from the aux start."""
     assert decode([7, 9] + M.causal_schedule(1, 2, 512, 128, 3, L2, base=2), 3, base=2) == \
         decode(M.causal_schedule(1, 2, 512, 128, 3, L2), 3)
+
+
+def test_document_schedule_in_sections_longest_first():
+    """document_aux's schedule: every (Q block, row) tile once; each CTA's tiles in section order."""
+    import torch
+    B, H, S, G = 1, 32, 8192, 132
+    ids = (torch.arange(S, dtype=torch.int32) // 700).repeat(B, 1)
+    a = M.document_aux(ids, B, H, S, torch.device("cpu"), G, L2, 128).tolist()
+    lists = decode([2, 3 + G] + a[a[10]:a[10] + G + 1] + a[a[11]:], G)
+    assert sorted(t for lst in lists for t in lst) == sorted((qb, bh) for qb in range(S // 128) for bh in range(B * H))
+    for lst in lists:  # 8 rows per section at 8K (4 MB of K/V per head, 30 MB of L2)
+        assert [bh // 8 for _, bh in lst] == sorted(bh // 8 for _, bh in lst)

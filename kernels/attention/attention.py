@@ -299,16 +299,19 @@ def _variant_args(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, 
     return {}
 
 
+def _l2_bytes(q):
+    import torch
+    return torch.cuda.get_device_properties(q.device).L2_cache_size if q.device.type == "cuda" else 0
+
+
 def _causal_aux(q, B, H, S, grid, head):
     """The variant's words `head`, then the host's tile schedule of the causal family
     (attention_masks.causal_schedule, ATTN_CAUSAL_TILE(len(head))); cached per shape and grid."""
-    import torch
     grid = integer("grid", grid, 1, I32_MAX)
     key = ("causal", q.device.index, B, H, S, q.shape[-1], grid, tuple(head))
     hit = _aux_cache.get(key)
     if hit is None:
-        l2 = torch.cuda.get_device_properties(q.device).L2_cache_size if q.device.type == "cuda" else 0
-        words = head + causal_schedule(B, H, S, q.shape[-1], grid, l2, base=len(head))
+        words = head + causal_schedule(B, H, S, q.shape[-1], grid, _l2_bytes(q), base=len(head))
         hit = _aux_cache.put(key, _words_tensor(words, q.device))
     return hit
 
@@ -333,7 +336,7 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
         hit = _aux_cache.get(key)  # holds the tensor itself, so its id and memory cannot be reused
         if hit is None or hit[0] is not doc_ids or hit[1] != getattr(doc_ids, "_version", None):
             hit = _aux_cache.put(key, (doc_ids, getattr(doc_ids, "_version", None),
-                                       document_aux(doc_ids, B, H, S, q.device, grid)))
+                                       document_aux(doc_ids, B, H, S, q.device, grid, _l2_bytes(q), q.shape[-1])))
         return hit[2]
     if variant == "causal":
         return _causal_aux(q, B, H, S, grid, [])

@@ -5,7 +5,7 @@
 // [7] off_start  [8] off_end ([B][S] token range [start, end) of token q's document)
 // [9] off_batch ([B*H] the batch row b of each bh: a load, not a division by H, which LTO and
 // the single-unit control compiled differently)  [10] off_starts  [11] off_tiles (the host's
-// schedule of the persistent CTAs: ATTN_LISTED_TILE, attention_masks.schedule).
+// schedule of the persistent CTAs: ATTN_LISTED_TILE, attention_masks.document_aux).
 // A PARTIAL block's bits per row: keys in [start(q), end(q)) (two aux words, no per-score load).
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>

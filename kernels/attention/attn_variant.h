@@ -73,7 +73,7 @@ PL_DECLARE_FACT(block_q);
   }
 // A schedule the host made (aux words: [W] offset of the [G + 1] list starts, [W + 1] offset of
 // the tiles, each q_block << 16 | bh): CTA c takes tiles start[c] .. start[c + 1] - 1 in order
-// (attention_masks.schedule: longest first onto the least loaded CTA, for tiles of uneven length).
+// (attention_masks.document_aux: sections of heads, each longest first, each tile to the CTA free first).
 #define ATTN_LISTED_TILE(W)                                                                     \
   ATTN_TILE_SIGNATURE {                                                                         \
     const unsigned* a = static_cast<const unsigned*>(aux);                                      \
