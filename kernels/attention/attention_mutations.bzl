@@ -26,7 +26,7 @@ load(":attention_variants.bzl", "LOADER_FILES")
 _CORE = dict(srcs = ["attn_core.cu"], hdrs = ["attn.h", "attn_wgmma.h"], contract = "attn_core.contract.toml",
              cutlass = True)
 _LOADER = LOADER_FILES
-_STORE = dict(srcs = ["attn_store.cu"], hdrs = ["attn.h"], contract = "attn_store.contract.toml")
+_STORE = dict(srcs = ["attn_store.cu"], hdrs = ["attn.h"], contract = "attn_store.contract.toml", host_provider = "attn_store_host.py")
 _COMBINE = dict(srcs = ["attn_combine.cu"], hdrs = ["attn.h"], contract = "attn_combine.contract.toml")
 
 def _mask(src):
