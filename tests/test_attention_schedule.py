@@ -66,3 +66,28 @@ def test_document_schedule_in_sections_longest_first():
     assert sorted(t for lst in lists for t in lst) == sorted((qb, bh) for qb in range(S // 128) for bh in range(B * H))
     for lst in lists:  # 8 rows per section at 8K (4 MB of K/V per head, 30 MB of L2)
         assert [bh // 8 for _, bh in lst] == sorted(bh // 8 for _, bh in lst)
+
+
+def test_store_provider_maps_o_per_warpgroup_box():
+    """attn_store_host: o as [bh * q_len, d] bf16 in boxes of one warpgroup's 64 rows x 64 columns;
+    a q_len that is not whole Q blocks is refused (R-HOST at launch)."""
+    import importlib.util
+
+    from pipelink.host import HostError
+    spec = importlib.util.spec_from_file_location("attn_store_host", ROOT / "kernels/attention/attn_store_host.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class Host:
+        def require(self, cond, msg):
+            if not cond:
+                raise HostError(msg)
+
+        def tensor_map_2d(self, ptr, dtype, **kw):
+            return (ptr, dtype, kw)
+
+    lent, facts = {"o": 4096, "q_len": 256, "bh": 3}, {"block_q": 128, "head_dim": 64}
+    assert mod.provide(lent, facts, Host())["tmap_o"] == (
+        4096, "bf16", {"rows": 768, "cols": 64, "box_rows": 64, "box_cols": 64, "swizzle": 128})
+    with pytest.raises(HostError):
+        mod.provide({**lent, "q_len": 200}, facts, Host())
