@@ -48,7 +48,7 @@ constexpr unsigned TILE_BYTES = HEAD_DIM / 64 * CHUNK_BYTES;  // 32 KiB (d = 128
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "the core is built for d = 64 or 128");
 constexpr unsigned PARTIAL = 1u << 31;            // kv_block's kind bit: mask_bits per row
 constexpr unsigned SCORE_MOD = 1u;                // features(): score_mod on every visited score
-constexpr unsigned EARLY_MASK = 2u;               // features(): mask_bits before the block's GEMM
+constexpr unsigned EARLY_MASK = 2u;               // features(): mask_bits as the block's GEMMs go out
 constexpr unsigned BLOCK_MASK = 0x7FFFFFFFu;
 
 // The core hands each work tile's result to the epilogue as one register fragment.

@@ -28,4 +28,4 @@ ATTN_MASK_BITS {
   const unsigned slot = ld(aux, ld(aux, 8) + mask_row(qb, bh, aux) * ld(aux, 2) + i);
   return ld(aux, ld(aux, 9) + slot * (ATTN_BLOCK * 4) + (q % ATTN_BLOCK) * 4 + (k0 % 8) / 2);
 }
-ATTN_NO_SCORE_MOD_WITH(attn::EARLY_MASK)  // mask words from aux: asked before the GEMM
+ATTN_NO_SCORE_MOD_WITH(attn::EARLY_MASK)  // mask words from aux: asked as the GEMMs go out

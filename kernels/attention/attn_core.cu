@@ -158,10 +158,11 @@ PL_ENTRY(run) {
   // FULL blocks of a variant without score_mod take none of this (features() is a link-time
   // constant); a PARTIAL block costs two mask_bits calls and a select per score.
   // A PARTIAL block's mask words. A variant whose words come from memory (features() has
-  // EARLY_MASK: block_sparse, document) gets them asked for before the block's Q K^T is issued,
-  // so its aux loads complete under the GEMM; one that computes them from registers (causal,
+  // EARLY_MASK: block_sparse, document) gets them asked for right after the block's GEMMs are
+  // issued, so its aux loads complete under them; one that computes them from registers (causal,
   // sliding, ...) gets them in the softmax (asked early they cost sliding ~3%: two more live
-  // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md).
+  // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md). Asked a
+  // block ahead, before the named-barrier turn and the issue, they cost document 3-4% (run 12).
   auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
     bits[0] = bits[1] = ~0u;
     if (kb_kind & attn::PARTIAL) {
@@ -272,21 +273,18 @@ PL_ENTRY(run) {
       if (!ahead) {
         rq.wait(it);
         kind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
-        if (early) mask_of(kind, 0, bits);
         rkv.wait(kvi);
         turn();
         issue_qk(s, q_desc(it), kv_stage(kvi));
         pass();
+        if (early) mask_of(kind, 0, bits);  // its loads land under the Q K^T just issued
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<64>(s);
         rkv.release(kvi, lane0);
         softmax(kind, 0, bits, alpha, f.m, f.l);
         to_p();
       }
-      if (n > 1) {  // block 1's kind and mask words (later blocks: fetched a block ahead)
-        kind = PL_CALL(kv_block, qb, bh, split, 1, p.q_len, p.kv_len, p.aux);
-        if (early) mask_of(kind, 1, bits);
-      }
+      if (n > 1) kind = PL_CALL(kv_block, qb, bh, split, 1, p.q_len, p.kv_len, p.aux);  // later: a block ahead
       for (unsigned i = 1; i < n; ++i) {
         const unsigned ik = kvi + 2 * i, iv = ik - 1;  // K_i, V_{i-1}
         rkv.wait(ik);
@@ -297,12 +295,13 @@ PL_ENTRY(run) {
         attn_wgmma::fence_regs<32>(pr);
         issue_pv(f.o, pr, kv_stage(iv));
         pass();
-        // Block i + 1's kind and mask words, asked for now: their aux loads complete under this
+        // Block i + 1's kind, asked for now: its aux loads complete under this
         // block's GEMMs and softmax instead of delaying the next issue (the loop's memory
         // clobbers keep the compiler from hoisting them; ncu run7: 14% of the core's stall samples
         // sat on those loads before the issue). Block n - 1 asks for itself again (no branch).
         const unsigned inx = i + 1 < n ? i + 1 : i;
         const unsigned kind_nx = PL_CALL(kv_block, qb, bh, split, inx, p.q_len, p.kv_len, p.aux);
+        if (early) mask_of(kind, i, bits);  // block i's mask words: their loads land under its GEMMs
         attn_wgmma::wait<1>();  // S_i is ready; PV_{i-1} may still run
         attn_wgmma::fence_regs<64>(s);
         // K_i is released before the softmax. (Released after it on a predicate reading the row
@@ -311,7 +310,6 @@ PL_ENTRY(run) {
         rkv.release(ik, lane0);
         softmax(kind, i, bits, alpha, f.m, f.l);
         kind = kind_nx;
-        if (early) mask_of(kind, inx, bits);  // used by block i + 1's softmax
         attn_wgmma::wait<0>();
         attn_wgmma::fence_regs<OREGS>(f.o);
         attn_wgmma::fence_regs<32>(pr);
@@ -330,7 +328,6 @@ PL_ENTRY(run) {
       if (more) rq.wait(it + 1);
       if (go) {
         nkind = PL_CALL(kv_block, qb, bh, split, 0, p.q_len, p.kv_len, p.aux);
-        if (early) mask_of(nkind, 0, nbits);
         rkv.wait(ik);
       }
       const uint64_t dqn = q_desc(more ? it + 1 : it);
@@ -342,6 +339,7 @@ PL_ENTRY(run) {
       attn_wgmma::fence_regs<32>(pr);
       issue_pv(f.o, pr, kv_stage(iv));
       pass();
+      if (go && early) mask_of(nkind, 0, nbits);  // the next tile's block 0, under its Q K^T
       attn_wgmma::wait<1>();  // the next tile's S_0 is ready; this tile's last PV may still run
       attn_wgmma::fence_regs<64>(s);
       rkv.release(ik, go && lane0);

@@ -33,4 +33,4 @@ ATTN_MASK_BITS {
   const unsigned t = batch(bh, aux) * ld(aux, 0) + q;
   return attn_variant::range_bits(k0, (int)ld(aux, ld(aux, 7) + t), (int)ld(aux, ld(aux, 8) + t));
 }
-ATTN_NO_SCORE_MOD_WITH(attn::EARLY_MASK)  // mask words from aux: asked before the GEMM
+ATTN_NO_SCORE_MOD_WITH(attn::EARLY_MASK)  // mask words from aux: asked as the GEMMs go out

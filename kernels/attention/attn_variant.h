@@ -101,7 +101,7 @@ PL_DECLARE_FACT(block_q);
 #define ATTN_SCORE_MOD \
   PL_CALLABLE_RET(float, score_mod)(unsigned pl_inst, float x, unsigned q, unsigned k, float p0, float p1)
 // A variant without a score modification (flags: 0, or attn::EARLY_MASK if its mask_bits read
-// aux memory: the core then asks for them before the block's GEMM).
+// aux memory: the core then asks for them as soon as the block's GEMMs are issued).
 #define ATTN_NO_SCORE_MOD_WITH(flags)         \
   ATTN_FEATURES(flags)                        \
   ATTN_MOD_PARAMS { prm[0] = prm[1] = 0.f; }  \
