@@ -55,11 +55,13 @@ constexpr unsigned BLOCK_MASK = 0x7FFFFFFFu;
 // Layout "attn_o(2)": role thread t (wg = t / 128, w = (t / 32) % 4, g = (t % 32) / 4,
 // q = t % 4) holds o[nt * 4 + i] = unnormalised O at row 64 wg + 16 w + g + 8 (i / 2),
 // column 8 nt + 2 q + (i % 2) (nt < D / 8: with D = 64 only o[0..31] are used); m[j], l[j] the running max (log2 units) and sum of its rows
-// 64 wg + 16 w + g + 8 j. info = the tile's {q_block, bh, split, n_splits}.
+// 64 wg + 16 w + g + 8 j. info = the tile's {q_block, bh, split, n_splits}; more = 1 unless it
+// is the role's last tile.
 struct OutFrag {
   float o[64];
   float m[2];
   float l[2];
   unsigned info[4];
+  unsigned more;  // 1: this role exports another tile after this one (an epilogue may defer a wait to it)
 };
 }  // namespace attn

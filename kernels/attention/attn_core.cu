@@ -351,6 +351,7 @@ PL_ENTRY(run) {
       to_p();  // the next tile's P_0 (unused without one)
       kvi = ik;
     }
+    f.more = more;
     export_tile(eqb, ebh);
     ++it;
     have = more;
