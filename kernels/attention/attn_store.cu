@@ -8,7 +8,7 @@
 // (its previous store has read it) and before the store (every write fenced for the async proxy).
 // The storing thread waits for that read at the warpgroup's next tile, not right after the store
 // (at once only after the role's last tile, OutFrag::more == 0, before the CTA may exit): the
-// wait had held the warpgroup's next GEMMs (run 12: 1-2% on the masked variants).
+// wait had held the warpgroup's next GEMMs (run 12: 0-1.2% on the masked variants).
 // The tensor map of o is this package's parameter tmap_o, filled by attn_store_host.py
 // ([bh * q_len, d] bf16, boxes [64, 64]); prefill q_len is a multiple of block_q (attention.py).
 #define PL_COMPONENT attn_store
