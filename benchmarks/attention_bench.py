@@ -114,7 +114,8 @@ def cmd_check(a) -> int:
     rows = []
     for vd in a.variants:
         variant, D = split_dim(vd)
-        shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode"
+        shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384),
+                   (5, 32, 1, 8192)] if variant == "decode"  # 160 heads: several waves, two splits each
                   else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048),
                         (1, 32, 2048, 2048)])  # 512 tiles: persistent CTAs take 3-4 each (tile boundaries)
         if variant == "full":
@@ -239,6 +240,10 @@ def cmd_bench(a) -> int:
         for name, bdir in a.builds:  # other builds: column pipelink_<name>
             fns[f"pipelink_{name}"] = (lambda o=torch.empty_like(q), d=bdir:
                                        attention(q, k, v, "decode", out=o, kernel_dir=d))
+        for n in a.decode_splits:  # the split count swept: columns pipelink_s<n> (the default's own column: pipelink)
+            if n <= KV // 128:
+                fns[f"pipelink_s{n}"] = (lambda o=torch.empty_like(q), n=n:
+                                         attention(q, k, v, "decode", out=o, splits=n, kernel_dir=BIN))
         fns.update(sdpa_fns(q, k, v, False))
         if a.flex_decode:
             try:
@@ -379,6 +384,7 @@ def main() -> int:
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")
+    ap.add_argument("--decode-splits", default="", help="bench: split counts to time beside the default (1,2,4)")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=7, help="sanitize: runs at once")
     ap.add_argument("--timeout", type=int, default=150, help="sanitize: seconds per run")
@@ -390,6 +396,7 @@ def main() -> int:
     a.prefill = [v for v in a.prefill.split(",") if v]
     a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")
     a.decode = [tuple(int(x) for x in s.split("x")) for s in a.decode.split(",") if s]
+    a.decode_splits = [int(s) for s in a.decode_splits.split(",") if s]
     if a.cmd == "one":
         return cmd_one(a)
     if a.cmd == "prof":

@@ -77,6 +77,14 @@ def test_good_calls_launch_once(kern, variant):
         assert p["splits"] == A.default_splits(B * H, S, kern.num_sms)
 
 
+@pytest.mark.parametrize("bh, kv_len, splits", [
+    (32, 4096, 4), (32, 131072, 4), (1, 256, 2), (200, 8192, 2), (256, 32768, 2), (1024, 8192, 2),
+    (2048, 4096, 1), (132, 128, 1)])
+def test_default_splits(bh, kv_len, splits):
+    """One wave while the heads are fewer than the SMs; two splits of >= 32 KV blocks at several waves."""
+    assert A.default_splits(bh, kv_len, 132) == splits
+
+
 def test_numpy_numbers_are_taken(kern):
     q, k, v = qkv()
     A.attention(q, k, v, "sliding", window=np.int64(100), scale=np.float32(0.5), out=empty(*q.shape))

@@ -169,8 +169,15 @@ def _aux(tensor_like, words):
 
 
 def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
-    """One wave of CTAs (one fits per SM), at least one KV block each."""
-    return max(1, min(kv_len // BLOCK, num_sms // bh))
+    """Fewer heads than SMs: one wave of CTAs (one fits per SM), at least one KV block each.
+    Several waves: two splits per head while each keeps 32 KV blocks or more, so the last
+    wave's tail is half as long (B = 32, KV = 8K: 1.7% faster; B = 8, KV = 32K: 0.5%); more
+    splits, or shorter ones, cost more in each CTA's set-up than they save (BENCHMARKS.md
+    issue 10 run 13)."""
+    blocks = kv_len // BLOCK
+    if bh >= num_sms:
+        return 2 if blocks >= 64 else 1
+    return max(1, min(blocks, num_sms // bh))
 
 
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
