@@ -35,6 +35,9 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
             buffers, then on the other's (gpu_bench.both_ways_ratio).
   bench     every column per T: graphs (or eager calls for liger) in rounds with rotating order,
             median us per step.
+  bound     (not in `all`) the weight-read bound per T: torch.sum over as many experts' w13 and
+            w2 as the step routes to, timed beside moe_step and torch eager; eager / read is the
+            most any step that reads its weights once could gain over eager.
 """
 
 from __future__ import annotations
@@ -276,6 +279,48 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_bound(a) -> int:
+    """The weight-read bound at each T: a step reads every routed expert's w13 and w2 once, so
+    no step is faster than reading those bytes. Timed side by side with moe_step and the eager
+    torch step (same rounds): torch.sum (f32 accumulate) over the same number of contiguous
+    expert weights, the fastest read-only stream torch has here. bound x eager = eager / read:
+    the most any MoE step could be faster than eager if it did nothing but read its weights."""
+    import torch
+    router_w, w13, w2, g = weights()
+    ours, why = moe_step_columns()
+    if why:
+        print(f"moe_step column skipped: {why}")
+    per_expert = (w13[0].numel() + w2[0].numel()) * w13.element_size()
+    table = []
+    for T in a.tokens:
+        x = tokens(T, g)
+        n = int(route(x, router_w)[1].unique().numel())  # routed experts: the weights a step must read
+        fns = {"torch": lambda: torch_step(x, router_w, w13, w2),
+               "read": lambda: (w13[:n].sum(dtype=torch.float32), w2[:n].sum(dtype=torch.float32))}
+        if "moe_step" in ours:
+            fns["moe_step"] = ours["moe_step"](x, router_w, w13, w2,
+                                               torch.empty(T, H, dtype=torch.bfloat16, device="cuda"))
+        t = interleaved(fns, 10 if T <= 1024 else 3, a.rounds)
+        gb = n * per_expert / 1e9
+        row = {"T": T, "experts": n, "GB": round(gb, 3), **{k: round(v, 2) for k, v in t.items()},
+               "read_TBps": round(gb / t["read"] * 1e3, 3), "bound_vs_eager": round(t["torch"] / t["read"], 3)}
+        if "moe_step" in t:
+            row["moe_step_TBps"] = round(gb / t["moe_step"] * 1e3, 3)
+            row["vs_torch_eager"] = round(t["torch"] / t["moe_step"], 3)
+        table.append(row)
+        print(json.dumps(row), flush=True)
+    print(f"\nweight-read bound, us, median over {a.rounds} rotating rounds of graph replays")
+    print(f"{'T':>6} {'experts':>7} {'GB':>6} {'read':>8} {'TB/s':>6} {'torch':>8} {'bound x eager':>13} "
+          f"{'moe_step':>9} {'TB/s':>6} {'x eager':>7}")
+    for r in table:
+        print(f"{r['T']:>6} {r['experts']:>7} {r['GB']:>6.3f} {r['read']:>8.1f} {r['read_TBps']:>6.2f} "
+              f"{r['torch']:>8.1f} {r['bound_vs_eager']:>13.3f} {r.get('moe_step', float('nan')):>9.1f} "
+              f"{r.get('moe_step_TBps', float('nan')):>6.2f} {r.get('vs_torch_eager', float('nan')):>7.3f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=1))
+    return 0
+
+
 def cmd_pair(a) -> int:
     """linked / control, each kernel timed on its own buffers and then on the other's (gpu_bench.
     both_ways_ratio): one cubin against itself moved by up to 1.2% with where its buffers lay."""
@@ -331,7 +376,7 @@ def cmd_sanitize(a) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "all"])
+    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "bound", "all"])
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
@@ -340,7 +385,8 @@ def main() -> int:
     a = ap.parse_args()
     a.tokens = [int(v) for v in a.tokens.split(",")]
     a.builds = parse_builds(ap, a.builds, "moe_step.manifest.json", "moe_step.cubin")
-    return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
+    return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
+                         "bound": cmd_bound})
 
 
 if __name__ == "__main__":
