@@ -78,10 +78,10 @@ def test_good_calls_launch_once(kern, variant):
 
 
 @pytest.mark.parametrize("bh, kv_len, splits", [
-    (32, 4096, 4), (32, 131072, 4), (1, 256, 2), (200, 8192, 2), (256, 32768, 2), (1024, 8192, 2),
-    (2048, 4096, 1), (132, 128, 1)])
+    (32, 4096, 4), (32, 131072, 4), (1, 256, 2), (200, 8192, 2), (1024, 8192, 2), (512, 16384, 1),
+    (256, 32768, 1), (2048, 4096, 1), (132, 128, 1)])
 def test_default_splits(bh, kv_len, splits):
-    """One wave while the heads are fewer than the SMs; two splits of >= 32 KV blocks at several waves."""
+    """One wave while the heads are fewer than the SMs; at several waves, two splits of heads of 64..127 blocks."""
     assert A.default_splits(bh, kv_len, 132) == splits
 
 

@@ -170,13 +170,13 @@ def _aux(tensor_like, words):
 
 def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
     """Fewer heads than SMs: one wave of CTAs (one fits per SM), at least one KV block each.
-    Several waves: two splits per head while each keeps 32 KV blocks or more, so the last
-    wave's tail is half as long (B = 32, KV = 8K: 1.7% faster; B = 8, KV = 32K: 0.5%); more
-    splits, or shorter ones, cost more in each CTA's set-up than they save (BENCHMARKS.md
-    issue 10 run 13)."""
+    Several waves: two splits per head of 64..127 KV blocks (B = 32, KV = 8K: 1.3-2.0% faster
+    in four runs); heads of 32 blocks (B = 64, KV = 4K), 128 (B = 16, KV = 16K) or 256 (B = 8,
+    KV = 32K) gained nothing from two, and more splits cost more in each CTA's set-up than they
+    saved (BENCHMARKS.md issue 10 run 13)."""
     blocks = kv_len // BLOCK
     if bh >= num_sms:
-        return 2 if blocks >= 64 else 1
+        return 2 if 64 <= blocks < 128 else 1
     return max(1, min(blocks, num_sms // bh))
 
 
