@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
-from gpu_bench import expect, interleaved, paired_ratio, parse_builds, run_gates, sanitizer  # noqa: E402
+from gpu_bench import (expect, interleaved, paired_ratio, parse_builds, parse_counts, parse_shapes,  # noqa: E402
+                       run_gates, sanitizer)
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
 ATOL = RTOL = 2e-2
@@ -392,11 +393,11 @@ def main() -> int:
     ap.add_argument("--json")
     a = ap.parse_args()
     a.variants = [v for v in a.variants.split(",") if v]
-    a.seqs = [int(s) for s in a.seqs.split(",") if s]
+    a.seqs = parse_counts(ap, "--seqs", a.seqs, 128)
     a.prefill = [v for v in a.prefill.split(",") if v]
     a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")
-    a.decode = [tuple(int(x) for x in s.split("x")) for s in a.decode.split(",") if s]
-    a.decode_splits = [int(s) for s in a.decode_splits.split(",") if s]
+    a.decode = parse_shapes(ap, "--decode", a.decode)
+    a.decode_splits = parse_counts(ap, "--decode-splits", a.decode_splits)
     if a.cmd == "one":
         return cmd_one(a)
     if a.cmd == "prof":

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import attention_bench as ab  # noqa: E402  (puts tools/ and kernels/attention on sys.path)
 from attention import attention, create_block_mask  # noqa: E402
-from gpu_bench import interleaved, parse_builds  # noqa: E402
+from gpu_bench import interleaved, parse_builds, parse_counts  # noqa: E402
 
 WINDOW = 1024
 VARIANTS = ("sliding", "document", "block_sparse")
@@ -245,7 +245,7 @@ def main() -> int:
     ap.add_argument("--json")
     a = ap.parse_args()
     a.variants = [v for v in a.variants.split(",") if v]
-    a.seqs = [int(s) for s in a.seqs.split(",") if s]
+    a.seqs = parse_counts(ap, "--seqs", a.seqs, 128)
     a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")
     return {"warm": cmd_warm, "compile": cmd_compile, "bench": cmd_bench}[a.cmd](a)
 

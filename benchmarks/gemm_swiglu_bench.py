@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
-from gpu_bench import expect, interleaved, paired_ratio, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
+from gpu_bench import expect, interleaved, paired_ratio, parse_counts, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
 BENCH_M = [128, 512, 1024, 2048, 4096, 8192]
@@ -257,8 +257,8 @@ def main() -> int:
     ap.add_argument("--json")
     a = ap.parse_args()
     a.kernels = a.kernels.split(",")
-    a.m = [int(v) for v in a.m.split(",")]
-    a.qwen_m = [int(v) for v in a.qwen_m.split(",") if v]
+    a.m = parse_counts(ap, "--m", a.m)
+    a.qwen_m = parse_counts(ap, "--qwen-m", a.qwen_m)
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 

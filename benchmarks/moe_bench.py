@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
-from gpu_bench import both_ways_ratio, interleaved, parse_builds, run_gates, sanitizer  # noqa: E402
+from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, run_gates, sanitizer  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
@@ -383,7 +383,7 @@ def main() -> int:
     ap.add_argument("--builds", default="", help="bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
     ap.add_argument("--json")
     a = ap.parse_args()
-    a.tokens = [int(v) for v in a.tokens.split(",")]
+    a.tokens = parse_counts(ap, "--tokens", a.tokens)
     a.builds = parse_builds(ap, a.builds, "moe_step.manifest.json", "moe_step.cubin")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
                          "bound": cmd_bound})

@@ -62,6 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--name", default="moe_step_trace")
     a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_bench import parse_counts
+    a.tokens = parse_counts(ap, "--tokens", a.tokens)
     import torch
     from cuda.bindings import driver as drv
 
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
     router_w, w13, w2, g = moe_bench.weights()
     print(f"{a.name}: phase [first, last] stamps in us after the kernel's first stamp (median of {a.reps})")
     print(f"{'T':>6} " + " ".join(f"{p:>17}" for p in PHASES))
-    for T in [int(t) for t in a.tokens.split(",")]:
+    for T in a.tokens:
         rows = []
         for _ in range(a.reps + 1):  # the first launch warms up
             x = moe_bench.tokens(T, g)

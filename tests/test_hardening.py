@@ -579,6 +579,22 @@ def test_bench_builds_option_is_checked(script, needs, builds):
     assert ("is not name=dir" in r.stderr) if builds != "before=/nonexistent/build" else (needs in r.stderr)
 
 
+@pytest.mark.parametrize("args", [
+    ("attention_bench.py", "bench", "--decode-splits", "two"), ("attention_bench.py", "bench", "--decode-splits", "1,-2"),
+    ("attention_bench.py", "bench", "--seqs", "4096,1.5"), ("attention_bench.py", "bench", "--seqs", "64"),
+    ("attention_bench.py", "bench", "--decode", "8x"), ("attention_bench.py", "bench", "--decode", "8x32768x2"),
+    ("attention_flex_bench.py", "bench", "--seqs", "-1"), ("gemm_swiglu_bench.py", "bench", "--m", "0"),
+    ("gemm_swiglu_bench.py", "bench", "--qwen-m", "a"), ("moe_bench.py", "bound", "--tokens", "x"),
+    ("moe_bench.py", "bench", "--tokens", "16,,0"), ("moe_trace.py", "--tokens", "1e3")])
+def test_bench_number_lists_are_checked(args):
+    """The benches' lists of numbers (tokens, sequence lengths, split counts, decode shapes):
+    anything else is a usage error (exit 2) naming the option, before anything runs."""
+    script, *rest = args
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *rest], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and rest[-2] in r.stderr, r.stderr
+
+
 def test_bench_builds_option_accepts_a_build(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import argparse
