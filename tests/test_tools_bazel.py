@@ -100,3 +100,32 @@ def test_ordinary_user_enters_the_root():
         assert _holder_gone(out_root), "the namespace holder did not exit after its last process"
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_checkout_replaced_at_the_same_path_runs_again():
+    """A checkout deleted and cloned again at the same path while the namespace lives (a CI
+    clone redone): its old bind holds the deleted directory, and the wrapper binds the new one."""
+    top = Path(tempfile.mkdtemp(prefix="pipelink-replaced-", dir="/tmp"))
+
+    def make():
+        (top / "tools").mkdir(parents=True)
+        shutil.copy2(BAZEL, top / "tools" / "bazel")
+        shutil.copytree(REPO / "third_party" / "bazel_stubs", top / "third_party" / "bazel_stubs")
+        (top / "MODULE.bazel").write_text("")
+
+    def run():
+        return subprocess.run([str(top / "tools" / "bazel"), "--pipelink-exec", "ls", str(top)], capture_output=True,
+                              text=True, cwd=top, timeout=120)
+
+    try:
+        make()
+        first = run()
+        assert first.returncode == 0 and "MODULE.bazel" in first.stdout, first.stderr
+        shutil.rmtree(top)
+        make()
+        (top / "again").write_text("")
+        second = run()
+        assert second.returncode == 0, second.stderr
+        assert "again" in second.stdout, second.stdout  # the new directory, not the deleted one
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
