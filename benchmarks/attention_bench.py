@@ -116,7 +116,7 @@ def cmd_check(a) -> int:
     for vd in a.variants:
         variant, D = split_dim(vd)
         shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384),
-                   (5, 32, 1, 8192)] if variant == "decode"  # 160 heads: several waves, two splits each
+                   (5, 32, 1, 8192), (5, 32, 2, 4096)] if variant == "decode"  # 160 heads: two splits / one
                   else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048),
                         (1, 32, 2048, 2048)])  # 512 tiles: persistent CTAs take 3-4 each (tile boundaries)
         if variant == "full":
@@ -344,10 +344,14 @@ def cmd_sanitize(a) -> int:
 def cmd_one(a) -> int:
     """One small checked launch (what the sanitizer runs)."""
     # prefill: 288 tiles on the 132 SMs, so each CTA crosses tile boundaries under the sanitizer
-    shape = (2, 2, 3, 1024) if a.variant == "decode" else (1, 36, 1024, 1024)
-    ok, msg = check_one(a.variant, *shape, control=False, D=a.dim)
-    print(("RESULT OK " if ok else "RESULT WRONG ") + msg)
-    return 0 if ok else 1
+    # decode: 8 splits a head, then 132 heads of one split each (the combine's direct path)
+    shapes = [(2, 2, 3, 1024), (1, 132, 2, 1024)] if a.variant == "decode" else [(1, 36, 1024, 1024)]
+    bad = 0
+    for shape in shapes:
+        ok, msg = check_one(a.variant, *shape, control=False, D=a.dim)
+        bad += not ok
+        print(("RESULT OK " if ok else "RESULT WRONG ") + msg)
+    return 1 if bad else 0
 
 
 def cmd_prof(a) -> int:

@@ -50,6 +50,23 @@ PL_IMPORT(out) {
   const unsigned D = PL_FACT(head_dim), SLOT = ROWS * D + ROWS;  // floats per slot
   float* ws = static_cast<float*>(PL_WORKSPACE(partials));
   unsigned* counters = static_cast<unsigned*>(PL_WORKSPACE(counters));
+  if (splits == 1) {  // this CTA's O is its head's: bf16 straight out, no slot, count or merge
+    if (t < 32) {
+      uint32_t* o = reinterpret_cast<uint32_t*>(p.o);
+#pragma unroll
+      for (unsigned j = 0; j < 2; ++j) {
+        const unsigned r = g + 8 * j;
+        if (r >= rows) continue;
+        const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;
+#pragma unroll
+        for (unsigned nt = 0; nt < 16; ++nt)
+          if (8 * nt < D)
+            o[(((size_t)bh * p.q_len + r) * D + 8 * nt + 2 * qd) / 2] =
+                pack_bf16(f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv);
+      }
+    }
+    return;
+  }
   float* slot = ws + ((size_t)bh * splits + split) * SLOT;
   if (t < 32) {  // rows 0..15 of the tile live in the first warp (attn_o(2))
 #pragma unroll
