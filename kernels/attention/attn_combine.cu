@@ -51,25 +51,10 @@ PL_IMPORT(out) {
   const unsigned D = PL_FACT(head_dim), SLOT = ROWS * D + ROWS;  // floats per slot
   float* ws = static_cast<float*>(PL_WORKSPACE(partials));
   unsigned* counters = static_cast<unsigned*>(PL_WORKSPACE(counters));
-  if (splits == 1) {  // this CTA's O is its head's: bf16 straight out, no slot, count or merge
-    if (t < 32) {
-      uint32_t* o = reinterpret_cast<uint32_t*>(p.o);
-#pragma unroll
-      for (unsigned j = 0; j < 2; ++j) {
-        const unsigned r = g + 8 * j;
-        if (r >= rows) continue;
-        const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;
-#pragma unroll
-        for (unsigned nt = 0; nt < 16; ++nt)
-          if (8 * nt < D)
-            o[(((size_t)bh * p.q_len + r) * D + 8 * nt + 2 * qd) / 2] =
-                pack_bf16(f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv);
-      }
-    }
-    return;
-  }
-  float* slot = ws + ((size_t)bh * splits + split) * SLOT;
-  if (t < 32) {  // rows 0..15 of the tile live in the first warp (attn_o(2))
+  // Warp 0 holds the tile's rows 0..15 (attn_o(2)): `pair(r, c, x, y)` gets row r's normalised
+  // O at columns c, c + 1, `row(r, j)` each row after its columns.
+  const auto each_row = [&](auto&& pair, auto&& row) {
+    if (t >= 32) return;
 #pragma unroll
     for (unsigned j = 0; j < 2; ++j) {
       const unsigned r = g + 8 * j;
@@ -77,12 +62,25 @@ PL_IMPORT(out) {
       const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;
 #pragma unroll
       for (unsigned nt = 0; nt < 16; ++nt)
-        if (8 * nt < D)
-          __stcg(reinterpret_cast<float2*>(slot + r * D + 8 * nt + 2 * qd),
-               make_float2(f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv));
-      if (qd == 0) __stcg(slot + ROWS * D + r, f.l[j] > 0.f ? f.m[j] + __log2f(f.l[j]) : -INFINITY);
+        if (8 * nt < D) pair(r, 8 * nt + 2 * qd, f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv);
+      row(r, j);
     }
+  };
+  if (splits == 1) {  // this CTA's O is its head's: bf16 straight out, no slot, count or merge
+    uint32_t* o = reinterpret_cast<uint32_t*>(p.o);
+    each_row([&](unsigned r, unsigned c, float x, float y) {
+               o[(((size_t)bh * p.q_len + r) * D + c) / 2] = pack_bf16(x, y);
+             },
+             [](unsigned, unsigned) {});
+    return;
   }
+  float* slot = ws + ((size_t)bh * splits + split) * SLOT;
+  each_row([&](unsigned r, unsigned c, float x, float y) {
+             __stcg(reinterpret_cast<float2*>(slot + r * D + c), make_float2(x, y));
+           },
+           [&](unsigned r, unsigned j) {
+             if (qd == 0) __stcg(slot + ROWS * D + r, f.l[j] > 0.f ? f.m[j] + __log2f(f.l[j]) : -INFINITY);
+           });
   __threadfence();
   const unsigned bar = PL_BARRIER(sync);
   unsigned* last = reinterpret_cast<unsigned*>(PL_SMEM_PTR(last));
