@@ -76,7 +76,7 @@ def parse_counts(ap: argparse.ArgumentParser, flag: str, text: str, minimum: int
     """A comma-separated list of whole numbers >= minimum (token counts, sequence lengths, split
     counts): anything else is a usage error (exit 2) before anything runs, not a traceback."""
     items = [s.strip() for s in text.split(",") if s.strip()]
-    if not all(s.isdigit() and int(s) >= minimum for s in items):
+    if not all(s.isascii() and s.isdigit() and int(s) >= minimum for s in items):
         ap.error(f"{flag} {text!r}: a comma-separated list of whole numbers >= {minimum}, "
                  f"e.g. {minimum},{2 * minimum}")
     return [int(s) for s in items]
@@ -85,7 +85,7 @@ def parse_counts(ap: argparse.ArgumentParser, flag: str, text: str, minimum: int
 def parse_shapes(ap: argparse.ArgumentParser, flag: str, text: str) -> list[tuple[int, int]]:
     """A comma-separated list of AxB pairs of whole numbers >= 1 (decode batch x KV length)."""
     pairs = [s.strip().split("x") for s in text.split(",") if s.strip()]
-    if not all(len(q) == 2 and all(x.isdigit() and int(x) >= 1 for x in q) for q in pairs):
+    if not all(len(q) == 2 and all(x.isascii() and x.isdigit() and int(x) >= 1 for x in q) for q in pairs):
         ap.error(f"{flag} {text!r}: a comma-separated list of BxKV pairs, e.g. 1x4096,8x32768")
     return [(int(b), int(kv)) for b, kv in pairs]
 
