@@ -23,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_bench import parse_counts  # noqa: E402
 
 TRACE_WORD, SLOTS = 6144, 20  # moe_shapes.h: moe::TRACE, moe::TRACE_SLOTS
 # the last three: the router's tile finishers (latest stamps only, moe::Stamp): partial sums
@@ -62,8 +65,6 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--name", default="moe_step_trace")
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from gpu_bench import parse_counts
     a.tokens = parse_counts(ap, "--tokens", a.tokens)
     import torch
     from cuda.bindings import driver as drv
