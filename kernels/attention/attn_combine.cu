@@ -81,7 +81,9 @@ PL_IMPORT(out) {
            [&](unsigned r, unsigned j) {
              if (qd == 0) __stcg(slot + ROWS * D + r, f.l[j] > 0.f ? f.m[j] + __log2f(f.l[j]) : -INFINITY);
            });
-  __threadfence();
+  // Publish: the barrier orders every thread's slot stores before thread 0's release (the
+  // count's acq_rel is cumulative), and its acquire before the merging threads' loads (CUTLASS's
+  // semaphore pattern). No per-thread fences: each was a wait on the critical path.
   const unsigned bar = PL_BARRIER(sync);
   unsigned* last = reinterpret_cast<unsigned*>(PL_SMEM_PTR(last));
   pl::named_barrier_sync(bar, 256);
@@ -92,22 +94,32 @@ PL_IMPORT(out) {
   }
   pl::named_barrier_sync(bar, 256);
   if (!*last) return;
-  __threadfence();
   const unsigned G = D / 8, r = t / G, c0 = (t % G) * 8;  // 16 rows x D / 8 groups of 8 columns
   if (r >= rows) return;
   const float* head = ws + (size_t)bh * splits * SLOT;
-  float mx = -INFINITY;
-  for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(head + s * SLOT + ROWS * D + r));
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sum = 0.f;
-  if (mx != -INFINITY) {
-    for (unsigned s = 0; s < splits; ++s) {
-      const float* sl = head + s * SLOT;
-      const float wgt = exp2f(__ldcg(sl + ROWS * D + r) - mx);
-      const float4 a = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0));
-      const float4 b = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0 + 4));
-      sum += wgt;
-      acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
-      acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
+  // One pass, online (running max), four splits' loads in flight at a time: one L2 round trip
+  // per four splits, where a max pass and then a sum pass took two per split group.
+  constexpr unsigned BATCH = 4;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sum = 0.f, mx = -INFINITY;
+  for (unsigned s0 = 0; s0 < splits; s0 += BATCH) {
+    float lse[BATCH];
+    float4 a[BATCH], b[BATCH];
+#pragma unroll
+    for (unsigned i = 0; i < BATCH; ++i) {
+      const float* sl = head + min(s0 + i, splits - 1) * SLOT;
+      lse[i] = s0 + i < splits ? __ldcg(sl + ROWS * D + r) : -INFINITY;
+      a[i] = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0));
+      b[i] = __ldcg(reinterpret_cast<const float4*>(sl + r * D + c0 + 4));
+    }
+#pragma unroll
+    for (unsigned i = 0; i < BATCH; ++i) {
+      if (!(lse[i] > -INFINITY)) continue;  // an empty split (or past the last) adds nothing
+      const float m = fmaxf(mx, lse[i]), keep = exp2f(mx - m), wgt = exp2f(lse[i] - m);
+      mx = m;
+      sum = sum * keep + wgt;
+      const float x[8] = {a[i].x, a[i].y, a[i].z, a[i].w, b[i].x, b[i].y, b[i].z, b[i].w};
+#pragma unroll
+      for (unsigned c = 0; c < 8; ++c) acc[c] = acc[c] * keep + wgt * x[c];
     }
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
