@@ -355,7 +355,8 @@ def cmd_one(a) -> int:
 
 
 def cmd_prof(a) -> int:
-    """Three launches of one variant at the bench's shape (B=1, H=32, S=--seqs[0]), for ncu:
+    """Three launches of one variant at the bench's shape (B=1, H=32, S=--seqs[0]; decode: B=8),
+    then three of cuDNN's SDPA on the same inputs (when it runs there), for ncu:
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats -k regex:attn_
         --launch-skip 2 --launch-count 1 python3 benchmarks/attention_bench.py prof --variant causal"""
     import torch
@@ -372,8 +373,11 @@ def cmd_prof(a) -> int:
     out = torch.empty_like(q)
     for _ in range(3):
         attention(q, k, v, a.variant, out=out, kernel_dir=BIN, **kw)
+    base = sdpa_fns(q, k, v, a.variant == "causal").get("sdpa_cudnn")  # the baseline beside it
+    for _ in range(3 if base else 0):
+        base()
     torch.cuda.synchronize()
-    print(f"prof: {a.variant} B={B} H={H} Lq={Lq} Lkv={S}: 3 launches")
+    print(f"prof: {a.variant} B={B} H={H} Lq={Lq} Lkv={S}: 3 launches" + (", then 3 of cuDNN's SDPA" if base else ""))
     return 0
 
 
