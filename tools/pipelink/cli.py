@@ -82,7 +82,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Terminated(BaseException):
+    """SIGTERM (Bazel cancelling an action, `kill`): raised so that outputs.write_all puts an
+    earlier run's outputs back and removes its staging folders, as for Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fmt = "json" if "--format=json" in argv or ("--format" in argv and "json" in argv) else "human"
     origins: list[str] = []
@@ -96,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if any(d.code == "E-USAGE" for d in diags) else 1
     except KeyboardInterrupt:
         return 130
+    except _Terminated:
+        return 143  # 128 + SIGTERM, as if the signal had killed the process (after cleaning up)
     except BrokenPipeError:  # `pipelink ... | head`
         sys.stderr.close()
         return 0

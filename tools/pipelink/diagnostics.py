@@ -72,8 +72,8 @@ def render_all(diags: list[Diagnostic], fmt: str = "human") -> str:
 # Every code the linker can emit, with the one-line meaning shown by `pipelink explain`.
 CODES: dict[str, str] = {
     "E-USAGE": "the command line is wrong",
-    "E-FILE": "an input file is missing or unreadable",
-    "E-OUTPUT": "an output path cannot be written (a directory, under a file, too long, repeated, or an input)",
+    "E-FILE": "an input file is missing, unreadable, not a regular file or too large",
+    "E-OUTPUT": "an output path cannot be written (a directory, under a file, too long, repeated, an input, or a device/FIFO)",
     "E-INTERNAL": "a bug in pipelink itself (rerun with PIPELINK_DEBUG=1 and report it)",
     "E-TOOLKIT": "the CUDA toolkit (nvcc, nvJitLink) is missing or of the wrong version",
     "C-SYNTAX": "a contract or kernel file is not valid TOML",

@@ -242,11 +242,12 @@ def expect_manifest(path: str | Path, what: str, *, params: set[str], facts: Map
 def expect_cubin(path: str | Path, hint: str = "") -> None:
     """R-MANIFEST unless `path` is an ELF file for CUDA (e_machine 190): a truncated or foreign
     file is refused here, not by the driver's module load."""
+    from pipelink.files import read_regular, why_unreadable
+
     try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError as e:
-        raise LaunchError("R-MANIFEST", f"cannot read cubin {path}: {e.strerror or e}",
+        head = read_regular(path)[:20]
+    except (OSError, ValueError) as e:
+        raise LaunchError("R-MANIFEST", f"cannot read cubin {path}: {why_unreadable(e)}",
                           hint=hint or "point kernel_dir at the directory the kernel was built into") from None
     if len(head) < 20 or head[:4] != b"\x7fELF" or int.from_bytes(head[18:20], "little") != 190:
         raise LaunchError("R-MANIFEST", f"{path} is not a CUDA cubin (no ELF header for EM_CUDA)",

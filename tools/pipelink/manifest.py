@@ -14,6 +14,20 @@ from pipelink.workspace import Workspace
 
 from pipelink.launch_error import LaunchError
 
+
+def input_path(path, what: str) -> Path:
+    """A path argument of the runtime (str or os.PathLike), else R-PARAM: Path(None) or Path(3)
+    would raise a TypeError from deep inside."""
+    import os
+
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise LaunchError("R-PARAM", f"{what} must be a path (str or os.PathLike), not {type(path).__name__} {path!r}"[:300],
+                          hint=f"pass {what} as a string or pathlib.Path")
+    try:
+        return Path(path)
+    except TypeError as e:  # a PathLike whose __fspath__ returns a non-string
+        raise LaunchError("R-PARAM", f"{what} is not a usable path ({e})", hint=f"pass {what} as a string or pathlib.Path") from None
+
 SUPPORTED_MANIFEST_FORMAT = 1
 PARAM_BLOCK_MAX = 32764  # bytes of kernel parameters CUDA 12.1+ passes (sm_70 and later)
 DYNAMIC_SMEM_MAX = 232448  # the largest opt-in shared memory of a supported arch (sm_90a / sm_100a)
@@ -78,16 +92,24 @@ class Manifest:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Manifest":
-        p = Path(path)
+        from pipelink.files import MAX_TEXT_BYTES, display, read_regular, why_unreadable
+
+        p = input_path(path, "manifest_path")
         try:
-            data = json.loads(p.read_text())
+            raw = read_regular(p, MAX_TEXT_BYTES)
         except FileNotFoundError:
-            raise LaunchError("R-MANIFEST", f"no manifest at {p}",
+            raise LaunchError("R-MANIFEST", f"no manifest at {display(p)}",
                               hint="pass manifest_path=, or keep <kernel>.manifest.json beside the cubin "
                                    "(`pipelink link --out-dir` writes both)") from None
         except (OSError, ValueError) as e:
-            raise LaunchError("R-MANIFEST", f"cannot read manifest {p}: {e}", hint="relink it") from None
-        return cls.from_dict(data, str(p))
+            raise LaunchError("R-MANIFEST", f"cannot read manifest {display(p)}: {why_unreadable(e)}",
+                              hint="give the manifest file `pipelink link` wrote") from None
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested too deeply for the parser
+            raise LaunchError("R-MANIFEST", f"manifest {display(p)} is not JSON ({e.__class__.__name__})",
+                              hint="relink it: `pipelink link` writes the manifest") from None
+        return cls.from_dict(data, display(p))
 
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "<manifest>") -> "Manifest":

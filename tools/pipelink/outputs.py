@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -35,6 +36,19 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _special_kind(p: str) -> str:
+    """'' for a missing path or a regular file (or a link to one), else what the path is."""
+    try:
+        mode = os.stat(p).st_mode
+    except (OSError, ValueError):
+        return ""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return ""
+
+
 def check_targets(targets: list[tuple[str, str]], inputs: list[str] = ()) -> None:
     """targets: (flag, path). Reject any path that cannot be written as a plain file."""
     seen: dict[str, tuple[str, str]] = {}
@@ -49,6 +63,10 @@ def check_targets(targets: list[tuple[str, str]], inputs: list[str] = ()) -> Non
         if os.path.isdir(p) or p.endswith("/"):
             raise _bad(p, "is a directory; an output must be a file path",
                        "name a file inside it (link --out-dir takes the directory)", flag)
+        kind = _special_kind(p)
+        if kind:  # replacing /dev/null or a FIFO with a regular file would break whatever uses it
+            raise _bad(p, f"is {kind}; an output must be a regular file (it is replaced, not written into)",
+                       "give a path of a regular file or of a file that does not exist yet", flag)
         parent = os.path.dirname(os.path.abspath(p))
         ancestor = parent
         while not os.path.exists(ancestor):
@@ -97,22 +115,26 @@ def write_all(items: list[tuple[str, bytes]], *, flags: list[str] | None = None,
             os.chmod(tmp, 0o644)
             staged.append((tmp, target))
         for n, (tmp, target) in enumerate(staged):
-            backup = None
-            if target.exists() or target.is_symlink():
-                backup = stages[target.parent] / f"{n}.old"
-                os.replace(target, backup)
+            # Recorded before the first rename, so an interrupt between the two renames still
+            # finds the earlier output in its backup and puts it back.
+            backup = stages[target.parent] / f"{n}.old" if target.exists() or target.is_symlink() else None
             moved.append((target, backup))
+            if backup is not None:
+                os.replace(target, backup)
             os.replace(tmp, target)
         ok = True
-    except OSError as e:
+    except BaseException as e:  # an OSError, or an interrupt (Ctrl-C, SIGTERM) between two renames
         for target, backup in reversed(moved):  # put an earlier run's outputs back
             try:
                 if backup is not None:
-                    os.replace(backup, target)
-                elif target.exists():
+                    if os.path.lexists(backup):  # else the earlier output was never moved
+                        os.replace(backup, target)
+                elif target.exists() or target.is_symlink():
                     target.unlink()
             except OSError:
                 pass
+        if not isinstance(e, OSError):
+            raise
         why = "the disk is full" if e.errno == errno.ENOSPC else f"{e.__class__.__name__}: {e.strerror or e}"
         raise reject("E-OUTPUT", f"writing the outputs failed ({why}); no output was changed",
                      facts=[Fact(f, display(p)) for f, (p, _) in zip(flags, items)],

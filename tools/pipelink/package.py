@@ -309,11 +309,17 @@ def read_host_provider(contract: Contract, folder: Path, given: str | None = Non
     if given and Path(given).name != name:
         raise reject("P-HOST", f"--host-provider {given} is not the contract's provider {name}", clause="host.provider",
                      facts=[fact], hint=f"pass the file named {name}, or rename [host] provider")
+    from pipelink.files import MAX_TEXT_BYTES, display, read_regular, why_unreadable
+
+    where = given if given else folder / name
     try:
-        data = Path(given).read_bytes() if given else (folder / name).read_bytes()
-    except OSError:
+        data = read_regular(where, MAX_TEXT_BYTES)
+    except FileNotFoundError:
         raise reject("P-HOST", f"host provider {name} not found beside the contract", clause="host.provider",
                      facts=[fact], hint=f"put {name} in {folder or '.'} (Bazel: cuda_component(host_provider = ...))") from None
+    except (OSError, ValueError) as e:
+        raise reject("P-HOST", f"host provider {display(where)}: {why_unreadable(e)}", clause="host.provider",
+                     facts=[fact], hint=f"give {name} as a readable Python file (Bazel: cuda_component(host_provider = ...))") from None
     if not check_provider_source(data):
         raise reject("P-HOST", f"host provider {name} does not define provide(lent, facts, host)",
                      clause="host.provider", facts=[fact],

@@ -11,13 +11,14 @@ unknown handle kind) cannot reach the linker.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import zipfile
 
 from pipelink.contract import ARCHES, U32_MAX, parse_contract_text
 from pipelink.diagnostics import Fact, Rejected, reject
-from pipelink.files import display
+from pipelink.files import MAX_TEXT_BYTES, display, read_bytes, read_regular
 
 MAX_ENTRY_BYTES = 512 << 20  # a package entry larger than this is damage (or a zip bomb), not an object
 HANDLE_KINDS = ("smem", "bar", "fact", "ring_depth", "ring_buffer", "ring_full", "ring_empty", "role", "export", "call", "ws")
@@ -43,12 +44,12 @@ def _safe_rel(name) -> bool:
     return isinstance(name, str) and bool(_SAFE_NAME.match(name)) and ".." not in name.split("/")
 
 
-def _read(z: zipfile.ZipFile, name: str) -> bytes:
+def _read(z: zipfile.ZipFile, name: str, limit: int = MAX_ENTRY_BYTES) -> bytes:
     try:
         info = z.getinfo(name)
     except KeyError:
         raise _Damaged(f"no {name}") from None
-    _need(info.file_size <= MAX_ENTRY_BYTES, f"{name} claims {info.file_size} bytes")
+    _need(info.file_size <= limit, f"{name} claims {info.file_size} bytes (at most {limit})")
     try:
         return z.read(info)
     # The zip layer reports damage in many ways: BadZipFile (CRC, headers), NotImplementedError
@@ -112,20 +113,22 @@ def read_package(path: str):
 
     shown = display(path)
     try:
-        z = zipfile.ZipFile(path)
+        # Read whole, as a regular file: a FIFO or a device given as a package would block or
+        # never end inside zipfile.
+        data = read_regular(path)
     except FileNotFoundError:
         raise reject("E-FILE", f"{shown}: no such package", hint="pack the component first: pipelink pack") from None
-    except (IsADirectoryError, NotADirectoryError, PermissionError, ValueError) as e:
-        from pipelink.files import read_bytes
-
-        read_bytes(path, "package")  # the same E-FILE wording as every other input
+    except (OSError, ValueError) as e:
+        read_bytes(path, "package", hint="check the --package path")  # the same E-FILE wording as every other input
         raise reject("E-FILE", f"{shown}: cannot read ({e.__class__.__name__})", hint="check the --package path") from None
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
     except Exception:  # noqa: BLE001 - any parse failure of a foreign file means "not a package"
         raise reject("P-PACKAGE", f"{shown}: not a pipelink package (not a zip file)",
                      hint="re-create it with pipelink pack") from None
     try:
         with z:
-            raw = _read(z, "pipelink-package.json")
+            raw = _read(z, "pipelink-package.json", MAX_TEXT_BYTES)
             try:
                 manifest = json.loads(raw)
             except (ValueError, RecursionError) as e:
@@ -136,7 +139,7 @@ def read_package(path: str):
                 raise reject("P-PACKAGE", f"{shown}: package format {fmt!r} is not {FORMAT}",
                              hint="re-pack with this version of pipelink")
             try:
-                text = _read(z, "contract.toml").decode("utf-8")
+                text = _read(z, "contract.toml", MAX_TEXT_BYTES).decode("utf-8")
             except UnicodeDecodeError:
                 raise _Damaged("contract.toml is not UTF-8") from None
             name = manifest.get("name")

@@ -200,13 +200,16 @@ class Kernel:
     @classmethod
     def load(cls, cubin_path: str | Path, manifest_path: str | Path | None = None, device: int = 0, *,
              validate: Validator | Iterable[Validator] | None = None) -> "Kernel":
-        cp = Path(cubin_path)
+        from pipelink.files import display, read_regular, why_unreadable
+        from pipelink.manifest import input_path
+
+        cp = input_path(cubin_path, "cubin_path")
         try:
-            cubin = cp.read_bytes()
-        except OSError as e:
-            raise LaunchError("R-MANIFEST", f"cannot read cubin {cp}: {e.strerror or e}",
+            cubin = read_regular(cp)
+        except (OSError, ValueError) as e:
+            raise LaunchError("R-MANIFEST", f"cannot read cubin {display(cp)}: {why_unreadable(e)}",
                               hint="`pipelink link --out-dir DIR` writes DIR/<kernel>.cubin") from None
-        manifest = Manifest.from_file(manifest_path or default_manifest_path(cp))
+        manifest = Manifest.from_file(default_manifest_path(cp) if manifest_path is None else manifest_path)
         return cls(manifest, cubin, device, validate=validate, name=cp.name)
 
     def _check_param_size(self) -> None:
