@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import math
-import operator
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -21,104 +19,20 @@ if TYPE_CHECKING:
     from pipelink.runtime import Kernel
 
 from pipelink.launch_error import LaunchError
+from pipelink.launch_values import (  # noqa: F401 - _FLT_MAX .. _scalar: importable from here as before
+    _FLT_MAX, _dev_index, _is_bool, _is_tensor, _pointer, _scalar, explicit_grid, lent_buffer, pointer, scalar)
 from pipelink.manifest import _TYPES, BUILTIN_GRID_NAMES, Manifest
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)  # cuLaunchKernel's grid limits
-_FLT_MAX = 3.4028234663852886e38
-
-def _is_tensor(v) -> bool:
-    return hasattr(v, "data_ptr") and hasattr(v, "is_cuda") and callable(v.data_ptr)
-
-
-def _dev_index(v) -> int | None:
-    dev = getattr(v, "device", None)
-    idx = getattr(dev, "index", None)
-    return 0 if idx is None and getattr(dev, "type", None) == "cuda" else idx
-
-
-def _pointer(name: str, v, device: int | None) -> int:
-    if _is_bool(v):
-        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) got a bool",
-                          hint="pass a CUDA tensor or a device pointer (int)")
-    if _is_tensor(v):
-        if not v.is_cuda:
-            raise LaunchError("R-DEVICE", f"parameter {name!r}: tensor is on {getattr(v, 'device', 'the host')}, "
-                              f"not on cuda:{device if device is not None else '?'}",
-                              hint=f"move it first: {name}.to('cuda:{device if device is not None else 0}')")
-        idx = _dev_index(v)
-        if device is not None and idx is not None and idx != device:
-            raise LaunchError("R-DEVICE", f"parameter {name!r}: tensor is on cuda:{idx}, the kernel on cuda:{device}",
-                              hint=f"load the kernel with device={idx}, or move the tensor to cuda:{device}")
-        if hasattr(v, "is_contiguous") and not v.is_contiguous():
-            raise LaunchError("R-LAYOUT", f"parameter {name!r}: tensor of shape {tuple(getattr(v, 'shape', ()))} "
-                              f"and strides {tuple(v.stride()) if hasattr(v, 'stride') else '?'} is not contiguous",
-                              hint=f"pass {name}.contiguous() (the kernel indexes it densely, row-major)")
-        return int(v.data_ptr())
-    cai = getattr(v, "__cuda_array_interface__", None)
-    if cai is not None:
-        strides, shape = cai.get("strides"), cai.get("shape", ())
-        if strides is not None:
-            itemsize = int(cai["typestr"][2:]) if "typestr" in cai else 1
-            want, acc = [], itemsize
-            for d in reversed(shape):
-                want.append(acc)
-                acc *= d
-            if tuple(strides) != tuple(reversed(want)) and math.prod(shape) > 1:
-                raise LaunchError("R-LAYOUT", f"parameter {name!r}: array with strides {tuple(strides)} is not "
-                                  "C-contiguous", hint="pass a contiguous copy")
-        try:
-            return int(cai["data"][0])
-        except (TypeError, ValueError, KeyError, IndexError):
-            raise LaunchError("R-PARAM", f"parameter {name!r}: __cuda_array_interface__ has no data pointer",
-                              hint="pass a non-empty device array") from None
-    try:
-        p = operator.index(v)
-    except TypeError:
-        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) got {type(v).__name__}",
-                          hint="pass a CUDA tensor, an object with __cuda_array_interface__, or a device "
-                               "pointer as an int") from None
-    if not 0 <= p < 2**64:
-        raise LaunchError("R-PARAM", f"parameter {name!r} (ptr) = {p} is not a 64-bit address", hint="0 .. 2^64-1")
-    return p
-
-
-def _is_bool(v) -> bool:
-    """A Python or numpy bool (which `operator.index` / `float` would turn into 0 or 1)."""
-    return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"
-
-
-def _scalar(name: str, t: str, v) -> int | float:
-    if _is_bool(v) or _is_tensor(v) or isinstance(v, (str, bytes)):
-        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__}",
-                          hint=f"pass a Python {'number' if t == 'f32' else 'int'}"
-                               + (" (for a tensor's size, use e.g. x.shape[0])" if _is_tensor(v) else ""))
-    if t == "f32":
-        try:
-            f = float(v)
-        except OverflowError:
-            f = _FLT_MAX * 2
-        except (TypeError, ValueError):
-            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) got {type(v).__name__}",
-                              hint="pass a float") from None
-        if f != f or (math.isfinite(f) and abs(f) > _FLT_MAX):
-            raise LaunchError("R-PARAM", f"parameter {name!r} (f32) = {f!r} is NaN or overflows a float",
-                              hint=f"pass a number of magnitude <= {_FLT_MAX:.4g} (or inf)")
-        return f
-    try:
-        i = operator.index(v)
-    except TypeError:
-        raise LaunchError("R-PARAM", f"parameter {name!r} ({t}) got {type(v).__name__} {v!r:.60}",
-                          hint="pass an int (floats are not rounded for you)") from None
-    lo, hi = _TYPES[t][2]  # type: ignore[misc]
-    if not lo <= i <= hi:
-        raise LaunchError("R-PARAM", f"parameter {name!r} = {i} is out of range for {t} [{lo}, {hi}]",
-                          hint="the kernel's parameter holds only that range: split the problem or check the value")
-    return i
 
 
 def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = None, *,
                   need_grid_names: bool = True) -> dict[str, int | float]:
     """Check every parameter is given, none is unknown, each fits its type; -> host values."""
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise LaunchError("R-PARAM", f"parameters must be a dict of name -> value, got {type(params).__name__}"
+                          + (" with a key that is not a str" if isinstance(params, Mapping) else ""),
+                          hint="pass the parameters by name: k(x=..., n=...) or launch_with({'x': ...})")
     given_provided = sorted(set(params) & m.provided)
     if given_provided:
         raise LaunchError("R-PARAM", f"parameter {given_provided[0]!r} is filled by the kernel's host provider",
@@ -140,10 +54,10 @@ def coerce_params(m: Manifest, params: Mapping[str, Any], device: int | None = N
                           hint=f"the kernel takes: {_signature(m)}")
     out: dict[str, int | float] = {}
     for n, t in m.lent.items():
-        out[n] = _pointer(n, params[n], device) if t == "ptr" else _scalar(n, t, params[n])
+        out[n] = pointer(n, params[n], device) if t == "ptr" else scalar(n, t, params[n], _TYPES[t][2])
     for n in m.grid_names:
         if n in params:
-            v = _scalar(n, "i32", params[n])
+            v = scalar(n, "i32", params[n], _TYPES["i32"][2])
             if v < 0:
                 raise LaunchError("R-PARAM", f"launch size {n!r} = {v} is negative", hint="pass a size >= 0")
             out[n] = v
@@ -220,17 +134,7 @@ def grid_dims(m: Manifest, values: Mapping[str, int | float],
         dims = [_exact(text, env, m, f"grid[{i}]") for i, text in enumerate(m.grid)]
         origin = [f"grid[{i}] = {t!r} ({_describe(t, env, m)})" for i, t in enumerate(m.grid)]
     else:
-        g = [grid] if isinstance(grid, int) else list(grid)
-        try:
-            if any(_is_bool(x) for x in g):
-                raise TypeError("bool")
-            dims = [operator.index(x) for x in g]
-            if not 1 <= len(dims) <= 3:
-                raise TypeError("length")
-        except TypeError:
-            raise LaunchError("R-PARAM", f"grid {grid!r} is not 1 to 3 ints", hint="grid=(x, y, z) of ints, or "
-                              "None for the manifest's grid") from None
-        dims += [1] * (3 - len(dims))
+        dims = explicit_grid(grid)
         origin = [f"grid[{i}] given as {d}" for i, d in enumerate(dims)]
     for i, d in enumerate(dims):
         if d < 1:
@@ -307,14 +211,14 @@ def plan_launch(m: Manifest, params: Mapping[str, Any], *, grid=None, device: in
     if m.host:
         values = {**values, **run_providers(m.host, values, m.facts, host or HostEncoder())}
     if m.workspaces:
-        values = {**values, **workspace_pointers(m, values, dims, workspace, lent)}
+        values = {**values, **workspace_pointers(m, values, dims, workspace, lent, device)}
     elif lent:
-        lent_workspaces(m, lent)
+        lent_workspaces(m, lent, device)
     data = (packer or Packer(m)).pack(values)
     return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, data, values)
 
 
-def lent_workspaces(m: Manifest, lent) -> dict[str, tuple[int, int]]:
+def lent_workspaces(m: Manifest, lent, device: int | None = None) -> dict[str, tuple[int, int]]:
     """Check the caller's workspace buffers: {name: (device pointer, bytes) or a CUDA tensor}.
     A name is a kernel-scope workspace's name ("xs") or "<instance>.<name>" for an instance's
     own; unknown names and malformed buffers are R-WORKSPACE. -> {name: (pointer, bytes)}."""
@@ -329,29 +233,17 @@ def lent_workspaces(m: Manifest, lent) -> dict[str, tuple[int, int]]:
         if name not in known:
             raise LaunchError("R-WORKSPACE", f"{m.kernel} has no workspace {name!r} to lend",
                               hint=f"its workspaces: {', '.join(sorted(known)) or 'none'}")
-        if _is_tensor(buf):
-            ptr, nbytes = int(buf.data_ptr()), int(buf.numel()) * int(buf.element_size())
-            if not buf.is_contiguous():
-                raise LaunchError("R-WORKSPACE", f"lent workspace {name!r}: the tensor is not contiguous",
-                                  hint="lend a contiguous tensor or (pointer, bytes)")
-        elif (isinstance(buf, tuple) and len(buf) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                               for v in buf)):
-            ptr, nbytes = buf
-        else:
-            raise LaunchError("R-WORKSPACE", f"lent workspace {name!r} is a {type(buf).__name__}, not "
-                              "(pointer, bytes) or a CUDA tensor", hint="workspaces={'xs': (ptr, nbytes)}")
-        if not 0 < ptr < 2**64 or nbytes < 1:
-            raise LaunchError("R-WORKSPACE", f"lent workspace {name!r}: pointer {ptr:#x} / {nbytes} bytes is "
-                              "no device buffer", hint="lend a live device allocation and its size in bytes")
+        ptr, nbytes = lent_buffer(name, buf, device)
         out[name] = (ptr, nbytes)
     return out
 
 
-def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, lent=None) -> dict[str, int]:
+def workspace_pointers(m: Manifest, values: Mapping[str, Any], dims, allocate, lent=None,
+                       device: int | None = None) -> dict[str, int]:
     """The hidden pointer field of every workspace: a caller-lent buffer (checked against the
     launch's size and the declared alignment) or one from `allocate(w, nbytes)`."""
     env = {**_grid_env(m, values), "grid_x": dims[0]}
-    lent = lent_workspaces(m, lent)
+    lent = lent_workspaces(m, lent, device)
     out = {}
     for w in m.workspaces:
         try:

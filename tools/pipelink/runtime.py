@@ -47,6 +47,7 @@ from pipelink.launch_error import RUNTIME_CODES, LaunchError  # noqa: F401
 from pipelink.launch_plan import (  # noqa: F401
     LaunchPlan, Packer, Validator, _dev_index, _is_bool, _is_tensor, _pointer, _scalar, _signature, coerce_params,
     grid_dims, lent_workspaces, pack_params, plan_launch, workspace_pointers)
+from pipelink.launch_values import explicit_grid, stream_handle
 from pipelink.manifest import (  # noqa: F401
     BUILTIN_GRID_NAMES, SUPPORTED_MANIFEST_FORMAT, Manifest, Slot, default_manifest_path)
 
@@ -290,7 +291,7 @@ class Kernel:
         for v in self.validators:
             v(self, params)
         key = (tuple(sorted((k, v) for k, v in values.items() if m.param_types.get(k) != "ptr")),
-               None if grid is None else (grid if isinstance(grid, int) else tuple(grid)))
+               None if grid is None else tuple(explicit_grid(grid)))
         dims = self._grid_cache.get(key)
         if dims is None:
             dims = grid_dims(m, {**values, "num_sms": self.num_sms, "resident_ctas": self.resident_ctas}, grid)
@@ -301,9 +302,10 @@ class Kernel:
                 if m.host:
                     values = {**values, **run_providers(m.host, values, m.facts, self._host)}
                 if m.workspaces:
-                    values = {**values, **workspace_pointers(m, values, dims, self._workspace, workspaces)}
+                    values = {**values, **workspace_pointers(m, values, dims, self._workspace, workspaces,
+                                                             self.device)}
         elif workspaces:
-            lent_workspaces(m, workspaces)
+            lent_workspaces(m, workspaces, self.device)
         return LaunchPlan(dims, m.block, m.cluster, m.dynamic_smem, self._packer.pack(values), values)
 
     def _workspace(self, w: Workspace, nbytes: int) -> int:
@@ -382,28 +384,7 @@ class Kernel:
             if torch is not None and torch.cuda.is_initialized():  # torch.cuda.graph); else the default
                 return int(torch.cuda.current_stream(self.device).cuda_stream)
             return 0
-        if _is_bool(stream) or isinstance(stream, (float, str, bytes)) or _is_tensor(stream):
-            raise LaunchError("R-PARAM", f"stream must be a stream object or handle, not a {type(stream).__name__}",
-                              hint="pass a torch.cuda.Stream, an object with __cuda_stream__, or a handle (int)")
-        if isinstance(stream, int):
-            if not 0 <= stream < 2**64:
-                raise LaunchError("R-PARAM", f"stream handle {stream} is not a 64-bit handle",
-                                  hint="pass torch.cuda.Stream().cuda_stream or None (the current stream)")
-            return stream
-        if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-            dev = getattr(stream, "device", None)
-            idx = getattr(dev, "index", None)
-            if idx is not None and idx != self.device:
-                raise LaunchError("R-DEVICE", f"stream is on cuda:{idx}, the kernel on cuda:{self.device}",
-                                  hint="launch on a stream of the kernel's device")
-            return int(stream.cuda_stream)
-        if hasattr(stream, "__cuda_stream__"):
-            return int(stream.__cuda_stream__()[1])
-        try:
-            return int(stream)  # cuda.bindings CUstream
-        except (TypeError, ValueError):
-            raise LaunchError("R-PARAM", f"cannot use {type(stream).__name__} as a CUDA stream",
-                              hint="pass a torch.cuda.Stream, an object with __cuda_stream__, or a handle") from None
+        return stream_handle(stream, self.device)
 
 
 def load(cubin_path: str | Path, manifest_path: str | Path | None = None, device: int = 0, **kw) -> Kernel:
