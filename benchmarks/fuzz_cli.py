@@ -11,7 +11,7 @@ a link runs `python -m pipelink link` in a subprocess, so a crash in native code
 nvcc) is seen as a signal instead of killing the fuzzer. Counted per case:
 
 - internal: exit 3 or an E-INTERNAL diagnostic;     - crash: killed by a signal;
-- hang: over --timeout seconds;                      - uncoded: a failure without a known code;
+- hang: over --timeout seconds (or an input FIFO);  - uncoded: a failure without a known code;
 - partial: a `*.tmp` or staging folder left, a failed run that changed an earlier output,
   or a successful run without all its outputs;
 - accepted: a case built to be invalid that exited 0;
@@ -238,8 +238,9 @@ class Fuzzer:
         obj.write_bytes(self.objects["producer"].read_bytes())
         pkg = d / "sink.plpkg"  # an input of the link below: writing over it must be refused
         pkg.write_bytes(self.packages["sink"].read_bytes())
+        os.mkfifo(d / "fifo")  # an existing FIFO: refused, never replaced (nor /dev/null: not tried here)
         bad_paths = [d / "adir", d / "afile" / "x", d / ("n" * 300), None, f"{d}/x\0y", "", d / "adir" / "",
-                     d / "a" / ("m" * 256) / "x"]
+                     d / "a" / ("m" * 256) / "x", d / "fifo"]
         target = rng.choice(bad_paths)
         if rng.random() < 0.5:
             return ["pack", "--contract", str(TOY / "producer.contract.toml"), "--object", str(obj),
@@ -262,7 +263,12 @@ class Fuzzer:
         extra = rng.choice([[], ["--arch", ""], ["--arch", "sm_91"], ["--arch", "sm_100a"], ["--bogus"], ["--kernel"],
                             ["--package", str(d / "missing.plpkg")], ["--kernel", str(d)], ["--format"], ["--quiet"],
                             ["--origin", "x"], ["--cuda-home", str(d)], ["--cuda-home", "x\0y"], ["--kernel", "nope"],
-                            ["--out", str(d)], ["--guard"], ["--spills", "warning"]])
+                            ["--out", str(d)], ["--guard"], ["--spills", "warning"],
+                            # not regular files: a FIFO blocked open() forever, /dev/zero never ended
+                            ["--kernel", str(d / "fifo")], ["--package", str(d / "fifo")], ["--package", "/dev/zero"],
+                            ["--kernel", "/dev/zero"]])
+        if not (d / "fifo").exists():
+            os.mkfifo(d / "fifo")
         argv = base + extra
         if rng.random() < 0.3 and len(argv) > 2:
             del argv[rng.randrange(1, len(argv))]
