@@ -248,3 +248,45 @@ def test_barrier_counting_more_threads_than_the_roles_is_l_barrier_threads(packe
 def test_barrier_within_the_roles_still_plans(packer, toy):
     cons = packer.variant(toy.consumer, _c('threads = "role"', "threads = 160", toy.consumer.contract_text))
     plan(packer.compose((TOY / "toy.kernel.toml").read_text(), [toy.producer, cons, toy.sink]))
+
+
+# ---- class: a name with a trailing newline (the identifier check used `$`) ---------------------------
+# `^[A-Za-z_]\w*$` also matches "tile\n": every identifier of a contract, kernel file or package
+# took one, and the generated CUDA broke late (a kernel name "toy\n" ended the `//` comment it is
+# printed in, L-COMPILE) or the handles stopped matching.
+
+NEWLINE_NAMES = {
+    "component.name": ('name = "consumer"', 'name = "consumer\\n"'),
+    "component.entry": ('entry = "main"', 'entry = "main\\n"'),
+    "params": ("tiles = ", '"tiles\\n" = '),
+    "fact": ("[fact.tile]", '[fact."tile\\n"]'),
+    "ring": ("[ring.work]", '[ring."work\\n"]'),
+    "smem": ("[smem.scratch]", '[smem."scratch\\n"]'),
+    "barrier": ("[barrier.combine]", '[barrier."combine\\n"]'),
+    "export": ("[export.acc]", '[export."acc\\n"]'),
+}
+
+
+@pytest.mark.parametrize("clause", sorted(NEWLINE_NAMES))
+def test_identifier_with_a_trailing_newline_is_c_schema(clause):
+    old, new = NEWLINE_NAMES[clause]
+    with pytest.raises(Rejected) as e:
+        parse_contract_text(_c(old, new), "c.contract.toml")
+    assert e.value.codes[0] in ("C-SCHEMA", "C-EXPR") and "\\n" in str(e.value.diagnostics[0].message), e.value
+
+
+@pytest.mark.parametrize("old,new", [('name = "toy"', 'name = "toy\\n"'), ('name = "prod"', 'name = "prod\\n"'),
+                                     ('launch_args = ["blocks"]', 'launch_args = ["blocks\\n"]')])
+def test_kernel_file_name_with_a_trailing_newline_is_c_schema(toy, old, new):
+    text = (TOY / "toy.kernel.toml").read_text()
+    assert text.count(old) == 1
+    e = rejected(parse_kernel_text, text.replace(old, new), "k.toml", toy.packages)
+    assert e.codes == ["C-SCHEMA"], e
+
+
+def test_package_names_with_a_trailing_newline_are_p_package():
+    from pipelink.package_io import _IDENT, _SAFE_NAME, _TOOLKIT, _safe_rel
+
+    assert not _safe_rel("params.h\n") and not _SAFE_NAME.match("x.o\n")
+    assert not _IDENT.match("acc\n") and not _TOOLKIT.match("13.0\n")
+    assert _safe_rel("a/params.h") and _IDENT.match("acc") and _TOOLKIT.match("13.0")

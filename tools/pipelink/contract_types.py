@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: `$` would also match before a final newline
 PARAM_TYPES = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 128}  # size in bytes
 # Alignment in the parameter block: natural for scalars; a CUtensorMap must be 64-byte aligned.
 PARAM_ALIGN = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 64}

@@ -22,9 +22,10 @@ from pipelink.files import MAX_TEXT_BYTES, display, read_bytes, read_regular
 
 MAX_ENTRY_BYTES = 512 << 20  # a package entry larger than this is damage (or a zip bomb), not an object
 HANDLE_KINDS = ("smem", "bar", "fact", "ring_depth", "ring_buffer", "ring_full", "ring_empty", "role", "export", "call", "ws")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*$")
-_TOOLKIT = re.compile(r"^\d+\.\d+$")
+# \Z, not $: `$` also matches before a final newline, so "acc\n" would pass as an identifier.
+_IDENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+_SAFE_NAME = re.compile(r"\A[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*\Z")
+_TOOLKIT = re.compile(r"\A\d+\.\d+\Z")
 
 
 class _Damaged(Exception):
