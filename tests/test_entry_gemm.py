@@ -25,7 +25,8 @@ def test_out_overlap_stream_and_load_arguments(tmp_path):
     buf = torch.empty(4 * 128 * 64, dtype=BF16)
     xb, ob = gpu(buf[: 128 * 64].view(128, 64)), gpu(buf[64 * 64: 64 * 64 + 128 * 64].view(128, 64))
     for args, kw, code in [((x, w), {"out": x}, "R-LAYOUT"), ((xb, w), {"out": ob}, "R-LAYOUT"),
-                           ((x, w), {"out": w}, "R-LAYOUT"), ((x, w), {"out": empty(128, 64), "stream": 0.5}, "R-PARAM")]:
+                           ((x, w), {"out": w}, "R-LAYOUT"), ((x, w), {"out": empty(128, 64), "stream": 0.5}, "R-PARAM"),
+                           ((x, randn(127, 64)), {}, "R-SHAPE")]:  # odd rows: no [gate; up] stack (had no hint)
         assert refused(g, *args, **kw).code == code
     assert len(g.kernel.launches) == 1
     for kw, code in [({"device": "0"}, "R-DEVICE"), ({"control": "no"}, "R-PARAM"), ({"kernel_dir": 1}, "R-PARAM")]:

@@ -479,6 +479,30 @@ def test_every_code_used_in_the_sources_is_explained(capsys):
     assert cli.main(["explain", "B-COPT"]) == 0 and "copt" in capsys.readouterr().out
 
 
+def test_every_refusal_in_the_sources_has_a_hint():
+    """Every LaunchError(...) and reject(...) written in the linker, runtime and kernels' entries
+    passes a non-empty hint= (gemm_swiglu's odd-w refusal, its wrong-manifest refusal and a closed
+    EpStep had none): scan the sources' syntax trees, so a new refusal without one fails here."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for folder in ("tools/pipelink", "kernels", "examples"):
+        for f in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                name = getattr(node, "func", None)
+                name = getattr(name, "id", getattr(name, "attr", None))
+                if not isinstance(node, ast.Call) or name not in ("LaunchError", "reject"):
+                    continue
+                kw = {k.arg: k.value for k in node.keywords}
+                if None in kw:  # **kwargs: not decidable here
+                    continue
+                hint = kw.get("hint")
+                if hint is None or (isinstance(hint, ast.Constant) and not str(hint.value).strip()):
+                    missing.append(f"{f.relative_to(root)}:{node.lineno}")
+    assert not missing, f"refusals without a hint: {missing}"
+
+
 def test_every_code_is_documented_and_explained(capsys):
     doc = (Path(__file__).resolve().parents[1] / "docs" / "CONTRACTS.md").read_text()
     for code in CODES:

@@ -42,7 +42,8 @@ class GemmSwiglu:
         missing = [n for n in ("block_m", "block_n", "block_k") if n not in f]
         if missing or set(self.kernel.manifest.lent) != {"x", "w", "out", "m", "n", "k"}:
             raise LaunchError("R-MANIFEST", f"{cubin} is not a gemm_swiglu kernel (facts {sorted(f)}, params "
-                              f"{sorted(self.kernel.manifest.lent)})")
+                              f"{sorted(self.kernel.manifest.lent)})",
+                              hint="point kernel_dir at the directory //kernels:gemm_swiglu (or a variant) was linked into")
         self.block_m, self.block_n, self.block_k = f["block_m"], f["block_n"], f["block_k"]
         # Whole tiles only, unless the kernel is of the TMA family (_takes_ragged).
         self.ragged = _takes_ragged(self.kernel)
@@ -59,7 +60,8 @@ class GemmSwiglu:
         expect_tensor("w", w, shape=(None, K), dtype=torch.bfloat16, device=dev, align=16)
         if w.shape[0] % 2:
             raise LaunchError("R-SHAPE", f"w has {w.shape[0]} rows; it must stack the gate and up "
-                              "projections ([2N, K]: rows 0..N-1 gate, N..2N-1 up)")
+                              "projections ([2N, K]: rows 0..N-1 gate, N..2N-1 up)",
+                              hint="pass w = torch.cat([w_gate, w_up]) of shape [2N, K]")
         N = w.shape[0] // 2
         if out is None:
             if self._granule(M, N, K):

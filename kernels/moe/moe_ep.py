@@ -122,7 +122,7 @@ class EpStep:
     def params(self, x, router_w, w13, w2, out=None) -> dict:
         import torch
         if self.table is None:
-            raise LaunchError("R-CUDA", "this EpStep was closed")
+            raise LaunchError("R-CUDA", "this EpStep was closed", hint="open a new EpStep")
         dev = self.device
         expect_tensor("x", x, shape=(None, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
         T = x.shape[0]

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result, cubin, manifest = contracted_link(a.kernel, packages, mutant, arch=a.arch, cuda_home=a.cuda_home)
             if not a.result:
-                raise reject("E-USAGE", "contracted needs --result")
+                raise reject("E-USAGE", "contracted needs --result", hint="add --result PATH (the JSON of the link's outcome)")
             Path(a.result).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     except Rejected as e:  # the plain link itself failed (nvJitLink, compile): an error of the experiment
         print(render_all(e.diagnostics), file=sys.stderr)
