@@ -15,20 +15,10 @@ from hypothesis import strategies as st
 
 import conftest  # noqa: F401  (tools/ on sys.path)
 from pipelink.entry import expect_stream, flag, integer, optional_dir, real, refuse_unused
+from manifest_fakes import manifest
 from pipelink.runtime import Kernel, LaunchError, Manifest, plan_launch
 
 np = pytest.importorskip("numpy")
-
-
-def manifest(params):
-    fields, off = [], 0
-    for n, t in params:
-        size = 8 if t in ("ptr", "u64") else 4
-        off = (off + size - 1) // size * size
-        fields.append({"instance": "a", "name": n, "type": t, "offset": off})
-        off += size
-    return Manifest.from_dict({"format": 1, "kernel": "k", "block": [32, 1, 1], "grid": ["1", "1", "1"],
-                               "params": {"size": (off + 7) // 8 * 8, "by_name": dict(params), "fields": fields}})
 
 
 M = manifest([("p", "ptr"), ("u", "u32"), ("i", "i32"), ("f", "f32"), ("w", "u64")])

@@ -17,26 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 import conftest  # noqa: F401  (tools/ on sys.path)
-from pipelink.runtime import Kernel, LaunchError, Manifest, plan_launch
+from manifest_fakes import manifest
+from pipelink.runtime import Kernel, LaunchError, plan_launch
 
 np = pytest.importorskip("numpy")
-
-
-def manifest(params, workspaces=()):
-    fields, off = [], 0
-    for n, t in params:
-        size = 8 if t in ("ptr", "u64") else 4
-        off = (off + size - 1) // size * size
-        fields.append({"instance": "a", "name": n, "type": t, "offset": off})
-        off += size
-    for w in workspaces:
-        off = (off + 7) // 8 * 8
-        fields.append({"instance": "a", "name": w["param"], "type": "ptr", "offset": off})
-        off += 8
-    return Manifest.from_dict({"format": 1, "kernel": "k", "block": [32, 1, 1], "grid": ["1", "1", "1"],
-                               "params": {"size": (off + 7) // 8 * 8, "by_name": {f["name"]: f["type"] for f in fields},
-                                          "fields": fields},
-                               "workspaces": list(workspaces)})
 
 
 M = manifest([("p", "ptr"), ("u", "u32"), ("f", "f32")])
