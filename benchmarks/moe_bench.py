@@ -27,7 +27,8 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
             on every token for T <= 128 and on 256 sampled tokens otherwise (per expert, on the
             GPU); pass iff every element is written and
             |out - ref| <= 2e-2 * (|ref| + rms(ref)) everywhere (bf16 output and the bf16
-            intermediate h give ~1e-2 of rms); tokens whose 8th and 9th logits are within 1e-4
+            intermediate h give ~1e-2 of rms; the baselines, which also round gate/up to bf16,
+            are held to 4e-2); tokens whose 8th and 9th logits are within 1e-4
             (routing is then precision-dependent) are excluded and counted.
   sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step (T = 64,
             torch-free, through symbol_link_counterexample.py's worker); fails if the tool is missing.
@@ -59,7 +60,10 @@ from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, 
 
 H, I, E, TOP_K = 2048, 768, 128, 8
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
-TOL = 2e-2
+TOL = 2e-2  # moe_step (f32 accumulators into SwiGLU; h and the expert outputs rounded to bf16)
+# The baselines also round gate/up to bf16 before SwiGLU (grouped_mm's bf16 output), as the models
+# do: one more rounding, so on fresh inputs their max error reached 2.04e-2 (torch, T = 1024).
+BASELINE_TOL = 4e-2
 BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")  # as moe_step.load
 
 
@@ -213,12 +217,13 @@ def cmd_check(a) -> int:
         torch.cuda.synchronize()
         for n, o in outs.items():
             unwritten, err, nerr = error(o[idx], ref, keep)
-            ok = unwritten == 0 and err <= TOL
+            tol = TOL if n.startswith("moe_step") else BASELINE_TOL
+            ok = unwritten == 0 and err <= tol
             bad += not ok
             rows += 1
             print(f"{'PASS' if ok else 'FAIL'}  {n:<17} T={T:<6} unwritten={unwritten} max_err={err:.2e} "
                   f"norm_rel={nerr:.2e} ({'f64 all' if T <= 128 else f'f64 {len(idx)} sampled'} tokens, "
-                  f"{int(amb.sum())} ambiguous excluded, tol {TOL})", flush=True)
+                  f"{int(amb.sum())} ambiguous excluded, tol {tol})", flush=True)
     print(f"check: {rows - bad}/{rows} passed")
     return 1 if bad else 0
 
