@@ -70,11 +70,12 @@ def _moe_roles(suffix, defines = [], tags = []):
             tags = tags,
         )
 
-def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = [], tags = []):
+def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, stages = 4, defines = [], tags = []):
     """The expert owner with one tile geometry: block_m in {16, 32, 64} (rows of a tile; the
-    wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128}."""
+    wgmma is m64, rows beyond block_m are zero), block_h in {32, 64}, block_n in {64, 128};
+    stages (ring stages per warpgroup, fact expert_stages: it sizes the smem claims) in 2..12."""
     for what, value, ok in (("block_m", block_m, [16, 32, 64]), ("block_h", block_h, [32, 64]),
-                            ("block_n", block_n, [64, 128])):
+                            ("block_n", block_n, [64, 128]), ("stages", stages, list(range(2, 13)))):
         check_variant("//%s:%s" % (native.package_name(), name), "moe_expert " + what, repr(value), [repr(v) for v in ok])
     cuda_component(
         name = name,
@@ -88,12 +89,14 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, defines = [], ta
             "64  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
             "64  # variant: BLOCK_H": "%d  # variant: BLOCK_H" % block_h,
             "128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
+            "4  # variant: STAGES": "%d  # variant: STAGES" % stages,
         },
         copts = ["-O3"],
         defines = [
             "EXPERT_BLOCK_M=%d" % block_m,
             "EXPERT_BLOCK_H=%d" % block_h,
             "EXPERT_BLOCK_N=%d" % block_n,
+            "EXPERT_STAGES=%d" % stages,
         ] + defines,
         tags = tags,
     )

@@ -8,7 +8,12 @@ build constants have their own test (tests/test_attention_mutations.py). No Baze
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
+
+import pytest
+
+from conftest import assert_mentions, diagnostic, rejected, require_cutlass
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 OVERRIDABLE = re.compile(r"^#ifndef (\w+)\s*\n#define \1\b", re.M)
@@ -49,3 +54,62 @@ def test_every_owned_block_macro_feeds_an_owned_fact():
             consts = set(re.findall(rf"\b(\w+)\s*=\s*{m}\b", text))  # constexpr unsigned BM = EXPERT_BLOCK_M
             owns = re.findall(r"PL_OWN_FACT\(\w+,\s*([\w:]+)\)", text)
             assert any(o == m or o.split("::")[-1] in consts for o in owns), f"{p.name}: {m} feeds no PL_OWN_FACT"
+
+
+# ---- a source constant that sizes a shared-memory claim must be an owned fact ---------------
+
+MOE = KERNELS / "moe"
+
+
+def test_the_experts_stage_count_sizes_its_claims_through_an_owned_fact():
+    """expert.cu's ring stage count sizes [smem.stages] and [smem.bars]. It was a bare
+    `STAGES = 4` with the contract's `8 * (...)` / `bytes = 64` beside it: STAGES = 5 in the
+    source alone linked silently and overran the claims by 49 KB (moe_step's mutation hunt).
+    Now the contract computes both claims from the owned fact expert_stages."""
+    import tomllib
+
+    text = _code((MOE / "expert.cu").read_text())
+    assert re.search(r"constexpr unsigned STAGES = EXPERT_STAGES\b", text)
+    assert "PL_OWN_FACT(expert_stages, moe_expert::STAGES)" in text
+    c = tomllib.loads((MOE / "expert.contract.toml").read_text())
+    assert c["fact"]["expert_stages"]["own"] == 4
+    for claim in ("stages", "bars"):
+        assert "expert_stages" in c["smem"][claim]["bytes"], claim
+
+
+def test_every_claim_of_a_real_component_is_sized_by_facts():
+    """A literal claim size is a copy of a source constant nothing checks: each [smem.X] of a
+    kernels/ contract is an expression over facts (a flag word of <= 16 B excepted)."""
+    import tomllib
+
+    bad = []
+    for p in sorted(KERNELS.rglob("*.contract.toml")):
+        c = tomllib.loads(p.read_text())
+        facts = set(c.get("fact", {}))
+        for name, claim in c.get("smem", {}).items():
+            b = claim["bytes"]
+            if isinstance(b, int) and b <= 16:
+                continue
+            if not (isinstance(b, str) and facts & set(re.findall(r"[A-Za-z_]\w*", b))):
+                bad.append(f"{p.relative_to(KERNELS)}: [smem.{name}] bytes = {b!r}")
+    assert not bad, "size the claim from the owner's facts:\n" + "\n".join(bad)
+
+
+@pytest.fixture(scope="module")
+def expert_objects(lto):
+    cutlass = require_cutlass()
+    src = MOE / "expert.cu"
+    return {s: lto(src, defines=[f"EXPERT_STAGES={s}"], includes=[cutlass]) for s in (4, 5)}
+
+
+@pytest.mark.parametrize("source,contract", [(5, 4), (4, 5)])
+def test_a_stage_count_on_one_side_only_is_refused_at_pack(expert_objects, packer, source, contract):
+    text = (MOE / "expert.contract.toml").read_text()
+    assert "own = 4  # variant: STAGES" in text
+    path = packer.contract_file(text.replace("own = 4  # variant: STAGES", f"own = {contract}  # variant: STAGES"),
+                                "moe_expert")
+    shutil.copy(MOE / "expert_host.py", path.parent / "expert_host.py")
+    e = rejected(packer.pack, path, [expert_objects[source]])
+    d = diagnostic(e, "P-FACT-VALUE")
+    assert e.codes == ["P-FACT-VALUE"] and d.hint
+    assert_mentions(d, f"own = {contract}", f"PL_OWN_FACT(expert_stages, {source})", f"{path}:")

@@ -583,7 +583,8 @@ def test_trial_registers_over_budget_are_a_fact_of_a_spill_not_a_warning(monkeyp
     monkeypatch.setattr(pipelink.sass, "disassemble", lambda cubin, home: {})
     role = NS(inst=NS(name="ffn", contract=NS(role=NS(origin="expert.contract.toml:31"))), regs=(128, 168),
               measured_regs=234)
-    ch, pl, tk = NS(comp=NS(name="k"), roles=[role]), NS(budgets={"ffn": 128}, barrier_ids={}), NS(home="")
+    ch, pl, tk = (NS(comp=NS(name="k"), roles=[role], barriers=[]),
+                  NS(budgets={"ffn": 128}, barrier_ids={}, uses_setmaxnreg=False), NS(home=""))
     assert check_linked(ch, pl, b"", {"REG": 128, "LOCAL": 0, "STACK": 0}, tk) == []
     (w,) = check_linked(ch, pl, b"", {"REG": 128, "LOCAL": 64, "STACK": 0}, tk, spills="warning")
     assert w.code == "L-REGS" and "ffn: its trial compile used 234 registers, over its budget 128" in w.render()

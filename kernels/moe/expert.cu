@@ -40,6 +40,9 @@
 #ifndef EXPERT_BLOCK_N
 #define EXPERT_BLOCK_N 128
 #endif
+#ifndef EXPERT_STAGES
+#define EXPERT_STAGES 4
+#endif
 
 namespace moe_expert {
 constexpr unsigned BM = EXPERT_BLOCK_M, BH = EXPERT_BLOCK_H, BN = EXPERT_BLOCK_N;
@@ -47,11 +50,15 @@ static_assert(BM == 16 || BM == 32 || BM == 64, "block_m: 16, 32 or 64 (one wgmm
 static_assert(BH == 32 || BH == 64, "block_h: 32 or 64 (gate/up wgmma N = 2 * block_h)");
 static_assert(BN == 64 || BN == 128, "block_n: 64 or 128 (down wgmma N)");
 constexpr unsigned HBLOCKS = moe::INTER / BH, NBLOCKS = moe::HIDDEN / BN;
-constexpr unsigned STAGES = 4, ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
+// STAGES sizes both smem claims ([smem.stages], [smem.bars]): the contract computes them from
+// the owned fact expert_stages, so a stage count changed here but not there (or there but not
+// here) is P-FACT-VALUE at pack, never an overflow into another claim.
+constexpr unsigned STAGES = EXPERT_STAGES, ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
+static_assert(STAGES >= 2 && STAGES <= 12, "expert_stages: 2 .. 12 (cp.async waits STAGES - 2 groups; K = 768 has 12 k-steps)");
 constexpr unsigned A_BYTES = 64 * ROW;
 constexpr unsigned B_ROWS = 2 * BH > BN ? 2 * BH : BN;
 constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
-constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 8 * (block_m' + ...)
+constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 2 * expert_stages * (64 + ...)
 
 struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
@@ -218,6 +225,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
 PL_OWN_FACT(block_m, moe_expert::BM);
 PL_OWN_FACT(block_h, moe_expert::BH);
 PL_OWN_FACT(block_n, moe_expert::BN);
+PL_OWN_FACT(expert_stages, moe_expert::STAGES);  // sizes the smem claims (contract)
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_EXPORT(acc);
 PL_DECLARE_WORKSPACE(sync);
