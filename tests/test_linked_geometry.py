@@ -89,11 +89,17 @@ def test_barrier_counts_in_the_sass_are_the_contracts(monkeypatch, insn, code):
 # ---- the real packages: one owner's contract changed, its code not ----------------------------
 
 def _packages(*names):
+    from pipelink.diagnostics import Rejected
     from pipelink.package_io import read_package
+    from pipelink.toolkit import find_toolkit
 
     paths = [BIN / n for n in names]
     if not all(p.exists() for p in paths):
         pytest.skip("build them first: tools/bazel build //kernels:gemm_swiglu_tma //kernels/attention:attn_causal")
+    try:  # linking needs nvJitLink and the toolkit (the GPU machine carries bazel-bin, not the toolkit)
+        find_toolkit()
+    except Rejected as e:
+        pytest.skip(f"no CUDA toolkit to link with: {e}")
     return [read_package(str(p)) for p in paths]
 
 
