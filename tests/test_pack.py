@@ -129,6 +129,17 @@ def test_owned_fact_zero(packer, lto):
     assert "64" in d.message and " 0 " in d.message + " "
 
 
+@pytest.mark.parametrize("width", [2**31, 2**32 - 1])
+def test_owned_fact_at_or_past_2_31(packer, lto, width):
+    """PTX prints a u32 of 2^31 or more as a negative number (`= -1`); pack reads it as the u32
+    it is, instead of "owned fact width is not in the object"."""
+    obj = lto(COMPONENTS / "meas.cu", defines=[f"MEAS_WIDTH={width}u"])
+    pkg = packer.pack(MEAS_TEXT.replace("own = 64", f"own = {width}"), [obj])
+    assert pkg.measured.own_facts == {"pl_meas__own__width": width}
+    d = diagnostic(rejected(_pack_text(packer, MEAS_TEXT, obj)[1]), "P-FACT-VALUE")  # contract: own = 64
+    assert str(width) in d.message and "not in the object" not in d.message
+
+
 def test_wrong_arch(packer, lto):
     """An object compiled for lto_100a packed with a contract for sm_90a.
 

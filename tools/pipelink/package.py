@@ -28,8 +28,9 @@ FORMAT = 1
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 _EXTERN_FUNC = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\))?\s*(\w+)")
-# A zero value has no initializer in PTX (`.global .align 4 .u32 pl_c__own__f;`).
-_OWN_FACT = re.compile(r"\.(?:global|const)\s+[^;=]*?\b(pl_\w+?__own__\w+)\s*(?:=\s*(\d+)\s*)?;")
+# A zero value has no initializer in PTX (`.global .align 4 .u32 pl_c__own__f;`), and a u32 of
+# 2^31 or more is printed as a negative number (4294967295 as `= -1`): read it modulo 2^32.
+_OWN_FACT = re.compile(r"\.(?:global|const)\s+[^;=]*?\b(pl_\w+?__own__\w+)\s*(?:=\s*(-?\d+)\s*)?;")
 _SHARED = re.compile(r"\.shared\s+\.align\s+(\d+)\s+\.b8\s+(\w+)\[(\d+)\]")
 _REGS = re.compile(r"Function properties for (\w+)|Compiling entry function '(\w+)'|Used (\d+) registers")
 
@@ -145,7 +146,7 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
                               "-o", str(Path(tmp) / "trial.cubin")], "P-COMPILE", "assembling the trial kernel")
     # Only pl_* symbols are handles; others (vprintf, __assertfail) are the toolkit's own.
     handles = sorted(set(m.group(1) for m in _EXTERN_FUNC.finditer(ptx) if m.group(1).startswith("pl_")))
-    own = {m.group(1): int(m.group(2) or 0) for m in _OWN_FACT.finditer(ptx)}
+    own = {m.group(1): int(m.group(2) or 0) % 2**32 for m in _OWN_FACT.finditer(ptx)}
     static_smem = sum(int(m.group(3)) for m in _SHARED.finditer(ptx))
     regs: dict[str, int] = {}
     current = None
