@@ -127,3 +127,23 @@ def test_a_one_sided_role_change_is_refused_at_link(packer, tmp_path, kernel, na
     assert e.codes == [code], e.codes
     d = e.diagnostics[0]
     assert d.hint and any(re.search(r"\.toml:\d+$", f.origin) for f in d.facts)
+
+
+DECODE = ("attention/attn_loader_q1.plpkg", "attention/attn_core.plpkg", "attention/attn_decode_mask.plpkg",
+          "attention/attn_combine.plpkg")
+
+
+def test_a_library_barrier_wider_than_its_calling_role_is_refused_at_plan(packer):
+    """attn_combine (a library: its `sync` barrier counts 256, the core's two warpgroups) runs in
+    attn_core's warps. attn_core given 4 warps, consistently (its own barriers count "role"),
+    would leave the combine's bar.sync 256 waiting for threads that do not exist."""
+    from pipelink.compose import parse_kernel
+    from pipelink.link import plan
+
+    pkgs = _packages(*DECODE)
+    pkgs[1] = packer.variant(pkgs[1], pkgs[1].contract_text.replace("warps = 8", "warps = 4", 1))
+    d = diagnostic(rejected(plan, parse_kernel(str(ROOT / "kernels/attention/attn_decode.kernel.toml"), pkgs)),
+                   "L-BARRIER-THREADS")
+    assert "256" in d.message and "128" in d.message and d.hint
+    assert {"epi (attn_combine)", "core (attn_core)"} <= {f.side for f in d.facts}
+    assert all(re.search(r"\.toml:\d+$", f.origin) for f in d.facts)

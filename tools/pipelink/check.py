@@ -11,7 +11,7 @@ types (Checked and what it holds) are in check_types.py.
 
 from __future__ import annotations
 
-from pipelink.check_bindings import _check_callables, _check_library_warps, _check_tensors
+from pipelink.check_bindings import _check_callables, _check_library_barriers, _check_library_warps, _check_tensors
 from pipelink.check_types import Barrier, CallBinding, Checked, Claim, Ring, Role, Transfer, _Diags
 from pipelink.compose import Composition, Instance
 from pipelink.contract import MBARRIER_COUNT_MAX
@@ -115,6 +115,7 @@ def check(comp: Composition) -> Checked:
                 barriers.append(Barrier(f"transfer.{t.key}", t.threads, where))
     calls = _check_callables(comp, d, binds)
     _check_library_warps(comp, transfers, d)
+    _check_library_barriers(transfers, calls, d)
 
     if len(barriers) > 15:
         d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",

@@ -146,6 +146,27 @@ def _check_library_warps(comp: Composition, transfers: list[Transfer], d: _Diags
                   hint="a library's warp range is its caller's: bind its imports to exactly one role")
 
 
+def _check_library_barriers(transfers: list[Transfer], calls: list[CallBinding], d: _Diags) -> None:
+    """A library's named barrier runs in the warps of the roles that call it: a count above a
+    caller's threads could never complete. (A library cannot say threads = "role", so its
+    number stays behind when the calling role is resized.)"""
+    callers: dict[str, tuple[Instance, dict[str, Instance]]] = {}
+    for lib, role in [(t.importer, t.exporter) for t in transfers] + [(c.exporter, c.importer) for c in calls]:
+        if lib.contract.role or not role.contract.role or not lib.contract.barriers:
+            continue
+        callers.setdefault(lib.name, (lib, {}))[1][role.name] = role
+    for lib, roles in callers.values():
+        for b in lib.contract.barriers:
+            for r in roles.values():
+                have = 32 * r.contract.role.warps
+                if b.threads != "role" and int(b.threads) > have:
+                    d.add("L-BARRIER-THREADS", f"{_side(lib)}: barrier {b.name} counts {b.threads} threads, but it "
+                          f"runs in the {have} threads of {_side(r)}", clause=f"barrier.{b.name}",
+                          facts=[Fact(_side(lib), f"threads = {b.threads!r}", str(b.origin)),
+                                 Fact(_side(r), f"role.warps = {r.contract.role.warps}", str(r.contract.role.origin))],
+                          hint="the library's barrier counts its caller's threads: make the two agree")
+
+
 def _check_callables(comp: Composition, d: _Diags, binds: BindPlan) -> list[CallBinding]:
     exports = [(i, c) for i in comp.instances for c in i.contract.callables if c.direction == "export"]
     out = []

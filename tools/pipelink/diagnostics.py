@@ -111,8 +111,9 @@ CODES: dict[str, str] = {
     "L-GRID": "a grid expression names something that is no integer parameter, fact or declared launch argument",
     "L-RESIDENT": "a component waits for other CTAs (co_resident = true) but the kernel's grid is not bounded by resident_ctas",
     "L-BARRIER": "more named barriers are needed than the SM has free (ids 1..15)",
-    "L-BARRIER-THREADS": "a named barrier's thread count is not a multiple of 32 or exceeds the block, or the "
-                         "linked code counts other threads at it than its contract clause says",
+    "L-BARRIER-THREADS": "a named barrier's thread count is not a multiple of 32, exceeds the block or (a "
+                         "library's) its calling role, or the linked code counts other threads at it than its "
+                         "contract clause says",
     "L-WARPS": "the roles need more warps than a block can have",
     "L-ROLE": "a kernel has no role, or a role is malformed",
     "L-SMEM": "the shared-memory claims do not fit the SM's capacity",
