@@ -56,11 +56,30 @@ def check_files(ctx, attr, files, suffixes, hint, single = False):
 
 # ---- defines --------------------------------------------------------------------------------
 
+# nvcc runs the host compiler, cicc and ptxas through /bin/sh: -D and -I values go inside
+# double quotes, where $, `, \ and " are still special; -Xcompiler/-Xptxas values go bare.
+# A value holding them runs commands on the build machine (`-DX=$(touch /tmp/x)` does).
+SHELL_QUOTED_CHARS = ["$", "`", "\\", "\""]
+SHELL_BARE_CHARS = SHELL_QUOTED_CHARS + ["'", ";", "&", "|", "<", ">", "(", ")", "*", "?", "[", "]", "{", "}", "!", "#", " ", "\t"]
+
+def shell_chars(s, chars):
+    """The characters of `chars` that occur in `s`, in s's order, once each."""
+    found = []
+    for ch in s.elems():
+        if ch in chars and ch not in found:
+            found.append(ch)
+    return found
+
 def _define_problem(d):
     if not d.strip():
         return "an empty define", "remove it"
     if "\n" in d or "\r" in d:
         return "a define spanning lines", "give the value on one line"
+    bad = shell_chars(d, SHELL_QUOTED_CHARS)
+    if bad:
+        return ("a define holding %s, which the shell nvcc runs its compilers through would interpret " +
+                "(nvcc quotes -D values only with double quotes)") % " ".join(["'%s'" % c for c in bad]), \
+               "give the value through a header (#define in a file listed in hdrs); defines take no $, `, \\ or \""
     if d.startswith("-D"):
         return "a define starting with -D (the rule adds -D)", 'write "%s"' % d[2:]
     if d.startswith("="):
@@ -84,6 +103,12 @@ def check_defines(ctx, attr, defines, inherited = []):
         problem, hint = _define_problem(d)
         if problem:
             pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, d, problem), hint)
+    for d in inherited:
+        bad = shell_chars(d, SHELL_QUOTED_CHARS) + (["line break"] if "\n" in d or "\r" in d else [])
+        if bad:
+            pl_fail(ctx, "B-DEFINE", "a deps' define '%s' holds %s, which the shell nvcc runs its compilers through would interpret" %
+                                     (d, " ".join(["'%s'" % c for c in bad])),
+                    "give the value through a header of that cc_library instead of its `defines`")
     seen = {}
     for d in inherited + defines:
         name = d.partition("=")[0].partition("(")[0]
@@ -178,27 +203,123 @@ def _absolute_path(c, prev):
             return True
     return False
 
+# nvcc options that take their value as the next element: the last copt must not be one, or
+# it would take the rule's own `-o OUT` as its value (the object then lands elsewhere).
+_VALUE_FLAGS = [
+    "-D", "-U", "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-L", "-l", "-x",
+    "-Xcompiler", "-Xptxas", "-Xnvlink", "-Xlinker", "-Xarchive", "-Xcudafe", "-Xfatbin",
+    "-std", "-maxrregcount", "-ftz", "-prec-div", "-prec-sqrt", "-fmad", "-t", "-split-compile",
+    "-diag-suppress", "-diag-error", "-diag-warn", "-default-stream", "-Werror",
+    "--define-macro", "--undefine-macro", "--include-path", "--system-include", "--pre-include",
+    "--compiler-options", "--ptxas-options", "--nvlink-options", "--linker-options", "--archive-options",
+    "--std", "--maxrregcount", "--x", "--threads", "--split-compile", "--library", "--library-path",
+    "--ftz", "--prec-div", "--prec-sqrt", "--fmad", "--diag-suppress", "--diag-error", "--diag-warn",
+    "--default-stream", "--Werror",
+]
+
+# Options whose value is a comma-separated list of another tool's options (gcc, ptxas, ...):
+# each of those is checked like a copt of its own (`-Xcompiler=-o,x` would move gcc's output).
+_PASS_THROUGH = ["Xcompiler", "compiler-options", "Xptxas", "ptxas-options", "Xnvlink", "nvlink-options",
+                 "Xlinker", "linker-options", "Xarchive", "archive-options", "Xcudafe", "Xfatbin"]
+
+_DEFINE_FLAGS = ["-D", "--define-macro"]
+
+def _climbs_out(path):
+    """Whether a relative path leaves the directory it is resolved from (`../x`, `a/../../x`)."""
+    depth = 0
+    for part in path.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part and part != ".":
+            depth += 1
+    return False
+
+def _path_value(c):
+    """The path a path-taking option names in `c` (-I../x, --include-path=../x), else None."""
+    for flag in _PATH_FLAGS:
+        if c.startswith(flag + "="):
+            return c[len(flag) + 1:]
+        if c.startswith(flag) and not flag.startswith("--"):
+            return c[len(flag):]
+    return None
+
+def _copt_problem(c):
+    """(message, hint) for one nvcc option (or a tool option passed through -X...), else (None, None)."""
+    if c.startswith("@"):
+        return "is a response file (@FILE), an undeclared input of the build", _FILE_HINT
+    if c.startswith("-"):
+        name = c.lstrip("-").partition("=")[0]
+        if name in _RULE_FLAGS:
+            return "sets what the rule controls", _RULE_FLAGS[name]
+    return None, None
+
+def _define_value(c, prev):
+    """The define a copt gives (-DX, -D X, --define-macro=X, --define-macro X), else None."""
+    if prev in _DEFINE_FLAGS:
+        return c
+    if c.startswith("--define-macro="):
+        return c[len("--define-macro="):]
+    if c.startswith("-D") and c != "-D":
+        return c[2:]
+    return None
+
 def check_copts(ctx, attr, copts):
-    """B-COPT (options the rule controls, absolute paths) and B-DEFINE (-D values) of copts,
+    """B-COPT (options the rule controls, absolute paths or paths out of the workspace, shell
+    metacharacters, a value-taking option with no value) and B-DEFINE (-D values) of copts,
     after $(location) expansion."""
     for i, c in enumerate(copts):
         prev = copts[i - 1] if i > 0 else ""
         if "\n" in c or "\r" in c or not c.strip():
             pl_fail(ctx, "B-COPT", "attribute %s: %r is empty or spans lines" % (attr, c), "one nvcc option per list element")
+        define = _define_value(c, prev)
+        if define != None:
+            problem, hint = _define_problem(define)
+            if problem:
+                pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, c, problem),
+                        hint + " (or move it to `defines`)")
+            continue
+        if c in _DEFINE_FLAGS:
+            if i == len(copts) - 1:
+                pl_fail(ctx, "B-COPT", "attribute %s: '%s' is the last copt but takes a value; it would take the rule's own -o as its value" % (attr, c),
+                        "give its value as the next element, or drop it")
+            continue
+        bad = shell_chars(c, SHELL_BARE_CHARS)
+        if bad:
+            pl_fail(ctx, "B-COPT", ("attribute %s: '%s' holds %s, which the shell nvcc runs its compilers through would " +
+                                    "interpret (nvcc passes -Xcompiler values unquoted)") % (attr, c, " ".join(["'%s'" % ch for ch in bad])),
+                    "one option per element with no spaces, quotes or shell metacharacters; lists for -Xcompiler go comma-separated (\"-Xcompiler=-Wall,-Wextra\")")
+        problem, hint = _copt_problem(c)
+        if problem:
+            pl_fail(ctx, "B-COPT", "attribute %s: '%s' %s" % (attr, c, problem), hint)
+        through = None
         if c.startswith("-"):
-            name = c.lstrip("-").partition("=")[0]
-            if name in _RULE_FLAGS:
-                pl_fail(ctx, "B-COPT", "attribute %s: '%s' sets what the rule controls" % (attr, c), _RULE_FLAGS[name])
-        if c.startswith("-D") or prev == "-D":
-            value = c[2:] if c.startswith("-D") else c
-            if c != "-D":
-                problem, hint = _define_problem(value)
+            name, eq, value = c.lstrip("-").partition("=")
+            if name in _PASS_THROUGH and eq:
+                through = value
+        if prev.lstrip("-") in _PASS_THROUGH:
+            through = c
+        if through != None:
+            for piece in through.split(","):
+                problem, hint = _copt_problem(piece)
                 if problem:
-                    pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, c, problem),
-                            hint + " (or move it to `defines`)")
+                    pl_fail(ctx, "B-COPT", "attribute %s: '%s' passes '%s', which %s" % (attr, c, piece, problem), hint)
+                if _absolute_path(piece, "") or _climbs_out(_path_value(piece) or ""):
+                    pl_fail(ctx, "B-COPT", "attribute %s: '%s' passes '%s', a path outside the workspace" % (attr, c, piece),
+                            "use a path relative to the workspace, e.g. \"-I$(location :headers)\", or a cc_library in deps")
         if _absolute_path(c, prev):
             pl_fail(ctx, "B-COPT", "attribute %s: '%s' names an absolute path, which is no declared input of the build" % (attr, c),
                     "use a path relative to the workspace, e.g. \"-I$(location :headers)\", or a cc_library in deps")
+        path = _path_value(c)
+        if prev in _PATH_FLAGS:
+            path = c
+        if path != None and _climbs_out(path):
+            pl_fail(ctx, "B-COPT", "attribute %s: '%s' names a path that climbs out of the workspace, which is no declared input of the build" % (attr, c),
+                    "use a path relative to the workspace, e.g. \"-I$(location :headers)\", or a cc_library in deps")
+        if i == len(copts) - 1 and c in _VALUE_FLAGS:
+            pl_fail(ctx, "B-COPT", "attribute %s: '%s' is the last copt but takes a value; it would take the rule's own -o as its value" % (attr, c),
+                    "give its value as the next element (\"%s\", \"VALUE\"), or drop it" % c)
 
 # ---- includes, contract substitutions -------------------------------------------------------
 
@@ -208,6 +329,11 @@ def check_includes(ctx, includes):
         if not inc or inc.startswith("/") or ".." in inc.split("/"):
             pl_fail(ctx, "B-INCLUDE", "attribute includes: '%s' is %s" % (inc, "empty" if not inc else "not a directory inside this package"),
                     "give a directory relative to this package (\".\" for the package itself); for headers elsewhere add their cc_library to deps")
+        bad = shell_chars(inc, SHELL_QUOTED_CHARS + [",", "\n", "\r"])
+        if bad:
+            pl_fail(ctx, "B-INCLUDE", ("attribute includes: '%s' holds %s (nvcc splits -I values at commas and runs its " +
+                                       "compilers through a shell that would interpret the rest)") % (inc, " ".join(["'%s'" % c for c in bad])),
+                    "rename the directory, or give its headers through a cc_library in deps")
 
 def check_substitutions(ctx, subs):
     """B-SUBST: keys non-empty; a value has as many line breaks as its key (diagnostics cite

@@ -119,6 +119,15 @@ CASES = [
     ("bad_copt_abs_separate", "B-COPT", "use a path relative to the workspace", "'/opt/include' names an absolute path"),
     ("bad_copt_debug", "B-COPT", "drop it: LTO-IR carries no device debug information", "'-G' sets what the rule controls"),
     ("bad_copt_ltoir", "B-COPT", "drop it: the rule compiles for the kernel's arch", "'--gpu-architecture=sm_90a'"),
+    ("bad_define_shell", "B-DEFINE", "give the value through a header", "which the shell nvcc runs its compilers through would interpret"),
+    ("bad_dep_define_shell", "B-DEFINE", "give the value through a header of that cc_library", "a deps' define 'DEP_X=`id`' holds '`'"),
+    ("bad_copt_define_long", "B-DEFINE", "rename it", "'--define-macro=PL_X=1'"),
+    ("bad_copt_shell", "B-COPT", "one option per element with no spaces", "'-O2;id' holds ';'"),
+    ("bad_copt_dangling", "B-COPT", "give its value as the next element", "'-I' is the last copt but takes a value"),
+    ("bad_copt_passthrough_output", "B-COPT", "drop it: the rule names every output", "'-Xcompiler=-Wall,-o,x.o' passes '-o'"),
+    ("bad_copt_response_file", "B-COPT", "drop it: an options file is an undeclared input", "'@flags.txt' is a response file"),
+    ("bad_copt_climb", "B-COPT", "use a path relative to the workspace", "'../../../etc' names a path that climbs out of the workspace"),
+    ("bad_include_comma", "B-INCLUDE", "rename the directory", "'a,b' holds ','"),
     ("bad_include_abs", "B-INCLUDE", "give a directory relative to this package", "'/usr/include' is not a directory inside this package"),
     ("bad_include_up", "B-INCLUDE", "give a directory relative to this package", "'../x'"),
     ("bad_subst_empty", "B-SUBST", "use a marker that occurs in the contract", "an empty key"),
@@ -172,6 +181,16 @@ def failure_fixtures():
     _component("bad_copt_abs_separate", copts = ["-isystem", "/opt/include"])
     _component("bad_copt_debug", copts = ["-G"])
     cuda_ltoir(name = "bad_copt_ltoir", src = _SRC, copts = ["--gpu-architecture=sm_90a"], tags = m)
+    _component("bad_define_shell", defines = ["TILE=1+$(touch /tmp/pipelink_pwned)0"])
+    native.cc_library(name = "shell_dep", hdrs = ["testdata/dep/include/dep.h"], defines = ["DEP_X=`id`"], tags = m)
+    _component("bad_dep_define_shell", deps = [":shell_dep"])
+    _component("bad_copt_define_long", copts = ["--define-macro=PL_X=1"])
+    _component("bad_copt_shell", copts = ["-Xcompiler", "-O2;id"])
+    _component("bad_copt_dangling", copts = ["-O3", "-I"])
+    _component("bad_copt_passthrough_output", copts = ["-Xcompiler=-Wall,-o,x.o"])
+    _component("bad_copt_response_file", copts = ["-Xcompiler", "@flags.txt"])
+    _component("bad_copt_climb", copts = ["-isystem", "../../../etc"])
+    _component("bad_include_comma", includes = ["a,b"])
     _component("bad_include_abs", includes = ["/usr/include"])
     _component("bad_include_up", includes = ["../x"])
     _component("bad_subst_empty", contract_substitutions = {"": "x"})
