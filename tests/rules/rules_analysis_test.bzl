@@ -6,7 +6,7 @@ and hint. Nothing is compiled.
 """
 
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
-load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "FusedKernelInfo", "cuda_component", "fused_kernel")
+load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "FusedKernelInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 load("//pipelink_rules/private:linker_cli.bzl", "PACK_ARCH_FLAG")
 load(":failure_tests.bzl", "failure_fixtures", "failure_tests")
 
@@ -177,6 +177,23 @@ kernel_test = analysistest.make(_kernel_test_impl, attrs = {
     "spills": attr.string(default = "error"),
 })
 
+# ---- fused_kernel_sass_test: the generated script quotes what it interpolates --------------
+
+_ODD_KERNEL = "kern$(touch sass_pwned)'q"
+
+def _sass_script_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    writes = [a for a in analysistest.target_actions(env) if a.mnemonic == "FileWrite" and a.outputs.to_list()[0].basename.endswith(".sh")]
+    asserts.equals(env, 1, len(writes), "expected the script's FileWrite")
+    if writes:
+        script = writes[0].content
+        # Single-quoted: the shell expands nothing of the target name when the test runs.
+        _contains(env, script, "'tests/rules/kern$(touch sass_pwned)'\\''q.cubin'", "sass test script")
+        asserts.false(env, '"tests/rules/kern$(' in script, "a double-quoted path in %r" % script)
+    return analysistest.end(env)
+
+sass_script_test = analysistest.make(_sass_script_test_impl)
+
 # ---- suite ----------------------------------------------------------------------------------
 
 def rules_analysis_test_suite(name):
@@ -217,6 +234,9 @@ def rules_analysis_test_suite(name):
     fused_kernel(name = "kern_spills", spills = "warning", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm120a", arch = "sm_120a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
 
+    fused_kernel(name = _ODD_KERNEL, kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
+    fused_kernel_sass_test(name = "odd_sass", kernel = ":" + _ODD_KERNEL, tags = ["manual"])
+
     failure_fixtures()  # the bad_* targets (failure_tests.bzl)
 
     component_test(name = "component_test", target_under_test = ":comp", size = "small")
@@ -226,6 +246,7 @@ def rules_analysis_test_suite(name):
     kernel_test(name = "kernel_sm100a_test", target_under_test = ":kern_sm100a", size = "small", arch = "sm_100a")
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
     kernel_test(name = "kernel_spills_test", target_under_test = ":kern_spills", size = "small", spills = "warning")
+    sass_script_test(name = "sass_script_test", target_under_test = ":odd_sass", size = "small")
     failures = failure_tests()
     native.test_suite(
         name = name,
@@ -237,5 +258,6 @@ def rules_analysis_test_suite(name):
             ":kernel_sm100a_test",
             ":kernel_sm120a_test",
             ":kernel_spills_test",
+            ":sass_script_test",
         ] + failures,
     )
