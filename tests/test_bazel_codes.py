@@ -115,3 +115,43 @@ def test_substitution_key_missing_from_the_contract_is_b_subst(tmp_path):
     assert res.returncode == 1 and not out.exists()
     assert "pipelink B-SUBST: //pkg:c: attribute contract_substitutions: key 'own = 32' occurs nowhere" in res.stderr
     assert "hint: use a marker that occurs in the contract" in res.stderr
+
+
+def test_substitution_is_one_pass_so_a_value_is_not_substituted_again(tmp_path):
+    # Sequential replacing turned "@A@" into "@B@" and then into "1" (order-dependent).
+    res, out = _substitute(tmp_path, {"64  # variant: TILE": "@T@  # variant: TILE", "@T@": "never"})
+    assert res.returncode == 1 and not out.exists()  # "@T@" is not in the original contract
+    assert "key '@T@' occurs nowhere" in res.stderr
+    (tmp_path / "c2").mkdir()
+    res, out = _substitute(tmp_path / "c2", {"own = 64": "own = 128", "128": "256"})
+    assert res.returncode == 1 and not out.exists()  # "128" is not in the original either
+    (tmp_path / "c3").mkdir()
+    res, out = _substitute(tmp_path / "c3", {"u32": "u64", "type": "kind"})
+    assert res.returncode == 0 and 'kind = "u64"' in out.read_text()
+
+
+def test_substitution_key_inside_a_longer_key_is_b_subst(tmp_path):
+    # The longer key wins where both start; a key left with no occurrence of its own is B-SUBST.
+    res, out = _substitute(tmp_path, {"own = 64": "own = 128", "64": "32"})
+    assert res.returncode == 1 and not out.exists()
+    assert "key '64' occurs only inside another key's occurrence" in res.stderr
+    assert "hint: use a marker that occurs in the contract" in res.stderr
+
+
+@pytest.mark.parametrize("kind", ["not_utf8", "directory"])
+def test_substitution_of_an_unreadable_contract_is_coded(tmp_path, kind):
+    import json
+    import sys
+
+    contract, out, js = tmp_path / "c.contract.toml", tmp_path / "out.toml", tmp_path / "subs.json"
+    if kind == "directory":
+        contract.mkdir()
+    else:
+        contract.write_bytes(b'[component]\nname = "\xff"\n')
+    js.write_text(json.dumps({"c": "d"}))
+    res = subprocess.run([sys.executable, "-s", str(RULES / "private" / "substitute_contract.py"), "//pkg:c",
+                          str(contract), str(out), str(js)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and not out.exists()
+    assert "Traceback" not in res.stderr
+    assert res.stderr.startswith("pipelink B-FILE-TYPE: //pkg:c: attribute contract: ")
+    assert "hint: " in res.stderr

@@ -6,9 +6,10 @@ through `pl_fail`, which renders one line in the linker's style (tools/pipelink/
     pipelink B-ARCH: //pkg:t: attribute arch: unsupported architecture 'sm_91'; supported:
     sm_90a, sm_100a, sm_120a, sm_90, sm_80. hint: set arch = "sm_90a"
 
-(Bazel prefixes it with "Error in fail:"). Two are also raised while actions run, in the same
-format: B-COMPILE (nvcc_wrapper.sh, under nvcc's own errors) and B-SUBST (substitute_contract.py,
-a key the contract lacks). The table below is the only list of B-* codes;
+(Bazel prefixes it with "Error in fail:"). Three are also raised while actions run, in the same
+format: B-COMPILE (nvcc_wrapper.sh, under nvcc's own errors), B-SUBST (substitute_contract.py,
+a key the contract lacks) and B-FILE-TYPE (substitute_contract.py, a contract that is a
+directory or not UTF-8). The table below is the only list of B-* codes;
 docs/CONTRACTS.md, "Bazel rule codes", documents each with an example, and
 tests/rules/ has one failure test per code.
 """

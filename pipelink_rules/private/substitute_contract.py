@@ -3,26 +3,57 @@
     python substitute_contract.py LABEL CONTRACT OUT SUBSTITUTIONS.json
 
 Like expand_template, but a key that occurs nowhere in the contract is an error (B-SUBST):
-the variant it was meant to make would silently be the original. Standard library only.
+the variant it was meant to make would silently be the original. The keys are replaced in
+one pass over the original text, longest key first where two start at one place, so a value
+is never substituted again ({"@A@": "@B@", "@B@": "1"} gives "@B@" for "@A@", whatever the
+order), and a key counts as occurring only where that pass replaces it. A contract that is not
+a readable UTF-8 file (a directory, binary data) is B-FILE-TYPE. Every failure is one coded
+line on stderr and leaves no output. Standard library only.
 """
 
 import json
+import re
 import sys
+
+_HINT_KEY = ("use a marker that occurs in the contract (copy it from the file, line breaks and spacing included), "
+             "and no key inside another key's occurrence")
+
+
+def _fail(code: str, label: str, message: str, hint: str) -> int:
+    print(f"pipelink {code}: {label}: {message}. hint: {hint}", file=sys.stderr)
+    return 1
 
 
 def main(label: str, contract: str, out: str, subs_json: str) -> int:
-    with open(contract, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(contract, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        return _fail("B-FILE-TYPE", label, f"attribute contract: {contract} cannot be read ({e.strerror or e})",
+                     "name the component's <component>.contract.toml file (not a directory)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        return _fail("B-FILE-TYPE", label, f"attribute contract: {contract} is not UTF-8 text (byte {e.start}, line {line})",
+                     "save the contract as UTF-8 (contracts are TOML, which is UTF-8)")
     with open(subs_json, encoding="utf-8") as f:
         subs = json.load(f)
-    missing = [k for k in subs if k not in text]
+    keys = sorted(subs, key=lambda k: (-len(k), k))
+    counts = dict.fromkeys(keys, 0)
+
+    def replace(m: "re.Match[str]") -> str:
+        counts[m.group(0)] += 1
+        return subs[m.group(0)]
+
+    if keys:
+        text = re.sub("|".join(re.escape(k) for k in keys), replace, text)
+    missing = [k for k in subs if not counts[k]]
     if missing:
-        print(f"pipelink B-SUBST: {label}: attribute contract_substitutions: key {missing[0]!r} occurs nowhere in "
-              f"{contract}, so the substitution would change nothing. hint: use a marker that occurs in the contract "
-              f"(copy it from the file, line breaks and spacing included)", file=sys.stderr)
-        return 1
-    for k, v in subs.items():
-        text = text.replace(k, v)
+        k = missing[0]
+        where = "occurs nowhere in" if k not in raw.decode("utf-8") else "occurs only inside another key's occurrence in"
+        return _fail("B-SUBST", label, f"attribute contract_substitutions: key {k!r} {where} {contract}, so the "
+                                       f"substitution would change nothing", _HINT_KEY)
     with open(out, "w", encoding="utf-8") as f:
         f.write(text)
     return 0
