@@ -35,6 +35,7 @@ load(
     "check_defines",
     "check_files",
     "check_includes",
+    "check_shell_paths",
     "check_substitutions",
 )
 
@@ -145,6 +146,7 @@ def _cuda_component_impl(ctx):
                     "install the nvidia-cutlass wheel (bash tools/setup.sh) or set pipelink_toolchains.cuda(cutlass_include = ...)")
         toolchain_hdrs.append(toolchain.cutlass_includes)
     includes = [i for i in _dedup(includes) if i]
+    check_shell_paths(ctx, ctx.files.srcs, includes)
     check_defines(ctx, "defines", ctx.attr.defines, inherited = dep_defines)
     defines = _dedup(dep_defines + ctx.attr.defines)
     user_copts = [ctx.expand_location(c, ctx.attr.deps) for c in ctx.attr.copts]

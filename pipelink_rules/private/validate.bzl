@@ -285,6 +285,9 @@ def check_copts(ctx, attr, copts):
                 pl_fail(ctx, "B-COPT", "attribute %s: '%s' is the last copt but takes a value; it would take the rule's own -o as its value" % (attr, c),
                         "give its value as the next element, or drop it")
             continue
+        if "$(" in c:
+            pl_fail(ctx, "B-COPT", "attribute %s: '%s' holds a $(...) that did not expand" % (attr, c),
+                    "$(location LABEL) (also execpath, rootpath, locations) expands only a label listed in deps; other make variables do not expand here")
         bad = shell_chars(c, SHELL_BARE_CHARS)
         if bad:
             pl_fail(ctx, "B-COPT", ("attribute %s: '%s' holds %s, which the shell nvcc runs its compilers through would " +
@@ -320,6 +323,33 @@ def check_copts(ctx, attr, copts):
         if i == len(copts) - 1 and c in _VALUE_FLAGS:
             pl_fail(ctx, "B-COPT", "attribute %s: '%s' is the last copt but takes a value; it would take the rule's own -o as its value" % (attr, c),
                     "give its value as the next element (\"%s\", \"VALUE\"), or drop it" % c)
+
+# ---- paths nvcc's shell sees ------------------------------------------------------------------
+
+def check_shell_paths(ctx, srcs, include_dirs = []):
+    """The target's name and package (object paths are named after them), each source's path and
+    each include directory reach nvcc's shell inside double quotes: none may hold $, `, \\ or \"
+    (a target named `c$(cmd)` ran cmd while compiling). B-NAME, B-FILE-TYPE, B-INCLUDE."""
+    where = ctx.label.package + ":" + ctx.label.name
+    bad = shell_chars(where, SHELL_QUOTED_CHARS)
+    if bad:
+        pl_fail(ctx, "B-NAME", ("the target's package or name '%s' holds %s; the objects' paths are named after it and nvcc " +
+                                "passes them to the shell it runs its compilers through, which would expand them") %
+                               (where, " ".join(["'%s'" % c for c in bad])),
+                "rename the target (letters, digits and _ - . /)")
+    for f in srcs:
+        bad = shell_chars(f.path, SHELL_QUOTED_CHARS)
+        if bad:
+            pl_fail(ctx, "B-FILE-TYPE", ("attribute srcs: %s holds %s, which the shell nvcc runs its compilers through " +
+                                         "would expand in the source's path") % (f.short_path, " ".join(["'%s'" % c for c in bad])),
+                    "rename the file (letters, digits and _ - . /)")
+    for d in include_dirs:
+        bad = shell_chars(d, SHELL_QUOTED_CHARS + [","])
+        if bad:
+            pl_fail(ctx, "B-INCLUDE", ("include directory %s (of this package or a dep) holds %s (nvcc splits -I values at " +
+                                       "commas and runs its compilers through a shell that would expand the rest)") %
+                                      (d, " ".join(["'%s'" % c for c in bad])),
+                    "rename the directory, or give its headers through a cc_library in deps")
 
 # ---- includes, contract substitutions -------------------------------------------------------
 

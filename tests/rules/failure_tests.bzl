@@ -56,6 +56,13 @@ def _fake_component_impl(ctx):
 
 _fake_component = rule(implementation = _fake_component_impl)
 
+def _gen_file_impl(ctx):
+    f = ctx.actions.declare_file(ctx.attr.out)
+    ctx.actions.write(f, "")
+    return [DefaultInfo(files = depset([f]))]
+
+_gen_file = rule(implementation = _gen_file_impl, attrs = {"out": attr.string()})
+
 # The kernel macros' checks run while a BUILD file loads, where analysis tests cannot look:
 # these probes run the same checks from a rule (kernels/moe.bzl's and gemm_variants.bzl's
 # check_variant; counterexample.bzl's mutation()).
@@ -128,6 +135,10 @@ CASES = [
     ("bad_copt_response_file", "B-COPT", "drop it: an options file is an undeclared input", "'@flags.txt' is a response file"),
     ("bad_copt_climb", "B-COPT", "use a path relative to the workspace", "'../../../etc' names a path that climbs out of the workspace"),
     ("bad_include_comma", "B-INCLUDE", "rename the directory", "'a,b' holds ','"),
+    ("bad_name_shell$(touch x)", "B-NAME", "rename the target", "holds '$'; the objects' paths are named after it"),
+    ("bad_src_shell", "B-FILE-TYPE", "rename the file", "attribute srcs: tests/rules/gen`id`.cu holds '`'"),
+    ("bad_ltoir_out_shell", "B-FILE-TYPE", "give a relative name ending in .o", "attribute out: 'x$(id).o' holds '$'"),
+    ("bad_copt_unexpanded", "B-COPT", "$(location LABEL)", "'-I$(CUDA_PATH)/include' holds a $(...) that did not expand"),
     ("bad_include_abs", "B-INCLUDE", "give a directory relative to this package", "'/usr/include' is not a directory inside this package"),
     ("bad_include_up", "B-INCLUDE", "give a directory relative to this package", "'../x'"),
     ("bad_subst_empty", "B-SUBST", "use a marker that occurs in the contract", "an empty key"),
@@ -191,6 +202,11 @@ def failure_fixtures():
     _component("bad_copt_response_file", copts = ["-Xcompiler", "@flags.txt"])
     _component("bad_copt_climb", copts = ["-isystem", "../../../etc"])
     _component("bad_include_comma", includes = ["a,b"])
+    _component("bad_name_shell$(touch x)")
+    _gen_file(name = "shell_src", out = "gen`id`.cu", tags = m)
+    _component("bad_src_shell", srcs = [":shell_src"])
+    cuda_ltoir(name = "bad_ltoir_out_shell", src = _SRC, out = "x$(id).o", tags = m)
+    _component("bad_copt_unexpanded", copts = ["-I$(CUDA_PATH)/include"])
     _component("bad_include_abs", includes = ["/usr/include"])
     _component("bad_include_up", includes = ["../x"])
     _component("bad_subst_empty", contract_substitutions = {"": "x"})
@@ -205,9 +221,11 @@ def failure_tests():
     """One failure_test per CASES row (plus the build setting's own); returns their labels."""
     tests = []
     for target, code, hint, message in CASES:
-        failure_test(name = target + "_test", target_under_test = ":" + target, code = code, hint = hint,
+        # A test named after a target named `x$(y)` would trip Bazel's own test-setup.sh.
+        test = "".join([ch if ch.isalnum() or ch in "_-" else "_" for ch in target.elems()]) + "_test"
+        failure_test(name = test, target_under_test = ":" + target, code = code, hint = hint,
                      message = message, size = "small")
-        tests.append(":" + target + "_test")
+        tests.append(":" + test)
     setting_failure_test(name = "bad_arch_setting_test", target_under_test = ":comp", code = "B-ARCH",
                          hint = "pass --//pipelink_rules:arch=sm_90a", message = "build setting value: unsupported architecture 'sm_75'",
                          size = "small")
