@@ -155,3 +155,21 @@ def test_substitution_of_an_unreadable_contract_is_coded(tmp_path, kind):
     assert "Traceback" not in res.stderr
     assert res.stderr.startswith("pipelink B-FILE-TYPE: //pkg:c: attribute contract: ")
     assert "hint: " in res.stderr
+
+
+def test_substitution_of_non_ascii_text_as_bazel_writes_it(tmp_path):
+    # Bazel 7 reads BUILD files as Latin-1 and writes the substitutions' JSON as UTF-8 of that:
+    # {"café": "thé"} arrives as {"cafÃ©": "thÃ©"}; the key used to match nothing (B-SUBST) and a
+    # non-ASCII value went into the contract garbled.
+    import json
+    import sys
+
+    contract, out, js = tmp_path / "c.contract.toml", tmp_path / "out.toml", tmp_path / "subs.json"
+    contract.write_text('[component]\nname = "c"  # café\n', encoding="utf-8")
+    garbled = {k.encode("utf-8").decode("latin-1"): v.encode("utf-8").decode("latin-1")
+               for k, v in {"café": "thé", '"c"': '"c"  # ünï'}.items()}
+    js.write_text(json.dumps(garbled, ensure_ascii=False), encoding="utf-8")
+    res = subprocess.run([sys.executable, "-s", str(RULES / "private" / "substitute_contract.py"), "//pkg:c",
+                          str(contract), str(out), str(js)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text(encoding="utf-8") == '[component]\nname = "c"  # ünï  # thé\n'

@@ -19,6 +19,17 @@ _HINT_KEY = ("use a marker that occurs in the contract (copy it from the file, l
              "and no key inside another key's occurrence")
 
 
+def _bazel_text(s: str) -> str:
+    """A string as the BUILD file spelled it. Bazel 7 reads BUILD files as Latin-1 and
+    ctx.actions.write encodes that as UTF-8, so a BUILD file's "é" (UTF-8 c3 a9) arrives here as
+    "Ã©"; undo that when it is exactly such a double encoding (else the key never matched the
+    contract, and a value was written into it garbled)."""
+    try:
+        return s.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return s
+
+
 def _fail(code: str, label: str, message: str, hint: str) -> int:
     print(f"pipelink {code}: {label}: {message}. hint: {hint}", file=sys.stderr)
     return 1
@@ -38,7 +49,7 @@ def main(label: str, contract: str, out: str, subs_json: str) -> int:
         return _fail("B-FILE-TYPE", label, f"attribute contract: {contract} is not UTF-8 text (byte {e.start}, line {line})",
                      "save the contract as UTF-8 (contracts are TOML, which is UTF-8)")
     with open(subs_json, encoding="utf-8") as f:
-        subs = json.load(f)
+        subs = {_bazel_text(k): _bazel_text(v) for k, v in json.load(f).items()}
     keys = sorted(subs, key=lambda k: (-len(k), k))
     counts = dict.fromkeys(keys, 0)
 
