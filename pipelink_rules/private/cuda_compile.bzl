@@ -3,7 +3,7 @@
 load(":arch.bzl", "check_arch")
 load(":errors.bzl", "pl_fail")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE", "find_cuda_toolchain")
-load(":validate.bzl", "SHELL_QUOTED_CHARS", "check_copts", "check_defines", "check_files", "check_includes", "check_shell_paths", "shell_chars")
+load(":validate.bzl", "SHELL_QUOTED_CHARS", "check_copts", "check_defines", "check_files", "check_includes", "check_shell_paths", "non_ascii", "shell_chars")
 
 def _arch_number(arch):
     """'sm_90a' / 'compute_90a' / '90a' -> '90a'."""
@@ -105,9 +105,9 @@ def _cuda_ltoir_impl(ctx):
                 "give a relative name ending in .o, or drop `out` for <name>.o")
     check_shell_paths(ctx, [src], _package_dirs(ctx, ctx.attr.includes))
     if out_name:
-        bad = shell_chars(out_name, SHELL_QUOTED_CHARS)
+        bad = shell_chars(out_name, SHELL_QUOTED_CHARS) + non_ascii(out_name)
         if bad:
-            pl_fail(ctx, "B-FILE-TYPE", "attribute out: '%s' holds %s, which the shell nvcc runs its compilers through would expand" %
+            pl_fail(ctx, "B-FILE-TYPE", "attribute out: '%s' holds %s, which nvcc's shell would expand or Bazel 7 would encode twice" %
                                         (out_name, " ".join(["'%s'" % c for c in bad])),
                     "give a relative name ending in .o, of letters, digits and _ - . /")
     toolchain = find_cuda_toolchain(ctx)

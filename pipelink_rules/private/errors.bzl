@@ -21,7 +21,7 @@ B_CODES = {
     "B-SRCS": "a cuda_component has no .cu source",
     "B-COMPONENTS": "a fused_kernel lists no components",
     "B-DUP-PACKAGE": "two components of one fused_kernel provide the same package name",
-    "B-NAME": "a component name (the `component` attribute or the target name) is not a C identifier, or a compiled target's name holds a character nvcc's shell expands",
+    "B-NAME": "a component name (the `component` attribute or the target name) is not a C identifier, or a target's name holds a character nvcc's shell expands or is not ASCII",
     "B-DEFINE": "a define is malformed (empty, not NAME or NAME=VALUE, a comma, a reserved PL_/pl_ name, a character nvcc's shell expands) or given twice with different values",
     "B-COPT": "a copt sets what the rule controls (arch, output, compile mode, host compiler, temporaries; also through -Xcompiler), names a path outside the workspace or a response file, holds shell metacharacters, or lacks its value",
     "B-INCLUDE": "an `includes` entry is empty, absolute, climbs out of the package, or holds a comma or a character nvcc's shell expands",

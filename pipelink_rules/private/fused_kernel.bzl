@@ -21,7 +21,7 @@ inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
 load(":cuda_component.bzl", "cuda_toolchain", "display_label", "pipelink_action_env", "run_pipelink")
 load(":errors.bzl", "pl_fail")
-load(":validate.bzl", "check_files", "check_sass_args")
+load(":validate.bzl", "check_files", "check_sass_args", "check_target_name")
 load(":python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
 load(":toolchain.bzl", "CUDA_TOOLCHAIN_TYPE")
 load(":linker_cli.bzl", "ORIGIN_FLAG")
@@ -58,6 +58,7 @@ def _declare_outputs(ctx, prefix):
 
 def _fused_kernel_impl(ctx):
     check_arch(ctx, ctx.attr.arch)
+    check_target_name(ctx)
     toolchain = cuda_toolchain(ctx)
     kernel_file = check_files(ctx, "kernel", ctx.files.kernel, [".kernel.toml"],
                               "name the <kernel>.kernel.toml composition file (docs/CONTRACTS.md, \"Kernel composition\")",
@@ -200,15 +201,15 @@ cd "${{TEST_SRCDIR:-$0.runfiles}}"/{ws}
 export PIPELINK_CUDA_HOME="$PWD"/{home}
 export PIPELINK_HOST_CXX={cxx}
 export PYTHONPATH="$PWD"/{tools_dir} PYTHONSAFEPATH=1 PYTHONDONTWRITEBYTECODE=1
-exec {argv} sass-diff {linked} {control} {extra}
+# The cubins' paths come through the environment (RunEnvironmentInfo): written into this file,
+# a non-ASCII target name arrived double-encoded (Bazel 7 reads BUILD files as Latin-1).
+exec {argv} sass-diff "$PIPELINK_SASS_LINKED" "$PIPELINK_SASS_CONTROL" {extra}
 """.format(
             ws = _sh(ctx.workspace_name),
             home = _sh(cuda_home),
             cxx = _sh(toolchain.host_compiler),
             tools_dir = _sh(tools_dir),
             argv = " ".join([_sh(a) for a in argv]),
-            linked = _sh(_runfiles_path(ctx, info.cubin)),
-            control = _sh(_runfiles_path(ctx, info.control_cubin)),
             extra = " ".join([_sh(a) for a in ctx.attr.args_extra]),
         ),
     )
@@ -216,7 +217,13 @@ exec {argv} sass-diff {linked} {control} {extra}
         files = [info.cubin, info.control_cubin, toolchain.nvcc, toolchain.cuobjdump, toolchain.nvdisasm],
         transitive_files = linker_files,
     )
-    return [DefaultInfo(executable = script, runfiles = runfiles)]
+    return [
+        DefaultInfo(executable = script, runfiles = runfiles),
+        RunEnvironmentInfo(environment = {
+            "PIPELINK_SASS_LINKED": _runfiles_path(ctx, info.cubin),
+            "PIPELINK_SASS_CONTROL": _runfiles_path(ctx, info.control_cubin),
+        }),
+    ]
 
 _fused_kernel_sass_test = rule(
     implementation = _sass_test_impl,

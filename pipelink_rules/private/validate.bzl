@@ -326,10 +326,28 @@ def check_copts(ctx, attr, copts):
 
 # ---- paths nvcc's shell sees ------------------------------------------------------------------
 
+_ASCII = " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\t\n\r"
+
+def non_ascii(s):
+    """The non-ASCII characters of `s` (Bazel 7 reads BUILD files as Latin-1: one per byte);
+    Starlark here has no ord()."""
+    return [ch for ch in s.elems() if ch not in _ASCII]
+
+def check_target_name(ctx):
+    """B-NAME: the outputs are named after the target; with a non-ASCII name Bazel 7 creates
+    their directories under one encoding and passes their paths to the action under another
+    (Latin-1 vs UTF-8), so the action's outputs are "not created"."""
+    where = ctx.label.package + ":" + ctx.label.name
+    if non_ascii(where):
+        pl_fail(ctx, "B-NAME", ("the target's package or name '%s' is not ASCII; Bazel 7 names the outputs after it in one " +
+                                "encoding and hands their paths to the action in another, so the action's outputs are never found") % where,
+                "rename the target with ASCII letters, digits and _ - . /")
+
 def check_shell_paths(ctx, srcs, include_dirs = []):
     """The target's name and package (object paths are named after them), each source's path and
     each include directory reach nvcc's shell inside double quotes: none may hold $, `, \\ or \"
     (a target named `c$(cmd)` ran cmd while compiling). B-NAME, B-FILE-TYPE, B-INCLUDE."""
+    check_target_name(ctx)
     where = ctx.label.package + ":" + ctx.label.name
     bad = shell_chars(where, SHELL_QUOTED_CHARS)
     if bad:
@@ -338,11 +356,12 @@ def check_shell_paths(ctx, srcs, include_dirs = []):
                                (where, " ".join(["'%s'" % c for c in bad])),
                 "rename the target (letters, digits and _ - . /)")
     for f in srcs:
-        bad = shell_chars(f.path, SHELL_QUOTED_CHARS)
+        bad = shell_chars(f.path, SHELL_QUOTED_CHARS) + non_ascii(f.path)
         if bad:
             pl_fail(ctx, "B-FILE-TYPE", ("attribute srcs: %s holds %s, which the shell nvcc runs its compilers through " +
-                                         "would expand in the source's path") % (f.short_path, " ".join(["'%s'" % c for c in bad])),
-                    "rename the file (letters, digits and _ - . /)")
+                                         "would expand in the source's path, or a non-ASCII character, which Bazel 7 passes to " +
+                                         "nvcc in another encoding than the file's") % (f.short_path, " ".join(["'%s'" % c for c in bad])),
+                    "rename the file (ASCII letters, digits and _ - . /)")
     for d in include_dirs:
         bad = shell_chars(d, SHELL_QUOTED_CHARS + [","])
         if bad:

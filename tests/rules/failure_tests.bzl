@@ -136,6 +136,8 @@ CASES = [
     ("bad_copt_climb", "B-COPT", "use a path relative to the workspace", "'../../../etc' names a path that climbs out of the workspace"),
     ("bad_include_comma", "B-INCLUDE", "rename the directory", "'a,b' holds ','"),
     ("bad_name_shell$(touch x)", "B-NAME", "rename the target", "holds '$'; the objects' paths are named after it"),
+    ("bad_kernel_name_é", "B-NAME", "rename the target with ASCII letters", "is not ASCII"),
+    ("bad_component_name_é", "B-NAME", "rename the target with ASCII letters", "is not ASCII"),
     ("bad_src_shell", "B-FILE-TYPE", "rename the file", "attribute srcs: tests/rules/gen`id`.cu holds '`'"),
     ("bad_ltoir_out_shell", "B-FILE-TYPE", "give a relative name ending in .o", "attribute out: 'x$(id).o' holds '$'"),
     ("bad_copt_unexpanded", "B-COPT", "$(location LABEL)", "'-I$(CUDA_PATH)/include' holds a $(...) that did not expand"),
@@ -203,6 +205,8 @@ def failure_fixtures():
     _component("bad_copt_climb", copts = ["-isystem", "../../../etc"])
     _component("bad_include_comma", includes = ["a,b"])
     _component("bad_name_shell$(touch x)")
+    fused_kernel(name = "bad_kernel_name_é", kernel = _KERNEL, components = [":comp", ":other_pkg"], tags = m)
+    _component("bad_component_name_é")
     _gen_file(name = "shell_src", out = "gen`id`.cu", tags = m)
     _component("bad_src_shell", srcs = [":shell_src"])
     cuda_ltoir(name = "bad_ltoir_out_shell", src = _SRC, out = "x$(id).o", tags = m)
@@ -217,12 +221,14 @@ def failure_fixtures():
     _mutation_probe(name = "bad_mutation_row", tags = m)
     cuda_toolchain(name = "bad_toolchain", missing_reason = "no CUDA toolkit found: nothing here. Fix: bash tools/setup.sh.", tags = m)
 
+_TEST_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+
 def failure_tests():
     """One failure_test per CASES row (plus the build setting's own); returns their labels."""
     tests = []
     for target, code, hint, message in CASES:
         # A test named after a target named `x$(y)` would trip Bazel's own test-setup.sh.
-        test = "".join([ch if ch.isalnum() or ch in "_-" else "_" for ch in target.elems()]) + "_test"
+        test = "".join([ch if ch in _TEST_NAME_CHARS else "_" for ch in target.elems()]) + "_test"
         failure_test(name = test, target_under_test = ":" + target, code = code, hint = hint,
                      message = message, size = "small")
         tests.append(":" + test)

@@ -187,9 +187,14 @@ def _sass_script_test_impl(ctx):
     asserts.equals(env, 1, len(writes), "expected the script's FileWrite")
     if writes:
         script = writes[0].content
-        # Single-quoted: the shell expands nothing of the target name when the test runs.
-        _contains(env, script, "'tests/rules/kern$(touch sass_pwned)'\\''q.cubin'", "sass test script")
-        asserts.false(env, '"tests/rules/kern$(' in script, "a double-quoted path in %r" % script)
+        # Neither the shell nor Bazel's Latin-1 reading of BUILD files touches the target name:
+        # the cubins' paths reach the script through the environment, not its text.
+        asserts.false(env, "kern$(" in script, "the kernel's path is in the script: %r" % script)
+        _contains(env, script, 'sass-diff "$PIPELINK_SASS_LINKED" "$PIPELINK_SASS_CONTROL"', "sass test script")
+    target = analysistest.target_under_test(env)
+    environment = target[RunEnvironmentInfo].environment
+    asserts.equals(env, "tests/rules/kern$(touch sass_pwned)'q.cubin", environment.get("PIPELINK_SASS_LINKED"))
+    asserts.equals(env, "tests/rules/kern$(touch sass_pwned)'q.control.cubin", environment.get("PIPELINK_SASS_CONTROL"))
     return analysistest.end(env)
 
 sass_script_test = analysistest.make(_sass_script_test_impl)
