@@ -104,11 +104,11 @@ def check_defines(ctx, attr, defines, inherited = []):
         if problem:
             pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, d, problem), hint)
     for d in inherited:
-        bad = shell_chars(d, SHELL_QUOTED_CHARS) + (["line break"] if "\n" in d or "\r" in d else [])
-        if bad:
-            pl_fail(ctx, "B-DEFINE", "a deps' define '%s' holds %s, which the shell nvcc runs its compilers through would interpret" %
-                                     (d, " ".join(["'%s'" % c for c in bad])),
-                    "give the value through a header of that cc_library instead of its `defines`")
+        # A cc_library's `defines` reach nvcc as -D too (PL_*, commas and shell characters included).
+        problem, hint = _define_problem(d)
+        if problem:
+            pl_fail(ctx, "B-DEFINE", "a deps' define '%s' is %s" % (d, problem),
+                    "fix that cc_library's `defines` (%s); or give the value through one of its headers" % hint)
     seen = {}
     for d in inherited + defines:
         name = d.partition("=")[0].partition("(")[0]

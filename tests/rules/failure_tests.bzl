@@ -127,7 +127,8 @@ CASES = [
     ("bad_copt_debug", "B-COPT", "drop it: LTO-IR carries no device debug information", "'-G' sets what the rule controls"),
     ("bad_copt_ltoir", "B-COPT", "drop it: the rule compiles for the kernel's arch", "'--gpu-architecture=sm_90a'"),
     ("bad_define_shell", "B-DEFINE", "give the value through a header", "which the shell nvcc runs its compilers through would interpret"),
-    ("bad_dep_define_shell", "B-DEFINE", "give the value through a header of that cc_library", "a deps' define 'DEP_X=`id`' holds '`'"),
+    ("bad_dep_define_shell", "B-DEFINE", "fix that cc_library's `defines` (give the value through a header", "a deps' define 'DEP_X=`id`' is a define holding '`'"),
+    ("bad_dep_define_reserved", "B-DEFINE", "fix that cc_library's `defines` (rename it", "a deps' define 'PL_SYM=x' is macro name 'PL_SYM' is reserved"),
     ("bad_copt_define_long", "B-DEFINE", "rename it", "'--define-macro=PL_X=1'"),
     ("bad_copt_shell", "B-COPT", "one option per element with no spaces", "'-O2;id' holds ';'"),
     ("bad_copt_dangling", "B-COPT", "give its value as the next element", "'-I' is the last copt but takes a value"),
@@ -197,6 +198,8 @@ def failure_fixtures():
     _component("bad_define_shell", defines = ["TILE=1+$(touch /tmp/pipelink_pwned)0"])
     native.cc_library(name = "shell_dep", hdrs = ["testdata/dep/include/dep.h"], defines = ["DEP_X=`id`"], tags = m)
     _component("bad_dep_define_shell", deps = [":shell_dep"])
+    native.cc_library(name = "reserved_dep", hdrs = ["testdata/dep/include/dep.h"], defines = ["PL_SYM=x"], tags = m)
+    _component("bad_dep_define_reserved", deps = [":reserved_dep"])
     _component("bad_copt_define_long", copts = ["--define-macro=PL_X=1"])
     _component("bad_copt_shell", copts = ["-Xcompiler", "-O2;id"])
     _component("bad_copt_dangling", copts = ["-O3", "-I"])
