@@ -173,3 +173,25 @@ def test_substitution_of_non_ascii_text_as_bazel_writes_it(tmp_path):
                           str(contract), str(out), str(js)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert out.read_text(encoding="utf-8") == '[component]\nname = "c"  # ünï  # thé\n'
+
+
+def test_compile_of_a_source_under_a_glob_named_directory_keeps_the_source(tmp_path):
+    # nvcc_wrapper.sh split the source's directory with an unquoted `for part in $dir`, which
+    # also glob-expanded it: `pkg/b*` became `pkg/bazel-out`, and its `rm -f` of the mirrored
+    # source went through the symlink of the real `pkg/b*` and deleted the source.
+    from pipelink.toolkit import find_toolkit
+
+    try:
+        nvcc = find_toolkit().tool("nvcc")
+    except Exception:
+        pytest.skip("no nvcc (bash tools/setup.sh)")
+    src = tmp_path / "pkg" / "b*" / "comp.cu"
+    src.parent.mkdir(parents=True)
+    (tmp_path / "bazel-out").mkdir()
+    src.write_text("__device__ int f() { return 1; }\n")
+    argv = ["sh", str(RULES / "private" / "nvcc_wrapper.sh"), f"test-glob-{tmp_path.name}", "pkg/b*/comp.cu", "pkg/b*/comp.o",
+            str(nvcc), "-dc", "-gencode=arch=compute_90a,code=lto_90a", "-o", "pkg/b*/comp.o", "pkg/b*/comp.cu"]
+    res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert src.read_text() == "__device__ int f() { return 1; }\n"
+    assert (tmp_path / "pkg" / "b*" / "comp.o").exists()

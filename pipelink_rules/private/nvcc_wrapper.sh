@@ -33,15 +33,18 @@ link_entries() { # $1: a directory relative to the exec root, "" or ending in "/
 link_entries ""
 case "$src" in */*) dir="${src%/*}" ;; *) dir="" ;; esac
 rel=""
-old_ifs="$IFS"; IFS=/
-for part in $dir; do
-  IFS="$old_ifs"
+# Split $dir at "/" by hand: an unquoted `for part in $dir` also glob-expanded each part, so a
+# directory named `b*` became `bazel-out`, and the `rm -f "$D/$src"` below then went through
+# the symlink to the real directory and deleted the source itself.
+rest="$dir/"
+while [ -n "$dir" ] && [ -n "$rest" ]; do
+  part="${rest%%/*}"
+  rest="${rest#*/}"
   rel="$rel$part/"
   rm -f "$D/${rel%/}"
   mkdir -p "$D/$rel"
   link_entries "$rel"
 done
-IFS="$old_ifs"
 rm -f "$D/$src"
 cp "$exec_root/$src" "$D/$src"
 
