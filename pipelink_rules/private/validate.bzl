@@ -245,10 +245,16 @@ def _path_value(c):
             return c[len(flag):]
     return None
 
+# Host-compiler options that make gcc run programs or load code the rule does not declare.
+_RUNS_PROGRAMS = ["B", "specs", "wrapper", "fplugin", "fplugin-arg", "no-integrated-cpp"]
+_PROGRAM_HINT = "drop it: the host compiler runs only the toolchain's programs (no -B, -specs, -wrapper or -fplugin)"
+
 def _copt_problem(c):
     """(message, hint) for one nvcc option (or a tool option passed through -X...), else (None, None)."""
     if c.startswith("@"):
         return "is a response file (@FILE), an undeclared input of the build", _FILE_HINT
+    if c.startswith("-B") or c.lstrip("-").partition("=")[0] in _RUNS_PROGRAMS:
+        return "makes the host compiler run programs or load plugins from outside the toolchain", _PROGRAM_HINT
     if c.startswith("-"):
         name = c.lstrip("-").partition("=")[0]
         if name in _RULE_FLAGS:

@@ -133,6 +133,7 @@ CASES = [
     ("bad_copt_shell", "B-COPT", "one option per element with no spaces", "'-O2;id' holds ';'"),
     ("bad_copt_dangling", "B-COPT", "give its value as the next element", "'-I' is the last copt but takes a value"),
     ("bad_copt_passthrough_output", "B-COPT", "drop it: the rule names every output", "'-Xcompiler=-Wall,-o,x.o' passes '-o'"),
+    ("bad_copt_host_programs", "B-COPT", "drop it: the host compiler runs only the toolchain's programs", "'-Xcompiler=-Wall,-Btools/evil' passes '-Btools/evil'"),
     ("bad_copt_response_file", "B-COPT", "drop it: an options file is an undeclared input", "'@flags.txt' is a response file"),
     ("bad_copt_climb", "B-COPT", "use a path relative to the workspace", "'../../../etc' names a path that climbs out of the workspace"),
     ("bad_include_comma", "B-INCLUDE", "rename the directory", "'a,b' holds ','"),
@@ -204,6 +205,7 @@ def failure_fixtures():
     _component("bad_copt_shell", copts = ["-Xcompiler", "-O2;id"])
     _component("bad_copt_dangling", copts = ["-O3", "-I"])
     _component("bad_copt_passthrough_output", copts = ["-Xcompiler=-Wall,-o,x.o"])
+    _component("bad_copt_host_programs", copts = ["-O3", "-Xcompiler=-Wall,-Btools/evil"])
     _component("bad_copt_response_file", copts = ["-Xcompiler", "@flags.txt"])
     _component("bad_copt_climb", copts = ["-isystem", "../../../etc"])
     _component("bad_include_comma", includes = ["a,b"])
