@@ -17,7 +17,7 @@ tests/rules/ has one failure test per code.
 B_CODES = {
     "B-ARCH": "an architecture that pipelink does not support (an `arch` attribute or --//pipelink_rules:arch)",
     "B-ARCH-MISMATCH": "a component's architecture differs from its kernel's (a pinned `arch`, or a provider built for another)",
-    "B-FILE-TYPE": "a file attribute holds the wrong kind of file, or several files where one goes",
+    "B-FILE-TYPE": "a file attribute holds the wrong kind of file, or several files where one goes, or a file the build cannot pass on (a source path with shell characters or not ASCII; a contract that is a directory or not UTF-8)",
     "B-SRCS": "a cuda_component has no .cu source",
     "B-COMPONENTS": "a fused_kernel lists no components",
     "B-DUP-PACKAGE": "two components of one fused_kernel provide the same package name",
