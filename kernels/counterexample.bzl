@@ -38,7 +38,26 @@ def mutation(name, owner, what, component = None, target = None):
                 "give exactly one: component = dict(cuda_component kwargs) or target = \":label\"")
     return struct(name = name, owner = owner, what = what, component = component, target = target)
 
+_ROW_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+
+def check_mutation_rows(where, mutations):
+    """B-MUTATION: each row's name is unique and path-safe (it names the row's cuda_component,
+    <name>__<row>, and its output files), each a mutation() struct. Raised while the BUILD file
+    loads, before Bazel's own "duplicate target" or "declared twice" errors could."""
+    seen = {}
+    for m in mutations:
+        if type(m) != "struct" or not hasattr(m, "owner"):
+            pl_fail(where, "B-MUTATION", "a row of mutations is %r, not a mutation(...)" % (m,),
+                    "write each row as mutation(name, owner = ..., what = ..., component = dict(...) or target = \":label\")")
+        if not m.name or [ch for ch in m.name.elems() if ch not in _ROW_NAME_CHARS] or m.name in [".", ".."]:
+            pl_fail(where, "B-MUTATION", "row name %r is empty or not made of letters, digits and _ . -" % m.name,
+                    "name the row like \"consumer_bn64\" (it names the row's files and component)")
+        if m.name in seen:
+            pl_fail(where, "B-MUTATION", "two rows are named %r" % m.name, "give each row its own name")
+        seen[m.name] = True
+
 def symbol_link_mutations(name, kernel, mutations, arch = "sm_90a"):
+    check_mutation_rows("//%s:%s" % (native.package_name(), name), mutations)
     labels = []
     for m in mutations:
         if m.target:

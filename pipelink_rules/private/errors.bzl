@@ -31,7 +31,7 @@ B_CODES = {
     "B-MODULE": "a pipelink_toolchains module-extension tag is repeated or names a bad path",
     "B-VARIANT": "a kernel macro (kernels/*.bzl) asks for a variant its owner does not build (a tile geometry, a consumer)",
     "B-COMPILE": "nvcc failed compiling a component's source (execution time, under nvcc's own errors: nvcc_wrapper.sh)",
-    "B-MUTATION": "a symbol_link_mutations row gives both or neither of component and target, or its lists disagree in length",
+    "B-MUTATION": "a symbol_link_mutations row gives both or neither of component and target, repeats another row's name or has a name that is not path-safe, or its lists disagree in length",
 }
 
 def display_label(label):

@@ -8,7 +8,7 @@ The fixtures (testdata/, :comp, :other_pkg) are declared by rules_analysis_test_
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:cuda.bzl", "cuda_ltoir")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
-load("//kernels:counterexample.bzl", "mutation")
+load("//kernels:counterexample.bzl", "check_mutation_rows", "mutation")
 load("//pipelink_rules/private:toolchain.bzl", "cuda_toolchain")
 load("//pipelink_rules/private:validate.bzl", "check_variant")
 
@@ -77,6 +77,13 @@ def _mutation_probe_impl(ctx):
     return []
 
 _mutation_probe = rule(implementation = _mutation_probe_impl)
+
+def _mutation_rows_probe_impl(ctx):
+    row = mutation("bn64", owner = "main", what = "a row", target = ":comp")
+    check_mutation_rows(ctx, [row, mutation(ctx.attr.second, owner = "main", what = "another", target = ":comp")])
+    return []
+
+_mutation_rows_probe = rule(implementation = _mutation_rows_probe_impl, attrs = {"second": attr.string()})
 
 _SRC = "testdata/comp.cu"
 _CONTRACT = "testdata/comp.contract.toml"
@@ -150,6 +157,8 @@ CASES = [
     ("bad_sass_args", "B-ARGS", "use --kernel=NAME", "'; rm -rf x'"),
     ("bad_variant", "B-VARIANT", "set moe_expert block_n to one of 64, 128", "moe_expert block_n = 96 is not a variant"),
     ("bad_mutation_row", "B-MUTATION", "give exactly one: component = dict(", "gives neither of component and target"),
+    ("bad_mutation_rows_twice", "B-MUTATION", "give each row its own name", 'two rows are named "bn64"'),
+    ("bad_mutation_row_name", "B-MUTATION", "name the row like", 'row name "a/b" is empty or not made of'),
     ("bad_toolchain", "B-TOOLCHAIN", "bash tools/setup.sh", "no CUDA toolkit found: nothing here"),
 ]
 
@@ -224,6 +233,8 @@ def failure_fixtures():
     fused_kernel_sass_test(name = "bad_sass_args", kernel = ":kern_for_sass", args_extra = ["; rm -rf x"], tags = m)
     _variant_probe(name = "bad_variant", value = "96", built = ["64", "128"], tags = m)
     _mutation_probe(name = "bad_mutation_row", tags = m)
+    _mutation_rows_probe(name = "bad_mutation_rows_twice", second = "bn64", tags = m)
+    _mutation_rows_probe(name = "bad_mutation_row_name", second = "a/b", tags = m)
     cuda_toolchain(name = "bad_toolchain", missing_reason = "no CUDA toolkit found: nothing here. Fix: bash tools/setup.sh.", tags = m)
 
 _TEST_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
