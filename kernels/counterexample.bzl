@@ -24,8 +24,8 @@ Adding a kernel's mutations is one more call with its table.
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component")
-load("//pipelink_rules/private:arch.bzl", "arch_transition")
-load("//pipelink_rules/private:errors.bzl", "pl_fail")
+load("//pipelink_rules/private:arch.bzl", "arch_transition", "check_arch")
+load("//pipelink_rules/private:errors.bzl", "display_label", "pl_fail")
 load("//pipelink_rules/private:cuda_component.bzl", "cuda_toolchain", "pipelink_action_env")
 load("//pipelink_rules/private:providers.bzl", "CudaComponentInfo", "FusedKernelInfo")
 load("//pipelink_rules/private:python_toolchain.bzl", "PYTHON_TOOLCHAIN_TYPE", "linker_invocation")
@@ -56,7 +56,7 @@ def check_mutation_rows(where, mutations):
             pl_fail(where, "B-MUTATION", "two rows are named %r" % m.name, "give each row its own name")
         seen[m.name] = True
 
-def symbol_link_mutations(name, kernel, mutations, arch = "sm_90a"):
+def symbol_link_mutations(name, kernel, mutations, arch = "sm_90a", tags = None):
     check_mutation_rows("//%s:%s" % (native.package_name(), name), mutations)
     labels = []
     for m in mutations:
@@ -64,7 +64,7 @@ def symbol_link_mutations(name, kernel, mutations, arch = "sm_90a"):
             labels.append(m.target)
         else:
             comp = name + "__" + m.name
-            cuda_component(name = comp, **m.component)
+            cuda_component(name = comp, tags = tags, **m.component)
             labels.append(":" + comp)
     _symbol_link_mutations(
         name = name,
@@ -74,10 +74,16 @@ def symbol_link_mutations(name, kernel, mutations, arch = "sm_90a"):
         owners = [m.owner for m in mutations],
         whats = [m.what for m in mutations],
         arch = arch,
+        tags = tags,
     )
 
 def _impl(ctx):
     info = ctx.attr.kernel[FusedKernelInfo]
+    check_arch(ctx, ctx.attr.arch)
+    if info.arch != ctx.attr.arch:
+        pl_fail(ctx, "B-ARCH-MISMATCH", "attribute arch is '%s' but kernel %s is built for '%s'; the mutants would be compiled for another arch than the packages they replace" %
+                                        (ctx.attr.arch, display_label(ctx.attr.kernel.label), info.arch),
+                'set arch = "%s" (the kernel\'s)' % info.arch)
     toolchain = cuda_toolchain(ctx)
     argv, linker_files, pythonpath, _ = linker_invocation(ctx)
     argv = argv[:-1] + ["pipelink.plainlink"]  # the experiment's module, not the CLI

@@ -8,7 +8,7 @@ The fixtures (testdata/, :comp, :other_pkg) are declared by rules_analysis_test_
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:cuda.bzl", "cuda_ltoir")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
-load("//kernels:counterexample.bzl", "check_mutation_rows", "mutation")
+load("//kernels:counterexample.bzl", "check_mutation_rows", "mutation", "symbol_link_mutations")
 load("//pipelink_rules/private:toolchain.bzl", "cuda_toolchain")
 load("//pipelink_rules/private:validate.bzl", "check_variant")
 
@@ -159,6 +159,8 @@ CASES = [
     ("bad_mutation_row", "B-MUTATION", "give exactly one: component = dict(", "gives neither of component and target"),
     ("bad_mutation_rows_twice", "B-MUTATION", "give each row its own name", 'two rows are named "bn64"'),
     ("bad_mutation_row_name", "B-MUTATION", "name the row like", 'row name "a/b" is empty or not made of'),
+    ("bad_mutations_arch", "B-ARCH", 'set arch = "sm_90a"', "unsupported architecture 'sm_75'"),
+    ("bad_mutations_arch_mismatch", "B-ARCH-MISMATCH", 'set arch = "sm_90a" (the kernel', "kernel //tests/rules:kern is built for 'sm_90a'"),
     ("bad_toolchain", "B-TOOLCHAIN", "bash tools/setup.sh", "no CUDA toolkit found: nothing here"),
 ]
 
@@ -234,6 +236,9 @@ def failure_fixtures():
     _variant_probe(name = "bad_variant", value = "96", built = ["64", "128"], tags = m)
     _mutation_probe(name = "bad_mutation_row", tags = m)
     _mutation_rows_probe(name = "bad_mutation_rows_twice", second = "bn64", tags = m)
+    row = [mutation("other_again", owner = "o", what = "the same package", target = ":other_pkg")]
+    symbol_link_mutations(name = "bad_mutations_arch", kernel = ":kern", mutations = row, arch = "sm_75", tags = m)
+    symbol_link_mutations(name = "bad_mutations_arch_mismatch", kernel = ":kern", mutations = row, arch = "sm_100a", tags = m)
     _mutation_rows_probe(name = "bad_mutation_row_name", second = "a/b", tags = m)
     cuda_toolchain(name = "bad_toolchain", missing_reason = "no CUDA toolkit found: nothing here. Fix: bash tools/setup.sh.", tags = m)
 
