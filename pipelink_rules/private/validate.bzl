@@ -286,11 +286,8 @@ def check_copts(ctx, attr, copts):
                 pl_fail(ctx, "B-DEFINE", "attribute %s: '%s' is %s" % (attr, c, problem),
                         hint + " (or move it to `defines`)")
             continue
-        if c in _DEFINE_FLAGS:
-            if i == len(copts) - 1:
-                pl_fail(ctx, "B-COPT", "attribute %s: '%s' is the last copt but takes a value; it would take the rule's own -o as its value" % (attr, c),
-                        "give its value as the next element, or drop it")
-            continue
+        if c in _DEFINE_FLAGS and i < len(copts) - 1:
+            continue  # its value, the next element, is checked as a define (a last one fails below)
         if "$(" in c:
             pl_fail(ctx, "B-COPT", "attribute %s: '%s' holds a $(...) that did not expand" % (attr, c),
                     "$(location LABEL) (also execpath, rootpath, locations) expands only a label listed in deps; other make variables do not expand here")

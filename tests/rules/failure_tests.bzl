@@ -139,6 +139,7 @@ CASES = [
     ("bad_copt_define_long", "B-DEFINE", "rename it", "'--define-macro=PL_X=1'"),
     ("bad_copt_shell", "B-COPT", "one option per element with no spaces", "'-O2;id' holds ';'"),
     ("bad_copt_dangling", "B-COPT", "give its value as the next element", "'-I' is the last copt but takes a value"),
+    ("bad_copt_dangling_define", "B-COPT", "give its value as the next element", "'-D' is the last copt but takes a value"),
     ("bad_copt_passthrough_output", "B-COPT", "drop it: the rule names every output", "'-Xcompiler=-Wall,-o,x.o' passes '-o'"),
     ("bad_copt_host_programs", "B-COPT", "drop it: the host compiler runs only the toolchain's programs", "'-Xcompiler=-Wall,-Btools/evil' passes '-Btools/evil'"),
     ("bad_copt_response_file", "B-COPT", "drop it: an options file is an undeclared input", "'@flags.txt' is a response file"),
@@ -215,6 +216,7 @@ def failure_fixtures():
     _component("bad_copt_define_long", copts = ["--define-macro=PL_X=1"])
     _component("bad_copt_shell", copts = ["-Xcompiler", "-O2;id"])
     _component("bad_copt_dangling", copts = ["-O3", "-I"])
+    _component("bad_copt_dangling_define", copts = ["-O3", "-D"])
     _component("bad_copt_passthrough_output", copts = ["-Xcompiler=-Wall,-o,x.o"])
     _component("bad_copt_host_programs", copts = ["-O3", "-Xcompiler=-Wall,-Btools/evil"])
     _component("bad_copt_response_file", copts = ["-Xcompiler", "@flags.txt"])

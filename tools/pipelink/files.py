@@ -24,12 +24,13 @@ class NotARegularFile(OSError):
     """The path names a FIFO, device, socket, or a file over the size limit of its kind."""
 
 
-def _kind(mode: int) -> str:
+def special_kind(mode: int) -> str:
+    """What a FIFO, device or socket is, in words; '' for anything else."""
     for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
-    return "not a regular file"
+    return ""
 
 
 def read_regular(path, limit: int = MAX_INPUT_BYTES) -> bytes:
@@ -42,7 +43,7 @@ def read_regular(path, limit: int = MAX_INPUT_BYTES) -> bytes:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory")
         if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(f"is {_kind(st.st_mode)}, not a regular file")
+            raise NotARegularFile(f"is {special_kind(st.st_mode) or 'not a regular file'}, not a regular file")
         if st.st_size > limit:  # a sparse 100 GB file is refused before reading any of it
             raise NotARegularFile(f"is larger than {limit} bytes, more than any input of its kind")
         data = f.read(limit + 1)

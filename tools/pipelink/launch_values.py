@@ -36,15 +36,15 @@ def _is_bool(v) -> bool:
     return isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", None) == "b"
 
 
-def foreign(what: str, hint: str, fn: Callable, *args) -> Any:
-    """fn(*args) over a caller's value; any exception but a LaunchError becomes R-PARAM."""
+def foreign(what: str, hint: str, fn: Callable, *args, code: str = "R-PARAM") -> Any:
+    """fn(*args) over a caller's value; any exception but a LaunchError becomes `code`."""
     try:
         return fn(*args)
     except LaunchError:
         raise
     except Exception as e:  # noqa: BLE001 - the value's own methods may raise anything
         msg = f"{what}: reading the {type(args[-1]).__name__ if args else 'value'} raised {e.__class__.__name__}: {e}"
-        raise LaunchError("R-PARAM", msg if len(msg) <= 300 else msg[:297] + "...", hint=hint) from None
+        raise LaunchError(code, msg if len(msg) <= 300 else msg[:297] + "...", hint=hint) from None
 
 
 def _address(name: str, p, source: str) -> int:
@@ -228,13 +228,7 @@ def lent_buffer(name: str, buf, device: int | None) -> tuple[int, int]:
         raise LaunchError("R-WORKSPACE", f"lent workspace {name!r} is a {type(b).__name__}, not "
                           "(pointer, bytes) or a CUDA tensor", hint="workspaces={'xs': (ptr, nbytes)}")
 
-    try:
-        ptr, nbytes = read(buf)
-    except LaunchError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the buffer's own methods
-        raise LaunchError("R-WORKSPACE", f"lent workspace {name!r}: reading the {type(buf).__name__} raised "
-                          f"{e.__class__.__name__}: {e}"[:300], hint="workspaces={'xs': (ptr, nbytes)}") from None
+    ptr, nbytes = foreign(f"lent workspace {name!r}", "workspaces={'xs': (ptr, nbytes)}", read, buf, code="R-WORKSPACE")
     if not 0 < ptr < _U64 or nbytes < 1:
         raise LaunchError("R-WORKSPACE", f"lent workspace {name!r}: pointer {ptr:#x} / {nbytes} bytes is "
                           "no device buffer", hint="lend a live device allocation and its size in bytes")

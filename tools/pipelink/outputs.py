@@ -14,12 +14,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import stat
 import tempfile
 from pathlib import Path
 
 from pipelink.diagnostics import Fact, reject
-from pipelink.files import display
+from pipelink.files import display, special_kind
 
 NAME_MAX = 255  # bytes in one path component (Linux, and the limit of most file systems)
 PATH_MAX = 4095
@@ -39,14 +38,9 @@ def _same_file(a: str, b: str) -> bool:
 def _special_kind(p: str) -> str:
     """'' for a missing path or a regular file (or a link to one), else what the path is."""
     try:
-        mode = os.stat(p).st_mode
+        return special_kind(os.stat(p).st_mode)
     except (OSError, ValueError):
         return ""
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return ""
 
 
 def check_targets(targets: list[tuple[str, str]], inputs: list[str] = ()) -> None:
