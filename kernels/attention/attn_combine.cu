@@ -1,6 +1,9 @@
 // attn_combine.cu — split-KV decode epilogue (contract: attn_combine.contract.toml).
-// Each CTA (split s of head bh) writes its rows' normalised O and log2-sum-exp into its slot
-// of workspace `partials`, then thread 0 counts on the head's counter (acq_rel). The CTA
+// Each tile (split s of the `splits` of head bh, info[2] and info[3]: the variant's) writes its
+// rows' normalised O and log2-sum-exp into slot bh * p.splits + s of workspace `partials`
+// (param `splits`: the slot stride, at least every head's split count; the uniform variant's
+// splits are all equal to it, stream-K's vary by head), then thread 0 counts on the head's
+// counter (acq_rel). The CTA
 // whose count completes the head merges every split's slot (weights exp2(lse_s - max)),
 // writes bf16 O and resets the counter to zero for the next launch. No CTA waits for
 // another, so any grid size is safe. With one split a head's O is this CTA's alone: it goes
@@ -43,7 +46,7 @@ PL_IMPORT(out) {
   const attn::OutFrag& f = *static_cast<const attn::OutFrag*>(pl_frag);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const unsigned g = (t % 32) / 4, qd = t % 4;
-  const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];
+  const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];  // splits <= p.splits
   const unsigned rows = min(p.q_len, ROWS);
   // The linked head_dim (the core's fact: 64 or 128), never a compile-time copy of it. It folds
   // to an immediate at link time; the fragment's loops stay unrolled over 16 column tiles with a
@@ -74,7 +77,7 @@ PL_IMPORT(out) {
              [](unsigned, unsigned) {});
     return;
   }
-  float* slot = ws + ((size_t)bh * splits + split) * SLOT;
+  float* slot = ws + ((size_t)bh * p.splits + split) * SLOT;
   each_row([&](unsigned r, unsigned c, float x, float y) {
              __stcg(reinterpret_cast<float2*>(slot + r * D + c), make_float2(x, y));
            },
@@ -96,7 +99,7 @@ PL_IMPORT(out) {
   if (!*last) return;
   const unsigned G = D / 8, r = t / G, c0 = (t % G) * 8;  // 16 rows x D / 8 groups of 8 columns
   if (r >= rows) return;
-  const float* head = ws + (size_t)bh * splits * SLOT;
+  const float* head = ws + (size_t)bh * p.splits * SLOT;
   // One pass, online (running max), four splits' loads in flight at a time: one L2 round trip
   // per four splits, where a max pass and then a sum pass took two per split group.
   constexpr unsigned BATCH = 4;
