@@ -22,7 +22,7 @@ from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
-VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode"]
+VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode", "decode_streamk"]
 D64 = list(VARIANTS)  # attn_<variant>_d64: the same variant with attn_core_d64 (decode too: the combine reads head_dim)
 KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d64" for v in D64]
 BAZEL = [str(ROOT / "tools" / "bazel")]
@@ -97,14 +97,15 @@ def test_variant_placement(built, kernel):
     assert m["block"] == [384, 1, 1]
     assert r["resource_usage"]["LOCAL"] == 0, "the linked kernel spills"
     # ring q: 2 stages (the next tile's Q loads under this one; decode, one tile per CTA, links
-    # attn_loader_q1: 1); kv: what is left (5 at d = 128, 6 for decode and at d = 64)
+    # attn_loader_q1: 1; decode_streamk, tiles across heads, 2); kv: what is left (5 at d = 128,
+    # 6 for decode and at d = 64)
     q_depth = 1 if variant == "decode" else 2
     assert r["rings"]["q"]["depth"] == q_depth and 2 <= r["rings"]["kv"]["depth"] <= 6
     if variant == "decode" or kernel.endswith("_d64"):
         assert r["rings"]["kv"]["depth"] == 6
     names = {i["name"]: i["package"] for i in m["instances"]}
     assert names["core"] == "attn_core" and names["mask"] == "attn_mask"
-    if variant == "decode":
+    if variant.startswith("decode"):
         assert {w["name"] for w in m["workspaces"]} == {"partials", "counters"}
 
 
@@ -130,7 +131,9 @@ def test_variant_matches_fp32_reference(kernel):
     sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "kernels" / "attention"), str(ROOT / "tools")]
     import attention_bench as ab
     variant, D = kernel.removeprefix("attn_").removesuffix("_d64"), 64 if kernel.endswith("_d64") else 128
-    shapes = [(2, 3, 16, 8192), (3, 2, 5, 384)] if variant == "decode" else [(2, 3, 1024, 1024)]
+    variant = "decode_uniform" if variant == "decode" else variant  # the bench's names: each schedule forced
+    shapes = ([(2, 3, 16, 8192), (3, 2, 5, 384), (5, 32, 1, 4096)] if variant.startswith("decode")
+              else [(2, 3, 1024, 1024)])
     for control in (False, True):
         for shape in shapes:
             ok, msg = ab.check_one(variant, *shape, control, D)
@@ -153,11 +156,13 @@ def test_wgmma_not_serialised(built, kernel):
     (d/16 + 8) in the loop, and the last PV with the next tile's first QK^T (d/16 + 8): 40 HGMMA
     at d = 128, 28 at d = 64, and 5 waits (wait<0> after the first QK^T, wait<1> + wait<0> in the
     loop and at the tile boundary). Decode (one tile per CTA: LTO drops the boundary's unused
-    QK^T; ptxas puts an empty 64x8 HGMMA for its commit group): d/16 + (d/16 + 8) + 1 + 8. Also the ping-pong
+    QK^T; ptxas puts an empty 64x8 HGMMA for its commit group): d/16 + (d/16 + 8) + 1 + 8;
+    decode_streamk (several tiles a CTA) has the prefill count, without ping-pong. Also the ping-pong
     barriers and no named barrier id computed at run time."""
     d = 64 if kernel.endswith("_d64") else 128
     decode = kernel.removesuffix("_d64") == "attn_decode"
     want = 2 * (d // 16) + 17 if decode else d // 16 + 2 * (d // 16 + 8)  # decode: 33 (d = 128), 25 (d = 64)
+    decode = decode or kernel.removesuffix("_d64") == "attn_decode_streamk"
     for cubin in (BIN / f"{kernel}.cubin", BIN / f"{kernel}.control.cubin"):
         sass = _sass(cubin)
         hgmma = len(re.findall(r"\bHGMMA\.", sass))

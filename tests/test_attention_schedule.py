@@ -91,3 +91,92 @@ def test_store_provider_maps_o_per_warpgroup_box():
         4096, "bf16", {"rows": 768, "cols": 64, "box_rows": 64, "box_cols": 64, "swizzle": 128})
     with pytest.raises(HostError):
         mod.provide({**lent, "q_len": 200}, facts, Host())
+
+
+# --- split-KV decode, stream-K (attn_decode_streamk.cu) ----------------------------------------
+import attention as A  # noqa: E402
+
+U32 = 2**32
+
+
+class StreamK:
+    """attn_decode_streamk.cu's arithmetic, line for line (unsigned 32-bit: every product is
+    checked to fit, as the device's would wrap)."""
+
+    def __init__(self, bh, kv_len, grid):
+        self.nkv = kv_len // M.BLOCK
+        self.n = bh * self.nkv
+        self.g = min(grid, self.n, A.STREAMK_MAX_CTAS)
+
+    def mul(self, a, b):
+        assert a * b < U32, (a, b)
+        return a * b
+
+    def start(self, c):
+        return self.mul(c, self.n) // self.g
+
+    def cta_of(self, b):
+        x = self.mul(b + 1, self.g) + self.n - 1
+        assert x < U32
+        return x // self.n - 1
+
+    def first_cta(self, h):
+        return self.cta_of(self.mul(h, self.nkv))
+
+    def tile(self, c, t):
+        if c >= self.g:
+            return None
+        h = self.start(c) // self.nkv + t
+        if self.mul(h, self.nkv) >= self.start(c + 1):
+            return None
+        first = self.first_cta(h)
+        return (0, h, c - first, self.cta_of((h + 1) * self.nkv - 1) - first + 1)
+
+    def blocks(self, h, s):  # [lo, hi) of head h's blocks in split s: kv_block(i) = lo + i, kv_count = hi - lo
+        c = self.first_cta(h) + s
+        lo, hi = max(self.start(c), h * self.nkv), min(self.start(c + 1), (h + 1) * self.nkv)
+        return lo - h * self.nkv, hi - h * self.nkv
+
+
+@pytest.mark.parametrize("bh,kv_len,grid", [
+    (32, 4096, 132), (256, 32768, 132), (512, 16384, 132), (1024, 8192, 132), (2048, 4096, 132),
+    (160, 32768, 132), (6, 384, 132), (1, 128, 132), (3, 1024, 7), (65535, 256, 132), (1, 2**31 - 128, 132),
+    (2, 2**30 - 128, 255), (5, 640, 300)])
+def test_streamk_covers_every_block_once(bh, kv_len, grid):
+    """Every head's blocks once, in the tiles of consecutive CTAs (split 0 .. splits - 1, each the
+    same `splits`), CTAs' block counts within one of each other, splits within the slot stride the
+    entry gives attn_combine; products fit 32 bits up to N < 2^24 and 255 CTAs."""
+    r = StreamK(bh, kv_len, grid)
+    stride = A.streamk_stride(bh, kv_len, grid)
+    parts, per_cta = {}, []  # head -> [(split, lo, hi, splits)]
+    for c in range(grid):
+        n = 0
+        for t in range(bh + 1):
+            info = r.tile(c, t)
+            if info is None:
+                break
+            _, h, s, ns = info
+            assert 0 <= s < ns <= stride, (c, t, info, stride)
+            lo, hi = r.blocks(h, s)
+            assert 0 <= lo < hi <= r.nkv, f"CTA {c}: tile {info} has blocks [{lo}, {hi})"
+            parts.setdefault(h, []).append((s, lo, hi, ns))
+            n += hi - lo
+        per_cta.append(n)
+    assert sorted(parts) == list(range(bh))
+    for h, ps in parts.items():
+        ps.sort()
+        assert [p[0] for p in ps] == list(range(len(ps))) and {p[3] for p in ps} == {len(ps)}, (h, ps)
+        assert ps[0][1] == 0 and ps[-1][2] == r.nkv and all(a[2] == b[1] for a, b in zip(ps, ps[1:])), (h, ps)
+    assert max(per_cta) - min(per_cta[:r.g]) <= 1 and sum(per_cta[r.g:]) == 0
+
+
+@pytest.mark.parametrize("bh,kv_len,sms,schedule,splits,want", [
+    (32, 4096, 132, None, None, (True, 4)),         # fewer heads than SMs: one wave of uniform splits
+    (256, 32768, 132, None, None, (False, 2)),      # several waves: stream-K, stride = most CTAs a head meets
+    (2048, 4096, 132, None, None, (False, 2)),
+    (32, 4096, 132, "streamk", None, (False, 6)),
+    (256, 32768, 132, "uniform", None, (True, 1)),
+    (256, 32768, 132, None, 3, (True, 3)),          # splits= is the uniform schedule's
+])
+def test_decode_schedule(bh, kv_len, sms, schedule, splits, want):
+    assert A.decode_schedule(bh, kv_len, sms, schedule, splits) == want
