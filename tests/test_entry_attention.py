@@ -77,6 +77,22 @@ def test_good_calls_launch_once(kern, variant):
         assert p["splits"] == A.default_splits(B * H, S, kern.num_sms)
 
 
+def test_decode_schedules(kern):
+    """No schedule: uniform splits while the heads are fewer than the SMs, stream-K (attn_combine's
+    slot stride as `splits`) once they fill them, whatever B*H; either one when asked for."""
+    def launch(h, **kw):
+        q, k, v = randn(1, h, 1, D), randn(1, h, S, D), randn(1, h, S, D)
+        A.attention(q, k, v, "decode", out=empty(1, h, 1, D), **kw)
+        return kern.launches[-1]["splits"], kern.loads[-1][2]["uniform"]
+    assert launch(H) == (A.default_splits(H, S, 132), True)
+    assert launch(132) == (A.streamk_stride(132, S, 132), False)
+    assert launch(132, schedule="uniform") == (A.default_splits(132, S, 132), True)
+    assert launch(132, splits=2) == (2, True)
+    assert launch(H, schedule="streamk") == (A.streamk_stride(H, S, 132), False)
+    q, k = huge(2, 32768, 1, D), huge(2, 32768, 128, D)  # B*H > 65535: stream-K's grid is one-dimensional
+    assert A.check_call(q, k, k, "decode")["B"] * 32768 == 65536  # the checks pass (meta tensors: no launch)
+
+
 @pytest.mark.parametrize("bh, kv_len, splits", [
     (32, 4096, 4), (32, 131072, 4), (1, 256, 2), (200, 8192, 2), (1024, 8192, 2), (512, 16384, 1),
     (256, 32768, 1), (2048, 4096, 1), (132, 128, 1)])
@@ -131,8 +147,10 @@ def _cases():
         ("decode 17 rows", dict(variant="decode", q=randn(B, H, 17, D)), "R-SHAPE"),
         ("rows > 2^31", dict(variant="full", q=huge(64, 64, 2**19, D), k=huge(64, 64, 2**19, D),
                              v=huge(64, 64, 2**19, D)), "R-SHAPE"),
-        ("decode B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
-                                    v=huge(2, 32768, 128, D)), "R-SHAPE"),
+        ("uniform decode B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
+                                            v=huge(2, 32768, 128, D), schedule="uniform"), "R-SHAPE"),
+        ("decode splits, B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
+                                            v=huge(2, 32768, 128, D), splits=1), "R-SHAPE"),
         ("document B*H > 65535", dict(variant="document", q=huge(2, 32768, 128, D), k=huge(2, 32768, 128, D),
                                       v=huge(2, 32768, 128, D), doc_ids=gpu(torch.zeros(2, 128, dtype=torch.int32))),
          "R-SHAPE"),
@@ -144,6 +162,8 @@ def _cases():
         ("slopes for causal", dict(variant="causal", slopes=[1.0, 1.0]), "R-PARAM"),
         ("splits for full", dict(variant="full", splits=2), "R-PARAM"),
         ("splits = 0 for full", dict(variant="full", splits=0), "R-PARAM"),
+        ("schedule for causal", dict(variant="causal", schedule="streamk"), "R-PARAM"),
+        ("streamk with splits", dict(variant="decode", q=randn(B, H, 1, D), schedule="streamk", splits=2), "R-PARAM"),
         ("window = 0 for sliding's neighbour", dict(variant="softcap", softcap=1.0, window=0), "R-PARAM"),
         # out
         ("out is q", dict(out="q"), "R-LAYOUT"),
@@ -178,6 +198,8 @@ def _cases():
         cases.append((f"slopes = {bad!r:.20}", dict(variant="alibi", slopes=bad), "R-PARAM"))
     for bad in (0, -1, 3, 2**40, 1.0, True, "2", torch.tensor(1)):  # S = 256: 2 KV blocks
         cases.append((f"splits = {bad!r:.20}", dict(variant="decode", q=randn(B, H, 1, D), splits=bad), "R-PARAM"))
+    for bad in ("", "Uniform", "stream-k", 0, True, b"streamk", ["streamk"], torch.tensor(1)):
+        cases.append((f"schedule = {bad!r:.20}", dict(variant="decode", q=randn(B, H, 1, D), schedule=bad), "R-PARAM"))
     bm = mask()
     cases += [
         ("no block mask", dict(variant="block_sparse"), "R-PARAM"),
@@ -224,6 +246,7 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     for kw, code in [(dict(variant="nope"), "R-PARAM"), (dict(variant="full", device="0"), "R-DEVICE"),
                      (dict(variant="full", device=-1), "R-DEVICE"), (dict(variant="full", device=True), "R-DEVICE"),
                      (dict(variant="full", kernel_dir=3), "R-PARAM"), (dict(variant="full", control=None), "R-PARAM"),
+                     (dict(variant="decode", uniform="yes"), "R-PARAM"),
                      (dict(variant="full", head_dim=96), "R-SHAPE"),
                      (dict(variant="full", head_dim=128.0), "R-SHAPE"), (dict(variant="full"), "R-MANIFEST")]:
         variant = kw.pop("variant")
@@ -241,7 +264,10 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     assert "head_dim" in str(refused(A.load, "full", kernel_dir=tmp_path))  # a d = 64 build named attn_full
     (tmp_path / "attn_decode.cubin").write_bytes(b"\0" * 64)
     write_manifest(tmp_path / "attn_decode.manifest.json", attn, {"head_dim": 128, "block_q": 128})
-    assert "splits" in str(refused(A.load, "decode", kernel_dir=tmp_path))  # a prefill build named attn_decode
+    assert "splits" in str(refused(A.load, "decode", kernel_dir=tmp_path, uniform=True))  # a prefill build named attn_decode
+    (tmp_path / "attn_decode_streamk.cubin").write_bytes(b"\0" * 64)
+    write_manifest(tmp_path / "attn_decode_streamk.manifest.json", attn, {"head_dim": 128, "block_q": 128})
+    assert "splits" in str(refused(A.load, "decode", kernel_dir=tmp_path))  # and one named attn_decode_streamk
     write_manifest(tmp_path / "attn_full.manifest.json", attn, {"head_dim": 128, "block_q": 128})
     assert "not a CUDA cubin" in str(refused(A.load, "full", kernel_dir=tmp_path))  # the right manifest, no ELF
     (tmp_path / "attn_full.cubin").write_bytes(b"\x7fELF" + b"\0" * 14 + (62).to_bytes(2, "little") + b"\0" * 40)
@@ -306,7 +332,7 @@ def test_document_ids_must_not_decrease():
     assert document_aux(ok, 1, H, S, torch.device("cpu"), 4).dtype == torch.int32
 
 
-POOL = [None, 0, 1, -1, 100, 2, 2**31, 2**40, 1.5, 30.0, float("nan"), float("inf"), 1e39, True, False, "x",
+POOL = [None, 0, 1, -1, 100, 2, 2**31, 2**40, 1.5, 30.0, float("nan"), float("inf"), 1e39, True, False, "x", "streamk", "uniform",
         np.int64(100), np.float32(2.0), np.bool_(True), [1.0, 0.5], (0.5, 0.25), torch.tensor(2.0)]
 
 
@@ -319,7 +345,7 @@ def test_fuzz_keyword_arguments(kern):
     q, k, v = qkv()
     q1 = randn(B, H, 1, D)
     extra = {"block_mask": mask(), "doc_ids": doc_ids()}
-    names = ["window", "softcap", "slopes", "splits", "scale", "block_mask", "doc_ids"]
+    names = ["window", "softcap", "slopes", "splits", "schedule", "scale", "block_mask", "doc_ids"]
 
     @settings(max_examples=500, deadline=None)
     @given(st.sampled_from(list(A.VARIANTS) + ["nope", None, 3]),
@@ -338,8 +364,10 @@ def test_fuzz_keyword_arguments(kern):
         assert type(p["scale"]) is float and 0 < p["scale"] < 3.5e38
         given_ = {n for n, x in kw.items() if x is not None and n != "scale"}
         assert given_ <= {n for n, r in A.READS.items() if r == variant}, (variant, kw)
-        if variant == "decode":
-            assert type(p["splits"]) is int and 1 <= p["splits"] <= S // 128
+        if variant == "decode":  # uniform: splits per head (S = 256: 2 blocks); stream-K: its slot stride
+            streamk = kw.get("schedule") == "streamk"
+            assert type(p["splits"]) is int and 1 <= p["splits"] <= (A.streamk_stride(B * H, S, 132) if streamk
+                                                                        else S // 128)
 
     from pipelink.runtime import LaunchError
     run()

@@ -9,6 +9,7 @@
     out = attention(q, k, v, variant="softcap", softcap=30.0)      # causal + tanh soft-cap
     out = attention(q, k, v, variant="alibi")                      # causal + ALiBi (slopes=[H] optional)
     out = attention(q1, k, v, variant="decode")                    # q1: [B, H, 1..16, 128], split-KV
+    out = attention(q1, k, v, variant="decode", schedule="streamk")  # or "uniform" (splits=n per head)
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
 `kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
@@ -19,7 +20,8 @@ CUDA graph captured (call once before capturing: building a buffer copies from t
 Every bad input is refused by `check_call` before the kernel is loaded or anything launched,
 with pipelink.runtime.LaunchError, a code and a hint:
   R-PARAM   variant not one of VARIANTS; a keyword argument the variant does not read
-            (block_mask, window, doc_ids, softcap, slopes, splits: each is read by one variant);
+            (block_mask, window, doc_ids, softcap, slopes, splits, schedule: each is read by one
+            variant); schedule not None, "uniform" or "streamk"; splits with schedule="streamk";
             window not an int in 1 .. 2^31-1; softcap / scale / slopes not finite float32
             numbers (softcap and scale > 0; bools, strings, tensors refused, numpy numbers
             taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
@@ -27,8 +29,8 @@ with pipelink.runtime.LaunchError, a code and a hint:
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; lengths not multiples
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
-            than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); decode B*H > 65535
-            (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
+            than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); uniform decode
+            B*H > 65535 (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
   R-DTYPE   q/k/v/out not bf16, doc_ids not int32
   R-DEVICE  CPU tensors, operands (or the block mask, doc_ids) on different GPUs
   R-LAYOUT  non-contiguous, not 16-byte aligned (q, k, v, out: TMA), sparse or lazy views, an
@@ -61,8 +63,10 @@ PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
 READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document", "softcap": "softcap",
-         "slopes": "alibi", "splits": "decode"}  # the keyword arguments only one variant reads
+         "slopes": "alibi", "splits": "decode", "schedule": "decode"}  # the keyword arguments only one variant reads
+SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), attn_decode_streamk
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
+STREAMK_MAX_CTAS = 255  # attn_decode_streamk.cu's MAX_CTAS: its 32-bit products need N (G + 1) < 2^32
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "scale"}  # the manifests' lent parameters
 AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
 
@@ -127,17 +131,21 @@ def check_variant(variant) -> str:
     return variant
 
 
-def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM) -> Kernel:
-    """The (cached) kernel attn_<variant>[_d64] on `device`; R-MANIFEST if kernel_dir has none,
-    or its manifest is not that variant's (parameters, head_dim), before the cubin is loaded."""
+def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM,
+         uniform: bool = False) -> Kernel:
+    """The (cached) kernel attn_<variant>[_d64] on `device` (decode: attn_decode_streamk, or
+    attn_decode's uniform splits with `uniform`); R-MANIFEST if kernel_dir has none, or its
+    manifest is not that variant's (parameters, head_dim), before the cubin is loaded."""
     variant, device = check_variant(variant), device_index(device)
     kdir, control = optional_dir("kernel_dir", kernel_dir), flag("control", control)
+    uniform = flag("uniform", uniform)
     head_dim = integer("head_dim", head_dim, code="R-SHAPE")
     if head_dim not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
                           hint="d = 128 or 64")
     d = kdir or kernel_dir_default()
-    name = f"attn_{variant}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
+    kernel = "decode_streamk" if variant == "decode" and not uniform else variant
+    name = f"attn_{kernel}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
     cubin, manifest = d / f"{name}{'.control' if control else ''}.cubin", d / f"{name}.manifest.json"
     key = (str(cubin), device)
     with _lock:
@@ -180,10 +188,36 @@ def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
     return max(1, min(blocks, num_sms // bh))
 
 
+def decode_schedule(bh: int, kv_len: int, num_sms: int, schedule: str | None = None,
+                    splits: int | None = None) -> tuple[bool, int]:
+    """(uniform, splits param). schedule None: uniform while the heads are fewer than the SMs (one
+    wave of default_splits), stream-K once they fill them. "uniform": attn_decode, `splits` per
+    head (given, or default_splits). "streamk": attn_decode_streamk, whose `splits` is
+    attn_combine's slot stride. Stream-K pays ~4 us for its ranges across heads (B = 1, KV
+    4K..128K: 3-5 us behind one wave of uniform splits) and saves the waves' tails once the heads
+    fill the SMs (B = 16, KV = 16K: 0.8%; B = 32, KV = 8K: 1.5%; BENCHMARKS.md issue 10 run 15)."""
+    if schedule is None:
+        schedule = "uniform" if splits is not None or bh < num_sms else "streamk"
+    if schedule == "uniform":
+        return True, splits if splits is not None else default_splits(bh, kv_len, num_sms)
+    return False, streamk_stride(bh, kv_len, num_sms)
+
+
+def streamk_stride(bh: int, kv_len: int, num_sms: int) -> int:
+    """attn_combine's slot stride for attn_decode_streamk: the most CTAs whose ranges meet one
+    head. G = min(num_sms, N) CTAs take N = bh * nkv blocks, each at least N // G; a head's
+    nkv blocks meet at most nkv // (N // G) whole ranges and two partial ones."""
+    nkv = kv_len // BLOCK
+    n = bh * nkv
+    g = min(num_sms, n, STREAMK_MAX_CTAS)
+    return min(g, nkv // (n // g) + 2)
+
+
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
-               scale=None, splits=None, out=None, kernel_dir=None, control=False, stream=None) -> dict:
+               scale=None, splits=None, schedule=None, out=None, kernel_dir=None, control=False,
+               stream=None) -> dict:
     """Every check of one `attention` call, without CUDA -> {B, H, Lq, Lkv, D, device, scale,
-    splits (None: the default), and the variant's own argument}."""
+    splits and schedule (None: the default), and the variant's own argument}."""
     import torch
     variant = check_variant(variant)
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -207,12 +241,18 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
                           hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding)")
     if variant == "decode":
+        if schedule is not None and (not isinstance(schedule, str) or schedule not in SCHEDULES):
+            raise LaunchError("R-PARAM", f"schedule must be None, 'uniform' or 'streamk', got {schedule!r:.60}",
+                              hint="None picks by shape; 'uniform': splits per head; 'streamk': equal ranges per SM")
+        if schedule == "streamk" and splits is not None:
+            raise LaunchError("R-PARAM", "splits= is the uniform schedule's; schedule='streamk' takes none",
+                              hint="drop splits=, or pass schedule='uniform' (or None) with it")
         if not 1 <= Lq <= DECODE_ROWS:
             raise LaunchError("R-SHAPE", f"decode takes 1..{DECODE_ROWS} query rows, got {Lq}",
                               hint="use a prefill variant for longer queries")
-        if B * H > 65535:
-            raise LaunchError("R-SHAPE", f"decode launches one CTA row per head: B*H = {B * H} > 65535 (grid y)",
-                              hint="split the batch into several calls")
+        if B * H > 65535 and (splits is not None or schedule == "uniform"):
+            raise LaunchError("R-SHAPE", f"decode with splits= launches one CTA row per head: B*H = {B * H} > 65535 "
+                              "(grid y)", hint="splits=None (stream-K takes any B*H), or split the batch into calls")
     elif Lq % BLOCK:
         raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK}",
                           hint=f"pad q to a multiple of {BLOCK}, or use variant='decode' for 1..16 rows")
@@ -223,10 +263,10 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         raise LaunchError("R-SHAPE", f"B*H*S = {B * H * max(Lq, Lkv)} rows: the kernel addresses at most "
                           f"{MAX_ROWS} (a 32-bit TMA row coordinate)", hint="split the batch or heads into several calls")
     given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
-             "splits": splits}
+             "splits": splits, "schedule": schedule}
     refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if READS[n] != variant},
                   {n: f"variant {r!r}" for n, r in READS.items()})
-    a = {"B": B, "H": H, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None,
+    a = {"B": B, "H": H, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None, "schedule": None,
          **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
                          softcap=softcap, slopes=slopes)}
     if variant == "decode" and splits is not None:
@@ -245,24 +285,29 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
 
 def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = None, window: int | None = None,
               doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
-              splits: int | None = None,
+              splits: int | None = None, schedule: str | None = None,
               out=None, kernel_dir=None, control: bool = False, stream=None):
     """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, H, Lkv, D], bf16, D = 128 or 64."""
     import torch
     a = check_call(q, k, v, variant, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
-                   slopes=slopes, scale=scale, splits=splits, out=out, kernel_dir=kernel_dir, control=control,
-                   stream=stream)
+                   slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
+                   control=control, stream=stream)
     B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
-    kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"])
+    uniform, splits = True, None
+    if variant == "decode":  # the schedule needs the SM count: the forced schedule's kernel, else streamk's, has it
+        probe = schedule == "uniform" or a["splits"] is not None
+        sms = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=probe).num_sms
+        uniform, splits = decode_schedule(B * H, Lkv, sms, schedule, a["splits"])
+    kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=uniform)
     grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
-                       slopes=slopes, grid=max(grid, 1))
+                       slopes=slopes, grid=max(grid, 1), kv_len=Lkv)
     if out is None:
         out = torch.empty_like(q)
     params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
               "scale": a["scale"]}
     if variant == "decode":
-        params["splits"] = a["splits"] or default_splits(B * H, Lkv, kern.num_sms)
+        params["splits"] = splits
     kern.launch_with(params, stream=stream)
     return out
 
@@ -323,7 +368,7 @@ def _causal_aux(q, B, H, S, grid, head):
     return hit
 
 
-def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1):
+def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1, kv_len=None):
     import torch
     a = _variant_args(variant, q, B, H, S, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                       slopes=slopes)
@@ -347,6 +392,8 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
         return hit[2]
     if variant == "causal":
         return _causal_aux(q, B, H, S, grid, [])
+    if variant == "decode":  # {bh, kv_len}: attn_decode_streamk.cu's (attn_decode reads no aux)
+        return _aux(q, [B * H, integer("kv_len", S if kv_len is None else kv_len, 1, I32_MAX)])
     return _aux(q, [0])
 
 
