@@ -80,7 +80,19 @@ def split_dim(v: str) -> tuple[str, int]:
     return name, int(d or 128)
 
 
+# The bench's names: the entry's variants, and decode_uniform / decode_streamk (variant "decode"
+# with schedule= "uniform" (attn_decode) / "streamk" (attn_decode_streamk); plain "decode" lets the
+# entry pick by shape).
+NAMES = VARIANTS + ("decode_uniform", "decode_streamk")
+
+
+def entry_variant(name: str) -> str:
+    return "decode" if name.startswith("decode") else name
+
+
 def variant_kwargs(variant, B, H, S, device, seed=0):
+    if variant.startswith("decode_"):
+        return {"schedule": variant.removeprefix("decode_")}, {}
     if variant == "sliding":
         return {"window": 300}, {"window": 300}
     if variant == "softcap":
@@ -99,9 +111,9 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128):
     q, k, v = rand_qkv(B, H, Lq, Lkv, D=D)
     kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
     out = torch.full_like(q, float("nan"))
-    attention(q, k, v, variant, out=out, control=control, kernel_dir=BIN, **kw)
+    attention(q, k, v, entry_variant(variant), out=out, control=control, kernel_dir=BIN, **kw)
     torch.cuda.synchronize()
-    ref = reference(q, k, v, "full" if variant == "decode" else variant, **rkw)
+    ref = reference(q, k, v, "full" if entry_variant(variant) == "decode" else variant, **rkw)
     nan = int(torch.isnan(out).sum())
     err = (out.float() - ref).abs()
     bad = int((err > ATOL + RTOL * ref.abs()).sum())
@@ -116,7 +128,7 @@ def cmd_check(a) -> int:
     for vd in a.variants:
         variant, D = split_dim(vd)
         shapes = ([(1, 2, 1, 4096), (2, 3, 16, 8192), (3, 2, 5, 384),
-                   (5, 32, 1, 8192), (5, 32, 2, 4096)] if variant == "decode"  # 160 heads: two splits / one
+                   (5, 32, 1, 8192), (5, 32, 2, 4096)] if entry_variant(variant) == "decode"  # 160 heads: two splits / one
                   else [(1, 2, 256, 256), (2, 3, 1024, 1024), (1, 2, 2048, 2048),
                         (1, 32, 2048, 2048)])  # 512 tiles: persistent CTAs take 3-4 each (tile boundaries)
         if variant == "full":
@@ -238,9 +250,12 @@ def cmd_bench(a) -> int:
         ctl = torch.empty_like(q)
         fns = {"pipelink": lambda: attention(q, k, v, "decode", out=out, kernel_dir=BIN),
                "pipelink:control": lambda: attention(q, k, v, "decode", out=ctl, control=True, kernel_dir=BIN)}
+        for sched in ("uniform", "streamk"):  # each schedule forced (pipelink: the entry's pick by shape)
+            fns[f"pipelink_{sched}"] = (lambda o=torch.empty_like(q), sched=sched:
+                                        attention(q, k, v, "decode", out=o, schedule=sched, kernel_dir=BIN))
         for name, bdir in a.builds:  # other builds: column pipelink_<name>
             fns[f"pipelink_{name}"] = (lambda o=torch.empty_like(q), d=bdir:
-                                       attention(q, k, v, "decode", out=o, kernel_dir=d))
+                                       attention(q, k, v, "decode", out=o, kernel_dir=d, schedule=a.build_schedule))
         for n in a.decode_splits:  # the split count swept: columns pipelink_s<n> (the default's own column: pipelink)
             if n <= KV // 128:
                 fns[f"pipelink_s{n}"] = (lambda o=torch.empty_like(q), n=n:
@@ -281,12 +296,11 @@ def cmd_pair(a) -> int:
     rows = []
     for vd in a.variants:
         variant, D = split_dim(vd)
-        if variant == "decode":
-            B, H, Lq, L = 8, 32, 1, 16384
-        else:
-            B, H, Lq, L = 1, 32, 4096, 4096
+        decode = entry_variant(variant) == "decode"
+        B, H, Lq, L = (8, 32, 1, 16384) if decode else (1, 32, 4096, 4096)
         q, k, v = rand_qkv(B, H, Lq, L, seed=1, D=D)
         kw, _ = variant_kwargs(variant, B, H, L, q.device)
+        variant = entry_variant(variant)
         if variant == "sliding":
             kw = {"window": WINDOW}
         oa, ob = torch.empty_like(q), torch.empty_like(q)
@@ -344,8 +358,9 @@ def cmd_sanitize(a) -> int:
 def cmd_one(a) -> int:
     """One small checked launch (what the sanitizer runs)."""
     # prefill: 288 tiles on the 132 SMs, so each CTA crosses tile boundaries under the sanitizer
-    # decode: 8 splits a head, then 132 heads of one split each (the combine's direct path)
-    shapes = [(2, 2, 3, 1024), (1, 132, 2, 1024)] if a.variant == "decode" else [(1, 36, 1024, 1024)]
+    # decode_uniform: 8 splits a head, then 132 heads of one split each (the combine's direct path);
+    # decode (stream-K): 4 CTAs a head, ranges across heads; then 132 heads, 2 blocks each, on 132 CTAs
+    shapes = [(2, 2, 3, 1024), (1, 132, 2, 1024)] if entry_variant(a.variant) == "decode" else [(1, 36, 1024, 1024)]
     bad = 0
     for shape in shapes:
         ok, msg = check_one(a.variant, *shape, control=False, D=a.dim)
@@ -361,9 +376,10 @@ def cmd_prof(a) -> int:
         --launch-skip 2 --launch-count 1 python3 benchmarks/attention_bench.py prof --variant causal"""
     import torch
     S = a.seqs[0]
-    B, H, Lq = (8, 32, 1) if a.variant == "decode" else (1, 32, S)
+    B, H, Lq = (8, 32, 1) if entry_variant(a.variant) == "decode" else (1, 32, S)
     q, k, v = rand_qkv(B, H, Lq, S, seed=3)
     kw, _ = variant_kwargs(a.variant, B, H, S, q.device)
+    variant = entry_variant(a.variant)
     if a.variant == "sliding":  # the masks of the benches (attention_flex_bench.py)
         kw = {"window": WINDOW}
     elif a.variant == "block_sparse":
@@ -372,7 +388,7 @@ def cmd_prof(a) -> int:
         kw = {"doc_ids": docs_for(B, S, S, q.device, mean=1024)}
     out = torch.empty_like(q)
     for _ in range(3):
-        attention(q, k, v, a.variant, out=out, kernel_dir=BIN, **kw)
+        attention(q, k, v, variant, out=out, kernel_dir=BIN, **kw)
     base = sdpa_fns(q, k, v, a.variant == "causal").get("sdpa_cudnn")  # the baseline beside it
     for _ in range(3 if base else 0):
         base()
@@ -384,7 +400,7 @@ def cmd_prof(a) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["check", "pair", "bench", "sanitize", "one", "prof", "all"])
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="name or name:64 (head dim 64)")
+    ap.add_argument("--variants", default=",".join(NAMES), help="name or name:64 (head dim 64)")
     ap.add_argument("--variant", default="causal")
     ap.add_argument("--dim", type=int, default=128, help="one: head dim (64: the attn_core_d64 build)")
     ap.add_argument("--tools", default="memcheck,racecheck,synccheck")
@@ -393,6 +409,7 @@ def main() -> int:
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")
+    ap.add_argument("--build-schedule", choices=["uniform", "streamk"], help="bench: decode schedule of --builds")
     ap.add_argument("--decode-splits", default="", help="bench: split counts to time beside the default (1,2,4)")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=7, help="sanitize: runs at once")

@@ -16,8 +16,9 @@ CACHE=/tmp/flexcache; mkdir -p $CACHE
 [ -n "${FLEXCACHE:-}" ] && [ -f "$FLEXCACHE" ] && tar -xzf "$FLEXCACHE" -C $CACHE && echo "flex cache: $(du -sh $CACHE | cut -f1)"
 P=(python3 benchmarks/attention_bench.py)
 F=(python3 benchmarks/attention_flex_bench.py)
-D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode
-D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64,decode:64
+# decode_uniform / decode_streamk: variant decode with each schedule forced (attn_decode, attn_decode_streamk)
+D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode_uniform,decode_streamk
+D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64,decode_uniform:64,decode_streamk:64
 rc=0
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # flex compiles are CPU work: start them first, in the background, while the GPU checks run
