@@ -173,7 +173,11 @@ def test_streamk_covers_every_block_once(bh, kv_len, grid):
 @pytest.mark.parametrize("bh,kv_len,sms,schedule,splits,want", [
     (32, 4096, 132, None, None, (True, 4)),         # fewer heads than SMs: one wave of uniform splits
     (256, 32768, 132, None, None, (False, 2)),      # several waves: stream-K, stride = most CTAs a head meets
-    (2048, 4096, 132, None, None, (False, 2)),
+    (2048, 4096, 132, None, None, (True, 1)),       # 15.5 heads a SM, waves 97% used: uniform
+    (1024, 8192, 132, None, None, (False, 2)),      # 7.8 heads a SM: stream-K
+    (1100, 4096, 132, None, None, (True, 1)),       # 8.33 waves: 8.33 / 9 >= 0.9
+    (1060, 4096, 132, None, None, (False, 2)),      # 8.03 waves: 8.03 / 9 < 0.9
+    (160, 4096, 132, None, None, (False, 2)),       # 1.2 waves of uniform
     (32, 4096, 132, "streamk", None, (False, 6)),
     (256, 32768, 132, "uniform", None, (True, 1)),
     (256, 32768, 132, None, 3, (True, 3)),          # splits= is the uniform schedule's

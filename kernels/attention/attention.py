@@ -190,17 +190,22 @@ def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
 
 def decode_schedule(bh: int, kv_len: int, num_sms: int, schedule: str | None = None,
                     splits: int | None = None) -> tuple[bool, int]:
-    """(uniform, splits param). schedule None: uniform while the heads are fewer than the SMs (one
-    wave of default_splits), stream-K once they fill them. "uniform": attn_decode, `splits` per
-    head (given, or default_splits). "streamk": attn_decode_streamk, whose `splits` is
-    attn_combine's slot stride. Stream-K pays ~4 us for its ranges across heads (B = 1, KV
-    4K..128K: 3-5 us behind one wave of uniform splits) and saves the waves' tails once the heads
-    fill the SMs (B = 16, KV = 16K: 0.8%; B = 32, KV = 8K: 1.5%; BENCHMARKS.md issue 10 run 15)."""
-    if schedule is None:
-        schedule = "uniform" if splits is not None or bh < num_sms else "streamk"
-    if schedule == "uniform":
-        return True, splits if splits is not None else default_splits(bh, kv_len, num_sms)
-    return False, streamk_stride(bh, kv_len, num_sms)
+    """(uniform, splits param). schedule "uniform": attn_decode, `splits` per head (given, or
+    default_splits); "streamk": attn_decode_streamk, whose `splits` is attn_combine's slot
+    stride. None picks by shape (BENCHMARKS.md issue 10 run 15, each measured beside the other):
+    - heads fewer than the SMs: uniform, one wave (stream-K's ranges across heads cost it ~3 us:
+      B = 1, KV 4K..128K);
+    - uniform's waves under 90% used (w / ceil(w), w = its CTAs / SMs): stream-K (160 heads,
+      KV = 32K: 599 us against 835);
+    - fewer than 8 heads a SM: stream-K (B = 8..32 at 1-8 heads a SM: 0.9-1.6% faster);
+    - else uniform (B = 64, KV = 4K, 15.5 heads a SM: stream-K's 16 tiles a CTA cost 1%)."""
+    if schedule is None and splits is None and bh >= num_sms:
+        waves = bh * default_splits(bh, kv_len, num_sms) / num_sms
+        streamk = waves / math.ceil(waves) < 0.9 or bh < 8 * num_sms
+        schedule = "streamk" if streamk else "uniform"
+    if schedule == "streamk":
+        return False, streamk_stride(bh, kv_len, num_sms)
+    return True, splits if splits is not None else default_splits(bh, kv_len, num_sms)
 
 
 def streamk_stride(bh: int, kv_len: int, num_sms: int) -> int:
