@@ -18,7 +18,7 @@ B_CODES = {
     "B-ARCH": "an architecture that pipelink does not support (an `arch` attribute or --//pipelink_rules:arch)",
     "B-ARCH-MISMATCH": "a component's architecture differs from its kernel's (a pinned `arch`, or a provider built for another)",
     "B-FILE-TYPE": "a file attribute holds the wrong kind of file, or several files where one goes, or a file the build cannot pass on (a source path with shell characters or not ASCII; a contract that is a directory or not UTF-8)",
-    "B-SRCS": "a cuda_component has no .cu source",
+    "B-SRCS": "a cuda_component has no .cu source, or two of its .cu would compile to one object path",
     "B-COMPONENTS": "a fused_kernel lists no components",
     "B-DUP-PACKAGE": "two components of one fused_kernel provide the same package name",
     "B-NAME": "a component name (the `component` attribute or the target name) is not a C identifier, or a target's name holds a character nvcc's shell expands or is not ASCII",
