@@ -28,7 +28,7 @@ B_CODES = {
     "B-SUBST": "a contract_substitutions key is empty or occurs nowhere in the contract, or its value has another number of line breaks than the key",
     "B-ARGS": "a fused_kernel_sass_test's args_extra is not a `pipelink sass-diff` option it may pass",
     "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured",
-    "B-MODULE": "a pipelink_toolchains module-extension tag is repeated or names a bad path",
+    "B-MODULE": "a pipelink_toolchains module-extension tag (or its environment variable) is repeated or names a bad path, or a path the generated toolchain cannot carry (a host compiler with shell characters, an interpreter with a control character)",
     "B-VARIANT": "a kernel macro (kernels/*.bzl) asks for a variant its owner does not build (a tile geometry, a consumer)",
     "B-COMPILE": "nvcc failed compiling a component's source (execution time, under nvcc's own errors: nvcc_wrapper.sh)",
     "B-MUTATION": "a symbol_link_mutations row gives both or neither of component and target, repeats another row's name or has a name that is not path-safe, or its lists disagree in length",

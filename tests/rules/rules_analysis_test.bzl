@@ -8,6 +8,7 @@ and hint. Nothing is compiled.
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "FusedKernelInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 load("//pipelink_rules/private:linker_cli.bzl", "PACK_ARCH_FLAG")
+load(":configure_files_test.bzl", "configure_files_tests")
 load(":failure_tests.bzl", "failure_fixtures", "failure_tests")
 
 _ARCH = str(Label("//pipelink_rules:arch"))
@@ -297,7 +298,7 @@ def rules_analysis_test_suite(name):
     # object under its own target's folder (they used to share _pl_objs/<repo>/comp.o).
     external_source_test(name = "external_component_test", target_under_test = _EXTERNAL + "//:comp", size = "small", object = "comp.o")
     external_source_test(name = "external_variant_test", target_under_test = _EXTERNAL + "//:comp_tile128", size = "small", object = "comp.o")
-    failures = failure_tests()
+    failures = failure_tests() + configure_files_tests()
     native.test_suite(
         name = name,
         tests = [
