@@ -179,7 +179,7 @@ def find_host_compiler(rctx):
         found = env_cc if env_cc.startswith("/") else rctx.which(env_cc)
         where = "pipelink_toolchains.cuda" if rctx.attr.host_compiler else "PIPELINK_HOST_COMPILER"
         if not found or not rctx.path(str(found)).exists:
-            pl_fail(where, "B-MODULE", "host_compiler = %s does not exist (nor on PATH)" % starlark_string(env_cc),
+            pl_fail(where, "B-MODULE", "host_compiler = %s does not exist (nor on PATH)" % env_cc,
                     "give the absolute path of a g++ <= 15 (e.g. /usr/bin/g++-14), or drop it to detect one")
         problem = host_compiler_problem(str(found))
         if problem:
