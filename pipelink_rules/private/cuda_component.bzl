@@ -89,12 +89,38 @@ def run_pipelink(ctx, arguments, inputs, outputs, mnemonic, progress_message, en
         use_default_shell_env = False,
     )
 
-def _stem(src, pkg):
-    # Object name from the source's path inside the package, so a/x.cu and b/x.cu differ.
-    rel = src.short_path
-    if pkg and rel.startswith(pkg + "/"):
-        rel = rel[len(pkg) + 1:]
-    return rel.rsplit(".", 1)[0]
+def object_stem(src, label):
+    """The path of `src`'s object under _pl_objs/<target>/, without `.o`, so a/x.cu and b/x.cu differ:
+    the source's path inside the target's package; else its path inside the main repository; else
+    external/<repo>/<path inside its repository>.
+
+    Never short_path as it is: a source from another repository has `../<repo>/<path>`, whose `..`
+    left _pl_objs/<target>/ (the object became _pl_objs/<repo>/x.o), so two targets compiling one
+    external source (tile variants) declared the same object and Bazel refused both.
+    """
+    path = src.short_path
+    repo = ""
+    if path.startswith("../"):
+        repo, _, path = path[len("../"):].partition("/")
+    stem = path.rsplit(".", 1)[0]
+    pkg = label.package
+    if repo == label.workspace_name and pkg and stem.startswith(pkg + "/"):
+        return stem[len(pkg) + 1:]
+    if repo == label.workspace_name and not pkg:
+        return stem
+    return "external/%s/%s" % (repo, stem) if repo else stem
+
+def _check_object_stems(ctx, cu_srcs):
+    """Two sources whose objects would share one path (x.cu of the package and external/r/x.cu of
+    the main repository's package `external/r`) are refused instead of colliding in Bazel."""
+    seen = {}
+    for src in cu_srcs:
+        stem = object_stem(src, ctx.label)
+        if stem in seen:
+            pl_fail(ctx, "B-SRCS", "attribute srcs: %s and %s would both compile to _pl_objs/%s/%s.o" %
+                                   (seen[stem].short_path, src.short_path, ctx.label.name, stem),
+                    "compile one of them in another cuda_component, or rename it")
+        seen[stem] = src
 
 def _cuda_component_impl(ctx):
     toolchain = cuda_toolchain(ctx)
@@ -155,10 +181,11 @@ def _cuda_component_impl(ctx):
     headers = depset(own_hdrs + pipelink_h, transitive = dep_hdrs)
 
     objects = []
+    _check_object_stems(ctx, [s for s in ctx.files.srcs if s.basename.endswith(".cu")])
     for src in ctx.files.srcs:
         if not src.basename.endswith(".cu"):
             continue  # headers listed in srcs are inputs, not translation units
-        obj = ctx.actions.declare_file("_pl_objs/%s/%s.o" % (ctx.label.name, _stem(src, ctx.label.package)))
+        obj = ctx.actions.declare_file("_pl_objs/%s/%s.o" % (ctx.label.name, object_stem(src, ctx.label)))
         cuda_compile_action(
             ctx,
             toolchain = toolchain,

@@ -10,5 +10,7 @@ are used once the linker accepts them. Flip a switch when cli.py gains the flag.
 PACK_ARCH_FLAG = True
 
 # `--origin PATH=LABEL` (pack and link): lets diagnostics name the Bazel target that owns a
-# contract or kernel file next to its path and line.
+# contract or kernel file next to its path and line. Either side may hold '=' (a target
+# `//p:x=y`): the CLI cuts at the '=' whose PATH is a file it reads (tools/pipelink/origins.py),
+# so PATH must be the File's path exactly as the action passes it (--contract/--kernel).
 ORIGIN_FLAG = True

@@ -6,6 +6,7 @@ Generated in @pipelink_python (cuda_configure.bzl) from the root module's
 """
 
 load(":errors.bzl", "pl_fail")
+load(":toolchain.bzl", "split_fix")
 
 PYTHON_TOOLCHAIN_TYPE = Label("//pipelink_rules:python_toolchain_type")
 
@@ -16,7 +17,7 @@ PipelinkPythonInfo = provider(
 
 def _pipelink_python_toolchain_impl(ctx):
     if ctx.attr.missing_reason:
-        message, _, fix = ctx.attr.missing_reason.partition(" Fix: ")
+        message, fix = split_fix(ctx.attr.missing_reason)
         pl_fail(ctx, "B-TOOLCHAIN", message, fix.rstrip(".") or
                                              "pipelink_toolchains.python(interpreter = <python with z3-solver and cuda-bindings>) in MODULE.bazel")
     info = PipelinkPythonInfo(interpreter = ctx.attr.interpreter_path)

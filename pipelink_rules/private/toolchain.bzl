@@ -3,9 +3,15 @@
 load(":errors.bzl", "pl_fail")
 load(":providers.bzl", "CudaToolchainInfo")
 
+def split_fix(reason):
+    """(what was tried, the fix) of a detection report "what was tried. Fix: what to do". At the
+    last " Fix: ": the paths tried, before it, are the machine's and may hold one."""
+    message, sep, fix = reason.rpartition(" Fix: ")
+    return (message, fix) if sep else (reason, "")
+
 def toolchain_fail(ctx, reason, default_hint):
     """B-TOOLCHAIN from a detection report "what was tried. Fix: what to do"."""
-    message, _, fix = reason.partition(" Fix: ")
+    message, fix = split_fix(reason)
     pl_fail(ctx, "B-TOOLCHAIN", message, fix.rstrip(".") or default_hint)
 
 CUDA_TOOLCHAIN_TYPE = Label("//pipelink_rules:cuda_toolchain_type")

@@ -259,4 +259,8 @@ def failure_tests():
                          hint = "pass --//pipelink_rules:arch=sm_90a", message = "build setting value: unsupported architecture 'sm_75'",
                          size = "small")
     tests.append(":bad_arch_setting_test")
+    failure_test(name = "bad_object_collision_test", target_under_test = "@pipelink_rules_test_external//:bad_object_collision",
+                 code = "B-SRCS", hint = "compile one of them in another cuda_component",
+                 message = "would both compile to _pl_objs/bad_object_collision/tests/rules/testdata/comp.o", size = "small")
+    tests.append(":bad_object_collision_test")  # the fixture is in external_fixture.bzl
     return tests

@@ -8,6 +8,7 @@ and hint. Nothing is compiled.
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "FusedKernelInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 load("//pipelink_rules/private:linker_cli.bzl", "PACK_ARCH_FLAG")
+load(":configure_files_test.bzl", "configure_files_tests")
 load(":failure_tests.bzl", "failure_fixtures", "failure_tests")
 
 _ARCH = str(Label("//pipelink_rules:arch"))
@@ -119,6 +120,36 @@ def _cutlass_test_impl(ctx):
     return analysistest.end(env)
 
 cutlass_test = analysistest.make(_cutlass_test_impl)
+
+# ---- sources from another repository: objects stay inside _pl_objs/<target>/ ----------------
+
+_EXTERNAL = "@pipelink_rules_test_external"
+
+def _objects_dir(label):
+    """The short_path of _pl_objs/<name>/ of a target: `../<repo>/<pkg>/...` outside the main repository."""
+    parts = (["../" + label.workspace_name] if label.workspace_name else []) + ([label.package] if label.package else [])
+    return "/".join(parts + ["_pl_objs", label.name]) + "/"
+
+def _external_source_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    target = analysistest.target_under_test(env)
+    compile = _one_action(env, "CudaCompile")
+    if compile:
+        src = [f for f in compile.inputs.to_list() if f.basename == "comp.cu"]
+        asserts.equals(env, 1, len(src), "comp.cu is an input")
+        asserts.true(env, src and src[0].short_path.startswith("../"), "the source is from another repository: %r" % src)
+        obj = compile.outputs.to_list()[0]
+        where = _objects_dir(target.label)
+        asserts.true(env, obj.short_path.startswith(where), "object %s is not under %s" % (obj.short_path, where))
+        inside = obj.short_path[len(where):].split("/") if obj.short_path.startswith(where) else [".."]
+        asserts.false(env, ".." in inside, "object %s climbs out of %s" % (obj.short_path, where))
+        asserts.equals(env, ctx.attr.object, obj.short_path[len(where):])
+        pack = _one_action(env, "PipelinkPack")
+        if pack:
+            asserts.equals(env, [obj.path], _flag_values(pack.argv, "--object"))
+    return analysistest.end(env)
+
+external_source_test = analysistest.make(_external_source_test_impl, attrs = {"object": attr.string()})
 
 # ---- fused_kernel: link actions, outputs, provider, transition ------------------------------
 
@@ -234,6 +265,14 @@ def rules_analysis_test_suite(name):
         cutlass = True,
         tags = ["manual"],
     )
+    cuda_component(
+        name = "comp_external_src",  # a main-repository component compiling another repository's source
+        component = "comp",
+        srcs = [_EXTERNAL + "//:comp.cu"],
+        hdrs = [_EXTERNAL + "//:comp.h"],
+        contract = "testdata/comp.contract.toml",
+        tags = ["manual"],
+    )
     fused_kernel(name = "kern", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm100a", arch = "sm_100a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_spills", spills = "warning", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
@@ -252,7 +291,14 @@ def rules_analysis_test_suite(name):
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
     kernel_test(name = "kernel_spills_test", target_under_test = ":kern_spills", size = "small", spills = "warning")
     sass_script_test(name = "sass_script_test", target_under_test = ":odd_sass", size = "small")
-    failures = failure_tests()
+    external_source_test(name = "external_source_test", target_under_test = ":comp_external_src", size = "small",
+                         object = "external/%s/comp.o" % Label(_EXTERNAL + "//:comp.cu").workspace_name)
+
+    # Two components of another repository built from its one comp.cu (as tile variants are): each
+    # object under its own target's folder (they used to share _pl_objs/<repo>/comp.o).
+    external_source_test(name = "external_component_test", target_under_test = _EXTERNAL + "//:comp", size = "small", object = "comp.o")
+    external_source_test(name = "external_variant_test", target_under_test = _EXTERNAL + "//:comp_tile128", size = "small", object = "comp.o")
+    failures = failure_tests() + configure_files_tests()
     native.test_suite(
         name = name,
         tests = [
@@ -264,5 +310,8 @@ def rules_analysis_test_suite(name):
             ":kernel_sm120a_test",
             ":kernel_spills_test",
             ":sass_script_test",
+            ":external_source_test",
+            ":external_component_test",
+            ":external_variant_test",
         ] + failures,
     )

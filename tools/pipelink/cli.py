@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from pipelink.diagnostics import CODES, Diagnostic, Rejected, render_all, rule_codes
+from pipelink.origins import annotate, check_origin_form, resolve_origins
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["human", "json"], default="human", help="diagnostics and results format")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.add_argument("--origin", action="append", default=[], metavar="PATH=LABEL",
-                   help="name the owner of a file in diagnostics (e.g. the Bazel target of a contract)")
+                   help="name the owner of a file in diagnostics (e.g. the Bazel target of a contract); PATH is a "
+                        "file the command reads, and either side may hold '='")
     # The global options are accepted after the subcommand too (`pipelink pack ... --format=json`).
     common = _Parser(add_help=False)
     common.add_argument("--format", choices=["human", "json"], default=argparse.SUPPRESS)
@@ -107,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fmt = "json" if "--format=json" in argv or ("--format" in argv and "json" in argv) else "human"
-    origins: list[str] = []
+    origins = _Origins()
     try:
         args = _parser().parse_args(argv)
-        fmt, origins = args.format, args.origin
-        return _run(args)
+        fmt, origins.values = args.format, args.origin
+        return _run(args, origins)
     except Rejected as e:
-        diags = _with_origins(e.diagnostics, origins)
+        diags = annotate(e.diagnostics, origins.table())
         print(render_all(diags, fmt), file=sys.stderr if fmt == "human" else sys.stdout)
-        return 2 if any(d.code == "E-USAGE" for d in diags) else 1
+        return 2 if any(d.code in ("E-USAGE", "E-ORIGIN") for d in diags) else 1
     except KeyboardInterrupt:
         return 130
     except _Terminated:
@@ -132,23 +134,23 @@ def _main(argv: list[str] | None) -> int:
         return 3
 
 
-def _with_origins(diags, origins):
-    """Append the owner (e.g. a Bazel label) to every fact whose origin is one of its files."""
-    table = [o.split("=", 1) for o in origins if "=" in o]
-    if not table:
-        return diags
-    out = []
-    for d in diags:
-        facts = []
-        for f in d.facts:
-            origin = f.origin
-            for path, label in table:
-                if origin == path or origin.startswith(path + ":"):
-                    origin = f"{origin} [{label}]"
-                    break
-            facts.append(dataclasses.replace(f, origin=origin))
-        out.append(dataclasses.replace(d, facts=tuple(facts)))
-    return out
+class _Origins:
+    """The --origin values and the files they may name (origins.py). Resolved strictly once the
+    command knows its files; a command that fails earlier annotates with what splits already."""
+
+    def __init__(self):
+        self.values: list[str] = []
+        self.known: list[str] = []
+        self.resolved: list[tuple[str, str]] | None = None
+
+    def resolve(self, known_paths) -> None:
+        self.known = [str(p) for p in known_paths if p]
+        self.resolved = resolve_origins(self.values, self.known)
+
+    def table(self) -> list[tuple[str, str]]:
+        if self.resolved is not None:
+            return self.resolved
+        return resolve_origins(self.values, self.known, strict=False)
 
 
 def _load_packages(paths):
@@ -157,8 +159,10 @@ def _load_packages(paths):
     return [read_package(p) for p in paths]
 
 
-def _run(args) -> int:
+def _run(args, origins: _Origins) -> int:
+    check_origin_form(origins.values)  # at once: a malformed --origin costs no work
     if args.cmd == "explain":
+        origins.resolve([])  # explain reads no file, so an --origin names none
         codes = {**CODES, **rule_codes()}  # the linker's, the runtime's and the Bazel rules' codes
         if args.code:
             if args.code not in codes:
@@ -173,6 +177,8 @@ def _run(args) -> int:
         from pipelink.outputs import check_targets
 
         inputs = [args.contract, *args.object, *args.source]
+        origins.known = [*inputs, args.host_provider]
+        origins.resolve(origins.known)
         check_targets([("--out", args.out)], inputs)  # before the work: a bad --out costs nothing
         pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
                    arch=args.arch, host_provider=args.host_provider)
@@ -186,7 +192,11 @@ def _run(args) -> int:
     if args.cmd in ("link", "plan"):
         from pipelink.compose import parse_kernel
 
-        comp = parse_kernel(args.kernel, _load_packages(args.package), arch=args.arch)
+        origins.known = [args.kernel, *args.package]
+        packages = _load_packages(args.package)
+        # Diagnostics from here on cite the contracts' paths as pack recorded them.
+        origins.resolve([*origins.known, *(p.contract.file for p in packages)])
+        comp = parse_kernel(args.kernel, packages, arch=args.arch)
         if args.cmd == "plan":
             from pipelink.link import make_map, plan
 
@@ -235,6 +245,7 @@ def _run(args) -> int:
 
         from pipelink.files import read_bytes
 
+        origins.resolve([args.linked, args.control])
         a, b = read_bytes(args.linked, "linked cubin"), read_bytes(args.control, "control cubin")
         res = compare(a, b, args.kernel, args.cuda_home, names=(args.linked, args.control))
         lines = []

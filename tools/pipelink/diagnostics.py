@@ -72,6 +72,7 @@ def render_all(diags: list[Diagnostic], fmt: str = "human") -> str:
 # Every code the linker can emit, with the one-line meaning shown by `pipelink explain`.
 CODES: dict[str, str] = {
     "E-USAGE": "the command line is wrong",
+    "E-ORIGIN": "an --origin PATH=LABEL that names no file the command reads, could name two (both sides hold '='), lacks a side, gives one file two labels or holds a control character",
     "E-FILE": "an input file is missing, unreadable, not a regular file or too large",
     "E-OUTPUT": "an output path cannot be written (a directory, under a file, too long, repeated, an input, or a device/FIFO)",
     "E-INTERNAL": "a bug in pipelink itself (rerun with PIPELINK_DEBUG=1 and report it)",

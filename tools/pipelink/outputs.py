@@ -6,7 +6,8 @@ outputs on one path, no output on an input), so a bad `--out` costs no link and 
 problem as E-OUTPUT. Then each file is written into a staging folder created beside its
 target (same file system, so the final rename is atomic), and only when every file is
 written are the targets replaced; an earlier run's outputs are moved aside first and put
-back if any rename fails. Staging folders are always removed: no `*.tmp` is ever left.
+back if any rename fails. Staging folders are always removed: no `*.tmp` is ever left; those of
+a run that was killed (SIGKILL) are removed by the next run writing beside them (staging.py).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from pipelink.diagnostics import Fact, reject
 from pipelink.files import display, special_kind
+from pipelink.staging import new_stage, remove_stale_stages
 
 NAME_MAX = 255  # bytes in one path component (Linux, and the limit of most file systems)
 PATH_MAX = 4095
@@ -99,8 +100,9 @@ def write_all(items: list[tuple[str, bytes]], *, flags: list[str] | None = None,
                     d.mkdir()
                     created.append(d)
             if target.parent not in stages:
+                remove_stale_stages(target.parent)  # those of runs that were killed (staging.py)
                 # Short fixed names inside the stage: a long target name never makes a longer temp name.
-                stages[target.parent] = Path(tempfile.mkdtemp(prefix=".pl-", dir=target.parent))
+                stages[target.parent] = new_stage(target.parent)
             tmp = stages[target.parent] / str(n)
             with open(tmp, "wb") as f:
                 f.write(data)

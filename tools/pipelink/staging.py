@@ -1,0 +1,98 @@
+"""The staging folders of `outputs.write_all`, and removing those a killed run left behind.
+
+write_all stages its files in a folder beside each target and removes it on success, failure,
+Ctrl-C and SIGTERM; SIGKILL, the OOM killer or a crash of the interpreter leave it. So a folder's
+name says who made it: `.pl-<host>-<pid>-<start>-<random>`, where <host> is a digest of this
+boot and PID namespace and <start> the process's start time (/proc/<pid>/stat, clock ticks since
+boot; 0 where unknown). Before staging into a folder, write_all removes the staging folders there
+that are stale: a real directory (not a link), owned by this user, made on this host and PID
+namespace, whose process is gone (no process has that pid, or the one that has it started at
+another time: the pid was reused). Never touched: a live process's folder, another user's, one
+from another host or container sharing the file system, and names of another form (the random
+`.pl-XXXXXXXX` of pipelink before this naming, whose maker cannot be known).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+PREFIX = ".pl-"
+_NAME = re.compile(r"^\.pl-([0-9a-f]{12})-([1-9][0-9]{0,9})-([0-9]{1,20})-[A-Za-z0-9_]+$")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@lru_cache(maxsize=1)
+def host_key() -> str:
+    """Same for every process of this boot and PID namespace, different elsewhere."""
+    try:
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = ""
+    boot = _read("/proc/sys/kernel/random/boot_id").strip()
+    node = os.uname().nodename
+    return hashlib.sha256(f"{boot}\0{pid_ns}\0{node}".encode()).hexdigest()[:12]
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (field 22 of /proc/<pid>/stat), None if unknown or no such process."""
+    text = _read(f"/proc/{pid}/stat")
+    fields = text[text.rfind(")") + 2:].split() if ")" in text else []
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def new_stage(parent: Path) -> Path:
+    """A fresh staging folder in `parent`, named after this process (see the module's doc)."""
+    pid = os.getpid()
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{host_key()}-{pid}-{start_time(pid) or 0}-", dir=parent))
+
+
+def _process_gone(pid: int, started: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the pid exists (pid >= 1 by the name's pattern)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # EPERM: it exists, as another user's process
+        return False
+    now = start_time(pid)
+    return bool(started) and now is not None and now != started
+
+
+def stale_stages(parent: Path) -> list[Path]:
+    """The staging folders in `parent` whose maker is gone (the module's doc says which those are)."""
+    found = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    uid = os.getuid()
+    for entry in entries:
+        m = _NAME.match(entry.name)
+        if not m or m.group(1) != host_key():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and _process_gone(int(m.group(2)), int(m.group(3))):
+            found.append(Path(entry.path))
+    return found
+
+
+def remove_stale_stages(parent: Path) -> None:
+    """Remove what `stale_stages` finds; best effort (another run may be removing it too)."""
+    for stage in stale_stages(parent):
+        shutil.rmtree(stage, ignore_errors=True)  # does not follow links inside the folder
