@@ -129,3 +129,14 @@ def test_a_checkout_replaced_at_the_same_path_runs_again():
         assert "again" in second.stdout, second.stdout  # the new directory, not the deleted one
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("bad", ["/tmp/pl out", "/tmp/pl\nout", "/tmp/pl'out", '/tmp/pl"out', "/tmp/pl\\out", "/tmp/pl\tout"])
+def test_a_path_the_bazelrc_cannot_carry_is_refused(tmp_path, bad):
+    """The output root (and the checkout, the sid root) go unquoted into the root's bazelrc and its
+    bind mounts: a space, quote, backslash or control character is refused, exit 2 with a fix,
+    before anything is created there."""
+    env = {**os.environ, "PIPELINK_BAZEL_OUTPUT_ROOT": bad, "PIPELINK_FORCE_SIDROOT": "1"}
+    p = subprocess.run([str(BAZEL), "version"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "OUTPUT_ROOT" in p.stderr and "Fix:" in p.stderr, p.stderr
+    assert not os.path.lexists(bad)
