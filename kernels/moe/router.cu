@@ -10,6 +10,13 @@
 // (atomic per-expert count = the slot's position) and releases the tile's tokens on counter
 // ROUTED. No warp of this role ever waits; a warp without a unit warms the instruction cache
 // for the routing code (below).
+// W_r's k32 slice of a k-step (128 experts x 32 k, 8 KB) comes by cp.async into a two-stage ring
+// of the warp's own (smem claim `wr`): the next step's slice loads while this one's MMAs run.
+// Straight from global into registers (16 uint4 a lane, beside 64 accumulators) ptxas kept about
+// seven loads in flight and no step ahead: two or three L2 round trips a step (the router phase
+// of T = 4096 ran 1.22 ms end to end against 1.28 before; BENCHMARKS.md issue 9 run 13). A ring
+// shared by the CTA's two warps (half a slice each, a barrier a step) did not link without
+// spills: the kernel sits at 128 registers a thread.
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
@@ -23,6 +30,7 @@ PL_OWN_FACT(top_k, moe::TOP_K);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(logits);
+PL_DECLARE_SMEM(wr);
 
 namespace moe_router {
 struct Params {  // [params]: x, router_w = "ptr", t = "u32"
@@ -33,6 +41,27 @@ struct Params {  // [params]: x, router_w = "ptr", t = "u32"
 constexpr unsigned NT = moe::EXPERTS / 8;  // n8 tiles per unit
 constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units)
 constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * moe::EXPERTS;
+constexpr unsigned STAGE_BYTES = moe::EXPERTS * 32 * 2;  // W_r[0 .. 128)[k0 .. k0 + 32): 64 B a row
+constexpr unsigned STAGES = 2;                           // the loop below alternates two (s ^= 1)
+constexpr unsigned WARP_RING = STAGES * STAGE_BYTES;     // [smem.wr]: the role's 2 warps x this
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+// W_r's k32 slice at k into the stage at dst: 512 chunks of 16 B (chunk c: row c / 4, 16 B
+// column c % 4), lane l taking c = l + 32 i, 8 rows further each time; one cp.async group.
+__device__ __forceinline__ void fill_stage(uint32_t dst, const __nv_bfloat16* w, unsigned k, unsigned lane) {
+  const __nv_bfloat16* src = w + (size_t)(lane / 4) * moe::HIDDEN + k + 8 * (lane % 4);
+  dst += lane * 16;
+#pragma unroll 4
+  for (unsigned i = 0; i < moe::EXPERTS / 8; ++i) cp_async16(dst + i * 512, src + (size_t)i * 8 * moe::HIDDEN);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
 
 // Splits per tile: the largest power of two <= MAX_SPLITS with tiles * splits <= warps.
 __device__ __forceinline__ unsigned splits_for(unsigned tiles, unsigned warps) {
@@ -125,6 +154,8 @@ __device__ __forceinline__ void route_token(const float (&acc)[NT][4], unsigned 
 }
 }  // namespace moe_router
 
+PL_OWN_FACT(router_stages, moe_router::STAGES);  // sizes [smem.wr]
+
 PL_ENTRY(run) {
   using namespace moe_router;
   const Params& p = PL_PARAMS(Params);
@@ -177,14 +208,26 @@ PL_ENTRY(run) {
       const unsigned k_begin = split * krange;
       const __nv_bfloat16* a0 = p.x + (size_t)(t0 + g) * moe::HIDDEN + 8 * q + k_begin;
       const __nv_bfloat16* a1 = a0 + 8 * moe::HIDDEN;
-      const __nv_bfloat16* b = p.router_w + (size_t)g * moe::HIDDEN + 8 * q + k_begin;
       const uint4 zero = make_uint4(0, 0, 0, 0);
+      const uint32_t ring = pl::smem_addr(PL_SMEM_PTR(wr)) + (threadIdx.x / 32 - PL_WARP_BEGIN()) * WARP_RING;
+      fill_stage(ring, p.router_w, k_begin, lane);
+      uint4 ag = v0 ? warp_mma::ld_cg(a0) : zero, ah = v1 ? warp_mma::ld_cg(a1) : zero;
 #pragma unroll 1
-      for (unsigned k0 = 0; k0 < krange; k0 += 32) {
-        const uint4 ag = v0 ? warp_mma::ld_cg(a0 + k0) : zero, ah = v1 ? warp_mma::ld_cg(a1 + k0) : zero;
+      for (unsigned k0 = 0, s = 0; k0 < krange; k0 += 32, s ^= 1u) {
+        const uint4 ga = ag, ha = ah;
+        if (k0 + 32 < krange) {  // the next step's slice and x while this one's MMAs run
+          fill_stage(ring + (s ^ 1u) * STAGE_BYTES, p.router_w, k_begin + k0 + 32, lane);
+          ag = v0 ? warp_mma::ld_cg(a0 + k0 + 32) : zero, ah = v1 ? warp_mma::ld_cg(a1 + k0 + 32) : zero;
+          asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+          asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncwarp();  // every lane's chunks of stage s have landed
+        // Lane (g, q) reads row 8 j + g, bytes [16 q, 16 q + 16): B[col g][k0 + 8q ..) of n8 tile j.
+        const uint32_t st = ring + s * STAGE_BYTES + g * 64 + q * 16;
 #pragma unroll
-        for (unsigned j = 0; j < NT; ++j)
-          warp_mma::mma_k32(acc[j], ag, ah, __ldg(reinterpret_cast<const uint4*>(b + (size_t)8 * j * moe::HIDDEN + k0)));
+        for (unsigned j = 0; j < NT; ++j) warp_mma::mma_k32(acc[j], ga, ha, lds128(st + j * 8 * 64));
+        __syncwarp();  // every lane is done with stage s before the next step refills it
       }
       if (ks > 1) {  // add the partial sums; the tile's last unit takes them
 #pragma unroll
