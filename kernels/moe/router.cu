@@ -14,7 +14,7 @@
 // of the warp's own (smem claim `wr`): the next step's slice loads while this one's MMAs run.
 // Straight from global into registers (16 uint4 a lane, beside 64 accumulators) ptxas kept about
 // seven loads in flight and no step ahead: two or three L2 round trips a step (the router phase
-// of T = 4096 ran 1.22 ms end to end against 1.28 before; BENCHMARKS.md issue 9 run 13). A ring
+// at T = 4096: 128 -> 84 us, the step 3.4% faster; BENCHMARKS.md issue 9 run 13). A ring
 // shared by the CTA's two warps (half a slice each, a barrier a step) did not link without
 // spills: the kernel sits at 128 registers a thread.
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
