@@ -274,6 +274,8 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     a = {"B": B, "H": H, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None, "schedule": None,
          **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
                          softcap=softcap, slopes=slopes)}
+    if variant == "decode":
+        a["schedule"] = schedule
     if variant == "decode" and splits is not None:
         a["splits"] = integer("splits", splits, 1, Lkv // BLOCK,
                               hint=f"1 .. {Lkv // BLOCK} (each split takes one KV block at least), or None")
@@ -300,9 +302,9 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
     uniform, splits = True, None
     if variant == "decode":  # the schedule needs the SM count: the forced schedule's kernel, else streamk's, has it
-        probe = schedule == "uniform" or a["splits"] is not None
+        probe = a["schedule"] == "uniform" or a["splits"] is not None
         sms = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=probe).num_sms
-        uniform, splits = decode_schedule(B * H, Lkv, sms, schedule, a["splits"])
+        uniform, splits = decode_schedule(B * H, Lkv, sms, a["schedule"], a["splits"])
     kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=uniform)
     grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,

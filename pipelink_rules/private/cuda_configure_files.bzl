@@ -10,13 +10,12 @@ file name cannot hold a line break; `host_compiler_problem`: nvcc runs the host 
 through a shell).
 """
 
+load(":validate.bzl", "SHELL_BARE_CHARS")
+
 # Bazel's Starlark has no chr(): the C0 control characters and DEL, as octal escapes.
 _CONTROL_CHARS = ("\001\002\003\004\005\006\007\010\011\012\013\014\015\016\017\020" +
                   "\021\022\023\024\025\026\027\030\031\032\033\034\035\036\037\177")
 
-# What the shell nvcc runs its host compiler through would expand or split (validate.bzl's
-# SHELL_BARE_CHARS, kept here so this file loads nothing from the rules).
-_SHELL_CHARS = ["$", "`", "\\", "\"", "'", ";", "&", "|", "<", ">", "(", ")", "*", "?", "[", "]", "{", "}", "!", "#", " "]
 
 _ESCAPES = {"\\": "\\\\", "\"": "\\\"", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -48,7 +47,8 @@ def control_chars(s):
 
 def host_compiler_problem(path):
     """'' if nvcc can run `path` as its host compiler (-ccbin), else what is wrong with it."""
-    bad = control_chars(path) + [starlark_string(ch) for ch in _SHELL_CHARS if ch in path]
+    # SHELL_BARE_CHARS: what the shell nvcc runs its host compiler through would expand or split
+    bad = control_chars(path) + [starlark_string(ch) for ch in SHELL_BARE_CHARS if ch in path and ch not in _CONTROL_CHARS]
     if bad:
         return "it holds %s, which the shell nvcc runs the host compiler through would expand or split" % ", ".join(bad)
     return ""

@@ -6,7 +6,7 @@ Generated in @pipelink_python (cuda_configure.bzl) from the root module's
 """
 
 load(":errors.bzl", "pl_fail")
-load(":toolchain.bzl", "split_fix")
+load(":toolchain.bzl", "toolchain_fail")
 
 PYTHON_TOOLCHAIN_TYPE = Label("//pipelink_rules:python_toolchain_type")
 
@@ -17,9 +17,8 @@ PipelinkPythonInfo = provider(
 
 def _pipelink_python_toolchain_impl(ctx):
     if ctx.attr.missing_reason:
-        message, fix = split_fix(ctx.attr.missing_reason)
-        pl_fail(ctx, "B-TOOLCHAIN", message, fix.rstrip(".") or
-                                             "pipelink_toolchains.python(interpreter = <python with z3-solver and cuda-bindings>) in MODULE.bazel")
+        toolchain_fail(ctx, ctx.attr.missing_reason,
+                       "pipelink_toolchains.python(interpreter = <python with z3-solver and cuda-bindings>) in MODULE.bazel")
     info = PipelinkPythonInfo(interpreter = ctx.attr.interpreter_path)
     return [platform_common.ToolchainInfo(python = info)]
 

@@ -177,8 +177,7 @@ def _run(args, origins: _Origins) -> int:
         from pipelink.outputs import check_targets
 
         inputs = [args.contract, *args.object, *args.source]
-        origins.known = [*inputs, args.host_provider]
-        origins.resolve(origins.known)
+        origins.resolve([*inputs, args.host_provider])
         check_targets([("--out", args.out)], inputs)  # before the work: a bad --out costs nothing
         pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
                    arch=args.arch, host_provider=args.host_provider)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipelink.compose import Composition
 from pipelink.diagnostics import reject
+from pipelink.files import control_chars
 from pipelink.toolkit import Toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
 
 INCLUDE_DIR = Path(__file__).parent / "include"
@@ -40,23 +41,18 @@ def _split_defines(copts: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[
     return defines, other
 
 
-def _one_line(text: str) -> bool:
-    """True if `text` can stand in one line of the generated unit (no line break or other control character)."""
-    return not any(ord(c) < 32 or ord(c) == 127 for c in text)
-
-
 def _check_unit_text(pkg, defines: list[tuple[str, str]]) -> None:
     """What this module writes into control.cu from a package (data from elsewhere) must stay in
     its line: a -D value `1\n#include "x"` became a line of code of the control, and a source
     path with a quote ended its #include early."""
     for name, value in defines:
-        if not (_one_line(name) and _one_line(value)):
+        if control_chars(name) or control_chars(value):
             raise reject("L-CONTROL", f"package {pkg.name} records -D{name}={value!r}, which holds a line break or "
                                       "another control character, so it cannot be one #define of the control",
                          hint="re-pack it with defines on one line (the compile that made its objects did not see "
                               "what a #define would); the linked outputs were written")
     for rel in pkg.sources:
-        if not _one_line(rel) or '"' in rel or "\\" in rel:
+        if control_chars(rel) or '"' in rel or "\\" in rel:
             raise reject("P-PACKAGE", f"package {pkg.name} carries a source whose path {rel!r} cannot be written in "
                                       "an #include line (a quote, a backslash or a control character)",
                          hint="re-pack it from sources whose file names hold none of these")

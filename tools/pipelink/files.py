@@ -72,6 +72,12 @@ def _why(e: BaseException) -> str:
     return f"cannot read it ({e.__class__.__name__}: {getattr(e, 'strerror', None) or e})"
 
 
+def control_chars(text: str) -> list[str]:
+    """The C0 control characters and DEL in `text`, each as repr() writes it, once each, sorted: what
+    cannot stand in one line of generated text or of a diagnostic."""
+    return sorted({repr(c) for c in text if ord(c) < 32 or ord(c) == 127})
+
+
 def display(path) -> str:
     """A path as diagnostics show it: NULs and other control characters escaped."""
     s = os.fsdecode(path) if isinstance(path, bytes) else str(path)

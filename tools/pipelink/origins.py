@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipelink.diagnostics import Diagnostic, Fact, reject
+from pipelink.files import control_chars
 
 _FORM_HINT = "write --origin PATH=LABEL, PATH being a file this command reads (e.g. its --contract or --kernel)"
 
@@ -22,10 +23,6 @@ _FORM_HINT = "write --origin PATH=LABEL, PATH being a file this command reads (e
 def _splits(value: str) -> list[tuple[str, str]]:
     """Every (PATH, LABEL) that cutting `value` at one of its `=` gives, shortest PATH first."""
     return [(value[:i], value[i + 1:]) for i, c in enumerate(value) if c == "="]
-
-
-def _control_chars(text: str) -> list[str]:
-    return sorted({repr(c) for c in text if ord(c) < 32 or ord(c) == 127})
 
 
 def check_origin_form(values: list[str]) -> None:
@@ -59,7 +56,7 @@ def resolve_origins(values: list[str], known_paths, *, strict: bool = True) -> l
                          hint="a path and a label that both hold '=' cannot be told apart here: rename the file "
                               "(or the target) so that only one reading names a file")
         path, label = found[0]
-        bad = _control_chars(label)
+        bad = control_chars(label)
         if bad:
             if not strict:
                 continue
