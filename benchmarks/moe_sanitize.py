@@ -1,9 +1,10 @@
 """compute-sanitizer gate for the linked MoE kernels (issue 9): memcheck, racecheck, synccheck on
-//kernels:moe_step and //kernels:moe_step_swiglu2 (bazel-bin) at a small T, each run checked
+//kernels:moe_step, //kernels:moe_step_swiglu2 and //kernels:moe_step_team (the expert's team
+mode, which moe_step runs from T = 8192, at every T) (bazel-bin) at a small T, each run checked
 against the f64 reference (kernels/moe/moe_step.py). benchmarks/moe_bench.py's `sanitize` runs
 only the linked moe_step through another worker; this one covers both SwiGLU builds.
 
-    python3 benchmarks/moe_sanitize.py [--tokens 16] [--kernels moe_step,moe_step_swiglu2]
+    python3 benchmarks/moe_sanitize.py [--tokens 16] [--kernels moe_step,moe_step_swiglu2,moe_step_team]
 
 Fails (exit 1) if compute-sanitizer is missing, a tool reports anything, or a result is wrong.
 memcheck runs with --report-api-errors no: PyTorch's own driver calls (e.g. probing
@@ -48,7 +49,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", nargs="?", default="gate", choices=["gate", "worker"])
     ap.add_argument("--tokens", type=int, default=16)
-    ap.add_argument("--kernels", default="moe_step,moe_step_swiglu2")
+    ap.add_argument("--kernels", default="moe_step,moe_step_swiglu2,moe_step_team")
     ap.add_argument("--name", default="moe_step")
     a = ap.parse_args()
     if a.cmd == "worker":

@@ -69,12 +69,13 @@ def test_the_experts_stage_count_sizes_its_claims_through_an_owned_fact():
     import tomllib
 
     text = _code((MOE / "expert.cu").read_text())
-    assert re.search(r"constexpr unsigned STAGES = EXPERT_STAGES\b", text)
-    assert "PL_OWN_FACT(expert_stages, moe_expert::STAGES)" in text
+    assert re.search(r"constexpr unsigned STAGES = WGS == 1 \? EXPERT_STAGES : EXPERT_TEAM_STAGES\b", text)
+    assert "PL_OWN_FACT(expert_stages, moe_expert::Solo::STAGES)" in text
+    assert "PL_OWN_FACT(team_stages, moe_expert::Team::STAGES)" in text
     c = tomllib.loads((MOE / "expert.contract.toml").read_text())
-    assert c["fact"]["expert_stages"]["own"] == 4
+    assert c["fact"]["expert_stages"]["own"] == 4 and c["fact"]["team_stages"]["own"] == 6
     for claim in ("stages", "bars"):
-        assert "expert_stages" in c["smem"][claim]["bytes"], claim
+        assert "expert_stages" in c["smem"][claim]["bytes"] and "team_stages" in c["smem"][claim]["bytes"], claim
 
 
 def test_every_claim_of_a_real_component_is_sized_by_facts():

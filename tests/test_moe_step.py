@@ -3,7 +3,8 @@
 CPU: //kernels:moe_step and its swiglu2 build link (bazel-bin), facts, roles and the
 kernel-scope workspaces are in the manifest, the report's shared-memory footprint.
 GPU (skipped without one): against an f64 reference on fresh random inputs, output
-poisoned with NaN first, T = 1, 16, 128, 1024, 4096 (and 3, 200), linked and control, graph
+poisoned with NaN first, T = 1, 16, 128, 1024, 4096, 8192 (and 3, 200, 9000; the expert's team
+mode from T = 8192, and at every T in moe_step_team), linked and control, graph
 replays of an opened session; tolerance |out - ref| <= 2e-2 + 2e-2 |ref| on tokens whose
 8th/9th routing probabilities differ by more than 1e-4 (near-ties may route differently).
 """
@@ -33,7 +34,7 @@ def _manifest(name):
 def test_links_with_four_owners_and_shared_workspaces(name):
     m = _manifest(name)
     assert m["facts"] == {"block_h": 64, "block_m": 64, "block_n": 128, "expert_stages": 4, "router_stages": 2,
-                          "top_k": 8}
+                          "team_stages": 6, "top_k": 8}
     assert [i["package"] for i in m["instances"]] == ["moe_router", "moe_dispatch", "moe_expert", "moe_swiglu",
                                                        "moe_combine"]
     shared = {}
@@ -70,8 +71,8 @@ def weights():
 
 
 @pytest.mark.parametrize("control", [False, True])
-@pytest.mark.parametrize("T", [1, 3, 16, 128, 200, 1024, 4096])
-@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("T", [1, 3, 16, 128, 200, 1024, 4096, 8192, 9000])
+@pytest.mark.parametrize("name", KERNELS + ["moe_step_team"])
 def test_matches_f64_reference(name, T, control, weights):
     torch = _gpu()
     _manifest(name)

@@ -1,17 +1,24 @@
 // expert.cu — owner X. Role: the expert FFN of every routed slot, on Hopper's async units.
-// Its 8 warps are two independent consumer warpgroups; each walks work units (interleaved
-// over the grid so consecutive units land on different SMs) in two passes (every
-// warpgroup finishes its pass-1 units before any pass-2 unit, so waits never form a cycle):
-//  1. gate/up: unit (expert e, h block hb, row tile rb): [64 x 2*block_h] = x·[gate;up]ᵀ over
+// Its 8 warps are two consumer warpgroups, run one of two ways per launch (Mode, below):
+//  - solo (T < EXPERT_TEAM_MIN_T): each warpgroup walks its own units of block_m rows with its
+//    own ring;
+//  - team (T >= EXPERT_TEAM_MIN_T): both warpgroups share one unit of 128 rows (warpgroup w
+//    computes rows 64 w ..) and one ring, so each weight stage is read from L2 once for 128
+//    rows, not once per 64: 5.9% faster at T = 16384, but 3-26% slower at T <= 4096 (its
+//    padding to 128 rows, a shallower weight stream per SM), BENCHMARKS.md issue 9 run 14.
+// Either way the units are interleaved over the grid (consecutive units land on different
+// SMs) and walked in two passes (every warpgroup finishes its pass-1 units before any pass-2
+// unit, so waits never form a cycle):
+//  1. gate/up: unit (expert e, h block hb, row tile rb): [rows x 2*block_h] = x·[gate;up]ᵀ over
 //     K = 2048, once all the expert's rows are laid out (READY[e] = count). Each warp hands its
 //     16 rows to the importer of `acc` (the SwiGLU library, layout "moe_gu16"), which
 //     writes h = silu(gate) * up to `hs`; then the warp adds its valid rows × block_h to
 //     HREADY[e].
-//  2. down: unit (e, n block nb, rb): [64 x block_n] = h·w2[e]ᵀ (K = 768) once HREADY[e] =
-//     count × 768, rounded to bf16 in `ys` (valid rows only; combine sums in f32); +1 on
-//     YDONE[e] per unit.
-// Main loop per unit (one warpgroup): a ring of STAGES shared-memory stages; a stage holds
-// the A tile (64 rows × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
+//  2. down: unit (e, n block nb, rb): [rows x block_n] = h·w2[e]ᵀ (K = 768) once HREADY[e] =
+//     count × 768, rounded to bf16 in `ys` (valid rows only; combine sums in f32); YDONE[e]
+//     counts the unit's block_m tiles (combine's target is in block_m tiles whatever the mode).
+// Main loop per unit: a ring of shared-memory stages; a stage holds the A tile (64 rows per
+// warpgroup × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
 // B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
 // for the lent w13/w2, completing the stage's mbarrier (expect-tx). A comes by cp.async (16 B
 // per thread, zero-filled beyond the tile's valid rows): gate/up's rows straight from x, row
@@ -43,6 +50,12 @@
 #ifndef EXPERT_STAGES
 #define EXPERT_STAGES 4
 #endif
+#ifndef EXPERT_TEAM_STAGES
+#define EXPERT_TEAM_STAGES 6
+#endif
+#ifndef EXPERT_TEAM_MIN_T
+#define EXPERT_TEAM_MIN_T 8192
+#endif
 
 namespace moe_expert {
 constexpr unsigned BM = EXPERT_BLOCK_M, BH = EXPERT_BLOCK_H, BN = EXPERT_BLOCK_N;
@@ -50,15 +63,28 @@ static_assert(BM == 16 || BM == 32 || BM == 64, "block_m: 16, 32 or 64 (one wgmm
 static_assert(BH == 32 || BH == 64, "block_h: 32 or 64 (gate/up wgmma N = 2 * block_h)");
 static_assert(BN == 64 || BN == 128, "block_n: 64 or 128 (down wgmma N)");
 constexpr unsigned HBLOCKS = moe::INTER / BH, NBLOCKS = moe::HIDDEN / BN;
-// STAGES sizes both smem claims ([smem.stages], [smem.bars]): the contract computes them from
-// the owned fact expert_stages, so a stage count changed here but not there (or there but not
-// here) is P-FACT-VALUE at pack, never an overflow into another claim.
-constexpr unsigned STAGES = EXPERT_STAGES, ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
-static_assert(STAGES >= 2 && STAGES <= 12, "expert_stages: 2 .. 12 (cp.async waits STAGES - 2 groups; K = 768 has 12 k-steps)");
-constexpr unsigned A_BYTES = 64 * ROW;
+// Both modes' stage counts size the smem claims ([smem.stages], [smem.bars]): the contract
+// computes them from the owned facts expert_stages and team_stages, so a stage count changed
+// here but not there (or there but not here) is P-FACT-VALUE at pack, never an overflow into
+// another claim.
+constexpr unsigned ROW = 128;  // a stage row: 64 bf16 of k = one swizzle row
 constexpr unsigned B_ROWS = 2 * BH > BN ? 2 * BH : BN;
-constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
-constexpr unsigned WG_BYTES = STAGES * STAGE;       // contract [smem.stages]: 2 * expert_stages * (64 + ...)
+// The two ways to run the warpgroups (see the top): WGS warpgroups per unit and ring.
+template <unsigned WGS>
+struct Mode {
+  static constexpr unsigned THREADS = 128 * WGS;
+  static constexpr unsigned ROWS = WGS == 1 ? BM : 128;  // a unit's rows (team: whole block_m tiles)
+  static constexpr unsigned STAGES = WGS == 1 ? EXPERT_STAGES : EXPERT_TEAM_STAGES;
+  static constexpr unsigned A_BYTES = 64 * WGS * ROW;
+  static constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
+  static_assert(STAGES >= 2 && STAGES <= 12, "stages: 2 .. 12 (cp.async waits STAGES - 2 groups; K = 768 has 12 k-steps)");
+};
+using Solo = Mode<1>;
+using Team = Mode<2>;
+static_assert(Team::ROWS % BM == 0, "a team unit is whole block_m tiles");
+// The smem claims hold either mode (contract [smem.stages]: max of the two, [smem.bars]).
+constexpr unsigned SOLO_BYTES = 2 * Solo::STAGES * Solo::STAGE, TEAM_BYTES = Team::STAGES * Team::STAGE;
+constexpr unsigned BARS = 2 * Solo::STAGES > Team::STAGES ? 2 * Solo::STAGES : Team::STAGES;
 
 struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
@@ -71,20 +97,21 @@ struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w
 static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 192 && sizeof(Params) == 320,
               "params layout (docs/CONTRACTS.md: natural alignment, tmap = 128 B aligned to 64)");
 
-// Work unit u of a pass with `blocks` column blocks per row tile: expert e has
-// ceil(count[e] / BM) * blocks units from first[e]; sets e, the column block and the row
+// Work unit u of a pass with `blocks` column blocks per row tile of `rows`: expert e has
+// ceil(count[e] / rows) * blocks units from first[e]; sets e, the column block and the row
 // tile (fastest).
 struct Unit {
   unsigned e, block, tile;
 };
+template <unsigned ROWS>
 __device__ __forceinline__ Unit locate(unsigned u, const unsigned* count, const unsigned* first, unsigned blocks) {
   unsigned hit = 4;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i)
-    if (u >= first[i] && u < first[i] + moe::ceil_div(count[i], BM) * blocks) hit = i;
+    if (u >= first[i] && u < first[i] + moe::ceil_div(count[i], ROWS) * blocks) hit = i;
   const unsigned src = __ffs(__ballot_sync(0xffffffffu, hit < 4)) - 1;
   const unsigned e = 4 * src + __shfl_sync(0xffffffffu, hit, src);
-  const unsigned local = u - moe::pick4(first, e), tiles = moe::ceil_div(moe::pick4(count, e), BM);
+  const unsigned local = u - moe::pick4(first, e), tiles = moe::ceil_div(moe::pick4(count, e), ROWS);
   return {e, local / tiles, local % tiles};
 }
 
@@ -97,12 +124,13 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// One warpgroup's ring: stages at `smem`, one mbarrier each at `full`; `it` counts the
-// k-steps this warpgroup consumed (stage it % STAGES, mbarrier parity it / STAGES % 2);
+// A ring (one per warpgroup solo, one per team): stages at `smem`, one mbarrier each at
+// `full`; `it` counts the k-steps it consumed (stage it % STAGES, mbarrier parity it / STAGES % 2);
 // `primed_b` / `primed_a`: the weight (B) tiles / this thread's row (A) chunks of the next
 // unit's first STAGES - 1 k-steps are in flight (the A chunks as one cp.async group each).
-// `row[j]`: the A-operand row of this thread's tile row t / 8 + 16 j in the unit being loaded
+// `row[j]`: the A-operand row of this thread's tile row t / 8 + THREADS / 8 * j in the unit being loaded
 // (NO_ROW past its valid rows); resolved once per unit, so the k-loop does no index loads.
+// `t`: the thread's index among the ring's threads (team: warpgroup t / 128 reads A rows 64 t / 128 ..).
 struct Ring {
   uint8_t* smem;
   uint64_t* full;
@@ -129,46 +157,48 @@ constexpr unsigned VALID = 1u << 16, READY = 1u << 17;
 // stages in flight, and the weight stream runs on through readiness waits.
 // `sync` is the warpgroup's named barrier (an immediate id per warpgroup, see PL_ENTRY).
 // The weight tile of k-step k into ring position r.it + kt (thread 0 issues the TMA).
-template <unsigned N, unsigned PARTS, int PART_STRIDE>
+template <class M, unsigned N, unsigned PARTS, int PART_STRIDE>
 __device__ __forceinline__ void load_b(Ring& r, unsigned kt, unsigned k, const pl::TensorMap* map, const Tile& b) {
-  const unsigned s = (r.it + kt) % STAGES;
-  uint8_t* st = r.smem + s * STAGE;
+  const unsigned s = (r.it + kt) % M::STAGES;
+  uint8_t* st = r.smem + s * M::STAGE;
   if (r.t == 0) {
     pl::mbar_arrive_expect_tx(r.full + s, N * ROW);
-    pl::tma_load_2d(st + A_BYTES, map, (int)(k * 64), b.b, r.full + s);
-    if (PARTS == 2) pl::tma_load_2d(st + A_BYTES + (N / 2) * ROW, map, (int)(k * 64), b.b + PART_STRIDE, r.full + s);
+    pl::tma_load_2d(st + M::A_BYTES, map, (int)(k * 64), b.b, r.full + s);
+    if (PARTS == 2)
+      pl::tma_load_2d(st + M::A_BYTES + (N / 2) * ROW, map, (int)(k * 64), b.b + PART_STRIDE, r.full + s);
   }
 }
 // Before a pass's first readiness wait: the first unit's weights need no readiness.
-template <unsigned N, unsigned PARTS, int PART_STRIDE>
+template <class M, unsigned N, unsigned PARTS, int PART_STRIDE>
 __device__ __forceinline__ void prime(Ring& r, const pl::TensorMap* map, const Tile& first) {
   if (!(first.meta & VALID)) return;
 #pragma unroll
-  for (unsigned kt = 0; kt < STAGES - 1; ++kt) load_b<N, PARTS, PART_STRIDE>(r, kt, kt, map, first);
+  for (unsigned kt = 0; kt < M::STAGES - 1; ++kt) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt, map, first);
   r.primed_b = true;
 }
 
 // Ring rows of unit t: row0 + i, or xrow[row0 + i] when `xrow` is given (after the unit's
 // readiness acquire by this thread: plain L2 loads, the rows were written in this launch).
+template <class M>
 __device__ __forceinline__ void resolve_rows(Ring& r, const Tile& t, const unsigned* xrow) {
 #pragma unroll
   for (unsigned j = 0; j < 4; ++j) {
-    const unsigned i = r.t / 8 + 16 * j;
+    const unsigned i = r.t / 8 + M::THREADS / 8 * j;
     r.row[j] = i >= (t.meta & 0xFFFFu) ? NO_ROW : xrow ? __ldcg(xrow + t.row0 + i) : t.row0 + i;
   }
 }
 
-template <unsigned N, unsigned K, unsigned PARTS, int PART_STRIDE, class Sync>
+template <class M, unsigned N, unsigned K, unsigned PARTS, int PART_STRIDE, class Sync>
 __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, const unsigned* xrow,
                                          const pl::TensorMap* map, const Tile& w, const Tile& next, const Sync& sync) {
-  constexpr unsigned KT = K / 64;
+  constexpr unsigned KT = K / 64, STAGES = M::STAGES;
   static_assert(KT >= STAGES, "the ring is filled from one unit");
   auto load_a = [&](unsigned kt) {  // this thread's chunks of the rows in r.row
     const unsigned k = kt < KT ? kt : kt - KT;
-    const uint32_t base = pl::smem_addr(r.smem + (r.it + kt) % STAGES * STAGE);
+    const uint32_t base = pl::smem_addr(r.smem + (r.it + kt) % STAGES * M::STAGE);
 #pragma unroll
-    for (unsigned j = 0; j < 4; ++j) {  // 64 rows x 8 chunks of 16 B over 128 threads
-      const unsigned c = r.t + 128 * j, row = c / 8, ch = c % 8;
+    for (unsigned j = 0; j < 4; ++j) {  // 64 rows per warpgroup x 8 chunks of 16 B: 4 per thread
+      const unsigned c = r.t + M::THREADS * j, row = c / 8, ch = c % 8;
       const bool ok = r.row[j] != NO_ROW;
       const __nv_bfloat16* src = ok ? a + (size_t)r.row[j] * K + k * 64 + ch * 8 : a;
       cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
@@ -176,17 +206,17 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   };
   auto load = [&](unsigned kt) {
     if (kt >= KT) {  // the next unit's first k-steps (this unit's last row load was kt - 1)
-      if (next.meta & VALID) load_b<N, PARTS, PART_STRIDE>(r, kt, kt - KT, map, next);
+      if (next.meta & VALID) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt - KT, map, next);
       if (next.meta & READY) {
-        if (kt == KT) resolve_rows(r, next, xrow);
+        if (kt == KT) resolve_rows<M>(r, next, xrow);
         load_a(kt);
       }
       return;
     }
-    if (!(r.primed_b && kt < STAGES - 1)) load_b<N, PARTS, PART_STRIDE>(r, kt, kt, map, w);
+    if (!(r.primed_b && kt < STAGES - 1)) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt, map, w);
     if (!(r.primed_a && kt < STAGES - 1)) load_a(kt);
   };
-  if (!r.primed_a) resolve_rows(r, w, xrow);
+  if (!r.primed_a) resolve_rows<M>(r, w, xrow);
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   sync();  // every warp's wgmma of the last unit read its stages
@@ -202,8 +232,9 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     fence_proxy_async();
     pl::mbar_wait(r.full + s, (n / STAGES) & 1u);
     sync();  // every thread's A chunks of k-step kt are in shared memory
-    const uint32_t sa = pl::smem_addr(r.smem + s * STAGE);
-    const uint64_t da = wgmma::desc_sw128(sa), db = wgmma::desc_sw128(sa + A_BYTES);
+    const uint32_t sa = pl::smem_addr(r.smem + s * M::STAGE);
+    const uint32_t a_wg = M::THREADS == 256 ? (r.t & 128u) * 64u : 0u;  // 64 rows x 128 B per warpgroup
+    const uint64_t da = wgmma::desc_sw128(sa + a_wg), db = wgmma::desc_sw128(sa + M::A_BYTES);
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < 4; ++kk) wgmma::mma_m64k16<N>(acc, da + 2 * kk, db + 2 * kk, 1u);
@@ -225,7 +256,8 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
 PL_OWN_FACT(block_m, moe_expert::BM);
 PL_OWN_FACT(block_h, moe_expert::BH);
 PL_OWN_FACT(block_n, moe_expert::BN);
-PL_OWN_FACT(expert_stages, moe_expert::STAGES);  // sizes the smem claims (contract)
+PL_OWN_FACT(expert_stages, moe_expert::Solo::STAGES);  // with team_stages, sizes the smem claims (contract)
+PL_OWN_FACT(team_stages, moe_expert::Team::STAGES);
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_EXPORT(acc);
 PL_DECLARE_WORKSPACE(sync);
@@ -237,37 +269,30 @@ PL_DECLARE_SMEM(stages);
 PL_DECLARE_SMEM(bars);
 PL_DECLARE_BARRIER(wg0);
 PL_DECLARE_BARRIER(wg1);
+PL_DECLARE_BARRIER(team);
 
 PL_ENTRY(run) {
   using namespace moe_expert;
   const Params& p = PL_PARAMS(Params);
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const unsigned rt = pl::role_thread(PL_WARP_BEGIN()), wg = rt / 128, warp = rt / 32 % 4;
+  const unsigned rt = pl::role_thread(PL_WARP_BEGIN()), wg = rt / 128, warp = rt / 32;
   const unsigned warps = PL_WARPS();
   const unsigned nw = gridDim.x * warps;
-  const unsigned gwg = wg * gridDim.x + blockIdx.x, nwg = 2 * gridDim.x;  // unit u -> SM u % grid
-  Ring ring{pl::smem_base() + PL_SMEM(stages) + wg * WG_BYTES,
-            reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + wg * STAGES, 0, rt % 128, false, false, {}};
-  // Each warpgroup's barrier by its own handle, so the linked SASS names the placed ids.
+  // Each barrier by its own handle, so the linked SASS names the placed ids.
+  const auto team_sync = [&]() { pl::named_barrier_sync(PL_BARRIER(team), 256); };
   const auto wg_sync = [&]() {
     if (wg) pl::named_barrier_sync(PL_BARRIER(wg1), 128);
     else pl::named_barrier_sync(PL_BARRIER(wg0), 128);
   };
-  // One warp of a warpgroup polls ROUTED and the warpgroup's barrier hands its acquire on (the
-  // CUTLASS semaphore pattern): 264 pollers of the word the router's finisher releases, not 1,056.
-  // (Per unit, READY and HREADY stay polled by every warp: one poller there was 1-2% slower at
-  // T >= 4096, BENCHMARKS.md issue 9 run 9.)
-  const auto wg_wait = [&](const unsigned* counter, unsigned target) {
-    if (warp == 0) moe::wait_at_least(counter, target);
-    wg_sync();
-  };
-  if (ring.t == 0) {
-    for (unsigned s = 0; s < STAGES; ++s) pl::mbar_init(ring.full + s, 1);
+  if (rt == 0) {
+    uint64_t* const bars = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars));
+    for (unsigned s = 0; s < BARS; ++s) pl::mbar_init(bars + s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     fence_proxy_async();
     pl::prefetch_tensor_map(&p.tmap_w13);
     pl::prefetch_tensor_map(&p.tmap_w2);
   }
+  team_sync();  // the mbarriers are initialised before any thread uses one
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
@@ -279,9 +304,14 @@ PL_ENTRY(run) {
   __nv_bfloat16* ys = static_cast<__nv_bfloat16*>(PL_WORKSPACE(ys));
 
   if (PL_FACT(top_k) != moe::TOP_K) __trap();  // xs/hs/ys are sized for it (folds away)
-  unsigned count[4], padded[4], first_row[4], first[4], units[4], total;
+  unsigned count[4], padded[4], first_row[4];
   if (p.world == 1) {
-    wg_wait(cur + moe::ROUTED, p.t);
+    // One warp polls ROUTED and the role's barrier hands its acquire on (the CUTLASS semaphore
+    // pattern): 132 pollers of the word the router's finisher releases, not 1,056. (Per unit,
+    // READY and HREADY stay polled by every warp: one poller there was 1-2% slower at
+    // T >= 4096, BENCHMARKS.md issue 9 run 9.)
+    if (warp == 0) moe::wait_at_least(cur + moe::ROUTED, p.t);
+    team_sync();
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) count[i] = __ldcg(cur + moe::COUNTS + 4 * lane + i);
   } else {  // this rank's experts only: their rows from every rank (the count exchange)
@@ -292,85 +322,111 @@ PL_ENTRY(run) {
   }
   // (after the exchange: no rank still reads this rank's other-set YDONE, moe_shapes.h)
   if (last) moe::finish_launch(sync, moe::EXPERT, set, moe::HREADY, 2 * moe::EXPERTS, lane);
+  unsigned total;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
-  moe::exclusive_scan4(padded, first_row, lane, total);
-  const unsigned r0 = 16 * warp;  // this warp's rows of a tile (wgmma m64 layout)
+  moe::exclusive_scan4(padded, first_row, lane, total);  // dispatch's layout: block_m tiles
   const bool one_rank = p.world == 1;
 
-  // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
-#pragma unroll
-  for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * HBLOCKS;
-  moe::exclusive_scan4(units, first, lane, total);
-  // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
-  const auto gateup_tile = [&](unsigned u, bool check) {
-    if (u >= total) return Tile{0, 0, 0};
-    const Unit w = locate(u, count, first, HBLOCKS);
-    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
-    const bool ready = check && moe::ld_acquire_at(cur + moe::READY + w.e, p.world) >= cnt;
-    return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0, min(BM, cnt - w.tile * BM) | VALID | (ready ? READY : 0u)};
-  };
-  prime<2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, gateup_tile(gwg, false));
-  moe::stamp(sync, moe::GATEUP_BEGIN, lane);  // (before the first readiness wait: the loop has no room)
-  for (unsigned u = gwg; u < total; u += nwg) {
-    const Unit w = locate(u, count, first, HBLOCKS);
-    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
-    const unsigned valid = min(BM, cnt - w.tile * BM);
-    if (p.world > 1) {  // rows from other GPUs: system scope
-      while (moe::ld_acquire_sys(cur + moe::READY + w.e) < cnt) __nanosleep(64);
-      __syncwarp();
-    } else {
-      moe::wait_at_least(cur + moe::READY + w.e, cnt);
-    }
-    float acc[BH];  // m64 x n(2 BH): BH floats per thread
-    mainloop<2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr,
-                                                      &p.tmap_w13, gateup_tile(u, false), gateup_tile(u + nwg, true),
-                                                      wg_sync);
-    if (r0 < BM) {  // rows >= block_m belong to the next tile
-      PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
-      if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
-    }
-  }
+  // Both passes in mode M (Solo or Team), chosen once per launch by T.
+  const auto passes = [&](auto mode) {
+    using M = decltype(mode);
+    constexpr bool TEAM = M::THREADS == 256;
+    constexpr unsigned ROWS = M::ROWS;
+    const unsigned gwg = TEAM ? blockIdx.x : wg * gridDim.x + blockIdx.x;  // unit u -> SM u % grid
+    const unsigned nwg = TEAM ? gridDim.x : 2 * gridDim.x;
+    const unsigned r0 = TEAM ? 16 * warp : 16 * (warp % 4);  // this warp's rows of a unit (wgmma m64 layout)
+    Ring ring{pl::smem_base() + PL_SMEM(stages) + (TEAM ? 0u : wg * M::STAGES * M::STAGE),
+              reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars)) + (TEAM ? 0u : wg * M::STAGES), 0,
+              TEAM ? rt : rt % 128, false, false, {}};
+    const auto ring_sync = [&]() {
+      if constexpr (TEAM) team_sync();
+      else wg_sync();
+    };
+    unsigned first[4], units[4], total;
 
-  moe::stamp(sync, moe::GATEUP_END, lane);
+    // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) units[i] = moe::ceil_div(count[i], ROWS) * HBLOCKS;
+    moe::exclusive_scan4(units, first, lane, total);
+    // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
+    const auto gateup_tile = [&](unsigned u, bool check) {
+      if (u >= total) return Tile{0, 0, 0};
+      const Unit w = locate<ROWS>(u, count, first, HBLOCKS);
+      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
+      const bool ready = check && moe::ld_acquire_at(cur + moe::READY + w.e, p.world) >= cnt;
+      return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0,
+                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
+    };
+    prime<M, 2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, gateup_tile(gwg, false));
+    moe::stamp(sync, moe::GATEUP_BEGIN, lane);  // (before the first readiness wait: the loop has no room)
+    for (unsigned u = gwg; u < total; u += nwg) {
+      const Unit w = locate<ROWS>(u, count, first, HBLOCKS);
+      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
+      const unsigned valid = min(ROWS, cnt - w.tile * ROWS);
+      if (p.world > 1) {  // rows from other GPUs: system scope
+        while (moe::ld_acquire_sys(cur + moe::READY + w.e) < cnt) __nanosleep(64);
+        __syncwarp();
+      } else {
+        moe::wait_at_least(cur + moe::READY + w.e, cnt);
+      }
+      float acc[BH];  // m64 x n(2 BH): BH floats per thread
+      mainloop<M, 2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr,
+                                                           &p.tmap_w13, gateup_tile(u, false), gateup_tile(u + nwg, true),
+                                                           ring_sync);
+      // Solo: rows >= block_m belong to the next tile. Team: a unit's rows past its valid ones
+      // may be the next expert's (whole block_m tiles of padding are never read): only warps
+      // with a valid row export (their 16 rows lie in one block_m tile of this expert).
+      if (r0 < (TEAM ? valid : BM)) {
+        PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
+        if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
+      }
+    }
 
-  // Pass 2: down projection into ys.
+    moe::stamp(sync, moe::GATEUP_END, lane);
+
+    // Pass 2: down projection into ys.
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) units[i] = padded[i] / BM * NBLOCKS;
-  moe::exclusive_scan4(units, first, lane, total);
-  // Unit u of pass 2: rows of w2, h rows of hs; `check`: test HREADY now.
-  const auto down_tile = [&](unsigned u, bool check) {
-    if (u >= total) return Tile{0, 0, 0};
-    const Unit w = locate(u, count, first, NBLOCKS);
-    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
-    const bool ready = check && moe::ld_acquire(cur + moe::HREADY + w.e) >= cnt * moe::INTER;
-    return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0, min(BM, cnt - w.tile * BM) | VALID | (ready ? READY : 0u)};
+    for (unsigned i = 0; i < 4; ++i) units[i] = moe::ceil_div(count[i], ROWS) * NBLOCKS;
+    moe::exclusive_scan4(units, first, lane, total);
+    // Unit u of pass 2: rows of w2, h rows of hs; `check`: test HREADY now.
+    const auto down_tile = [&](unsigned u, bool check) {
+      if (u >= total) return Tile{0, 0, 0};
+      const Unit w = locate<ROWS>(u, count, first, NBLOCKS);
+      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
+      const bool ready = check && moe::ld_acquire(cur + moe::HREADY + w.e) >= cnt * moe::INTER;
+      return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0,
+                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
+    };
+    prime<M, BN, 1, 0>(ring, &p.tmap_w2, down_tile(gwg, false));
+    moe::stamp(sync, moe::DOWN_BEGIN, lane);
+    for (unsigned u = gwg; u < total; u += nwg) {
+      const Unit w = locate<ROWS>(u, count, first, NBLOCKS);
+      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
+      const unsigned valid = min(ROWS, cnt - w.tile * ROWS);
+      moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
+      float acc[BN / 2];
+      mainloop<M, BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, down_tile(u, false),
+                                        down_tile(u + nwg, true), ring_sync);
+#pragma unroll
+      for (unsigned j = 0; j < BN / 8; ++j) {
+        const float* d = acc + 4 * j;
+        const unsigned r = r0 + g, c = w.block * BN + j * 8 + 2 * q;
+        __nv_bfloat16* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
+        if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
+        if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
+      }
+      if (p.world > 1) moe::fence_sys();  // combine may read ys from another GPU
+      else __threadfence();
+      ring_sync();  // the whole unit is stored
+      if (ring.t == 0) {  // combine counts block_m tiles: a team unit is ceil(valid / block_m) of them
+        const unsigned tiles = TEAM ? moe::ceil_div(valid, BM) : 1u;
+        if (p.world > 1) moe::red_release_sys(cur + moe::YDONE + w.e, tiles);
+        else moe::red_release(cur + moe::YDONE + w.e, tiles);
+      }
+    }
   };
-  prime<BN, 1, 0>(ring, &p.tmap_w2, down_tile(gwg, false));
-  moe::stamp(sync, moe::DOWN_BEGIN, lane);
-  for (unsigned u = gwg; u < total; u += nwg) {
-    const Unit w = locate(u, count, first, NBLOCKS);
-    const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * BM;
-    const unsigned valid = min(BM, cnt - w.tile * BM);
-    moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
-    float acc[BN / 2];
-    mainloop<BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, down_tile(u, false), down_tile(u + nwg, true),
-                                   wg_sync);
-#pragma unroll
-    for (unsigned j = 0; j < BN / 8; ++j) {
-      const float* d = acc + 4 * j;
-      const unsigned r = r0 + g, c = w.block * BN + j * 8 + 2 * q;
-      __nv_bfloat16* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
-      if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
-      if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
-    }
-    if (p.world > 1) moe::fence_sys();  // combine may read ys from another GPU
-    else __threadfence();
-    wg_sync();  // the whole tile is stored
-    if (ring.t == 0) {
-      if (p.world > 1) moe::red_release_sys(cur + moe::YDONE + w.e, 1);
-      else moe::red_release(cur + moe::YDONE + w.e, 1);
-    }
-  }
+  if (p.t >= EXPERT_TEAM_MIN_T) passes(Team{});
+  else passes(Solo{});
   moe::stamp(sync, moe::DOWN_END, lane);
 }
