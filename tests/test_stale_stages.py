@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipelink.outputs import write_all
-from pipelink.staging import host_key, start_time
+from pipelink.staging import host_key, remove_stale_stages, start_time
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
@@ -109,3 +109,76 @@ def test_stage_name_says_who_made_it(tmp_path, monkeypatch):
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_start_time_reads_proc():
     assert start_time(os.getpid()) and start_time(dead_pid()) is None
+
+
+# ---- a kill in the middle of the swap ---------------------------------------------------------------
+
+OLD = {"a/x": b"old x", "b/z": b"old z"}  # a/y has no earlier output
+NEW = {"a/x": b"new x", "a/y": b"new y", "b/z": b"new z"}
+RENAMES = 2 + 2 + 1 + 2  # a plan into each of the two stages, then x: aside + in, y: in, z: aside + in
+
+
+def outputs_now(root: Path) -> dict[str, bytes]:
+    return {k: (root / k).read_bytes() for k in NEW if (root / k).exists()}
+
+
+def kill_after_renames(root: Path, k: int) -> None:
+    """A write_all of NEW over OLD, SIGKILLed after its k-th os.replace (before the first for k=0)."""
+    for k_, v in OLD.items():
+        (root / k_).parent.mkdir(exist_ok=True)
+        (root / k_).write_bytes(v)
+    items = [(str(root / name), data) for name, data in NEW.items()]
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal
+        from pipelink import outputs
+        real, done = os.replace, [0]
+        def replace(a, b):
+            if done[0] == {k}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real(a, b)
+            done[0] += 1
+            if done[0] == {k}:
+                os.kill(os.getpid(), signal.SIGKILL)
+        outputs.os.replace = replace
+        outputs.write_all({items!r})
+        """)], env={**os.environ, "PYTHONPATH": str(TOOLS)})
+    assert killed.returncode == -9
+
+
+@pytest.mark.parametrize("k", range(RENAMES + 1))
+def test_sweep_after_a_kill_at_any_step_of_the_swap_leaves_one_whole_set(tmp_path, k):
+    """Before, the sweep deleted the dead run's stage with the earlier outputs it had moved aside:
+    a kill between moving x aside and renaming the new x left no x at all."""
+    kill_after_renames(tmp_path, k)
+    remove_stale_stages(tmp_path / "a")  # the dead run's stage in b/ is recovered with a/'s ...
+    assert outputs_now(tmp_path) == (NEW if k == RENAMES else OLD)
+    assert stages(tmp_path / "a") == [] and (stages(tmp_path / "b") == []) == (k > 0)  # ... once a/ has a plan
+    remove_stale_stages(tmp_path / "b")
+    assert outputs_now(tmp_path) == (NEW if k == RENAMES else OLD) and stages(tmp_path / "b") == []
+
+
+@pytest.mark.parametrize("k", [3, 4, 6])
+def test_a_sweep_killed_while_recovering_is_done_again(tmp_path, k):
+    kill_after_renames(tmp_path, k)
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal
+        from pipelink import staging
+        real = os.replace
+        def replace(a, b):  # the sweep's first restore done, then killed
+            real(a, b)
+            os.kill(os.getpid(), signal.SIGKILL)
+        staging.os.replace = replace
+        staging.remove_stale_stages({str(tmp_path / "b")!r})
+        """)], env={**os.environ, "PYTHONPATH": str(TOOLS)})
+    assert killed.returncode == -9
+    remove_stale_stages(tmp_path / "b")
+    assert outputs_now(tmp_path) == OLD and stages(tmp_path / "a") == [] and stages(tmp_path / "b") == []
+
+
+def test_recovery_never_overwrites_a_later_output(tmp_path):
+    """A later run wrote x (its own stages were elsewhere) before the dead run's stage was swept:
+    the dead run's backup of x is dropped, not put over the later output."""
+    kill_after_renames(tmp_path, 3)  # x moved aside, its new file not yet in
+    (tmp_path / "a" / "x").write_bytes(b"later x")
+    remove_stale_stages(tmp_path / "a")
+    assert outputs_now(tmp_path) == {**OLD, "a/x": b"later x"} and stages(tmp_path / "a") == []

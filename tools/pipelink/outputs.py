@@ -6,8 +6,9 @@ outputs on one path, no output on an input), so a bad `--out` costs no link and 
 problem as E-OUTPUT. Then each file is written into a staging folder created beside its
 target (same file system, so the final rename is atomic), and only when every file is
 written are the targets replaced; an earlier run's outputs are moved aside first and put
-back if any rename fails. Staging folders are always removed: no `*.tmp` is ever left; those of
-a run that was killed (SIGKILL) are removed by the next run writing beside them (staging.py).
+back if any rename fails (swap.py). Staging folders are always removed: no `*.tmp` is ever left;
+those of a run that was killed (SIGKILL) are removed by the next run writing beside them, which
+first finishes or undoes that run's swap (staging.py, swap.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from pipelink.diagnostics import Fact, reject
 from pipelink.files import display, special_kind
 from pipelink.staging import new_stage, remove_stale_stages
+from pipelink.swap import Entry, plan, roll_back, swap, write_plans
 
 NAME_MAX = 255  # bytes in one path component (Linux, and the limit of most file systems)
 PATH_MAX = 4095
@@ -89,7 +91,7 @@ def write_all(items: list[tuple[str, bytes]], *, flags: list[str] | None = None,
     check_targets(list(zip(flags, (p for p, _ in items))), inputs)
     created: list[Path] = []
     stages: dict[Path, Path] = {}
-    moved: list[tuple[Path, Path | None]] = []  # (target, backup or None) already replaced
+    entries: list[Entry] = []
     ok = False
     try:
         staged = []
@@ -110,25 +112,12 @@ def write_all(items: list[tuple[str, bytes]], *, flags: list[str] | None = None,
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644)
             staged.append((tmp, target))
-        for n, (tmp, target) in enumerate(staged):
-            # Recorded before the first rename, so an interrupt between the two renames still
-            # finds the earlier output in its backup and puts it back.
-            backup = stages[target.parent] / f"{n}.old" if target.exists() or target.is_symlink() else None
-            moved.append((target, backup))
-            if backup is not None:
-                os.replace(target, backup)
-            os.replace(tmp, target)
+        entries = plan(staged)
+        write_plans(entries)  # before the first rename: a sweep after SIGKILL finishes or undoes the swap
+        swap(entries)
         ok = True
     except BaseException as e:  # an OSError, or an interrupt (Ctrl-C, SIGTERM) between two renames
-        for target, backup in reversed(moved):  # put an earlier run's outputs back
-            try:
-                if backup is not None:
-                    if os.path.lexists(backup):  # else the earlier output was never moved
-                        os.replace(backup, target)
-                elif target.exists() or target.is_symlink():
-                    target.unlink()
-            except OSError:
-                pass
+        roll_back(entries)  # put an earlier run's outputs back
         if not isinstance(e, OSError):
             raise
         why = "the disk is full" if e.errno == errno.ENOSPC else f"{e.__class__.__name__}: {e.strerror or e}"

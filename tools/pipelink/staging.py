@@ -7,9 +7,11 @@ boot and PID namespace and <start> the process's start time (/proc/<pid>/stat, c
 boot; 0 where unknown). Before staging into a folder, write_all removes the staging folders there
 that are stale: a real directory (not a link), owned by this user, made on this host and PID
 namespace, whose process is gone (no process has that pid, or the one that has it started at
-another time: the pid was reused). Never touched: a live process's folder, another user's, one
-from another host or container sharing the file system, and names of another form (the random
-`.pl-XXXXXXXX` of pipelink before this naming, whose maker cannot be known).
+another time: the pid was reused). If the dead run was swapping its outputs into place, the
+swap is first finished or undone from the plan it left (swap.py), in every folder it staged in.
+Never touched: a live process's folder, another user's, one from another host or container
+sharing the file system, and names of another form (the random `.pl-XXXXXXXX` of pipelink
+before this naming, whose maker cannot be known).
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from pipelink.swap import read_plan, recover
+
 PREFIX = ".pl-"
-_NAME = re.compile(r"^\.pl-([0-9a-f]{12})-([1-9][0-9]{0,9})-([0-9]{1,20})-[A-Za-z0-9_]+$")
+
+
+def _maker_name(prefix: str) -> re.Pattern:
+    return re.compile(rf"^{re.escape(prefix)}([0-9a-f]{{12}})-([1-9][0-9]{{0,9}})-([0-9]{{1,20}})-[A-Za-z0-9_]+$")
 
 
 def _read(path: str) -> str:
@@ -54,10 +61,15 @@ def start_time(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
+def maker_prefix(prefix: str) -> str:
+    """`<prefix><host>-<pid>-<start>-`: the start of the name of a folder this process makes."""
+    pid = os.getpid()
+    return f"{prefix}{host_key()}-{pid}-{start_time(pid) or 0}-"
+
+
 def new_stage(parent: Path) -> Path:
     """A fresh staging folder in `parent`, named after this process (see the module's doc)."""
-    pid = os.getpid()
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{host_key()}-{pid}-{start_time(pid) or 0}-", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=maker_prefix(PREFIX), dir=parent))
 
 
 def _process_gone(pid: int, started: int) -> bool:
@@ -71,28 +83,43 @@ def _process_gone(pid: int, started: int) -> bool:
     return bool(started) and now is not None and now != started
 
 
-def stale_stages(parent: Path) -> list[Path]:
-    """The staging folders in `parent` whose maker is gone (the module's doc says which those are)."""
+def own_folder(path) -> bool:
+    """A real directory (not a link) owned by this user."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def stale_folders(parent: Path, prefix: str) -> list[Path]:
+    """The folders in `parent` named `prefix`+maker whose maker is gone; only this user's real directories."""
     found = []
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return []
-    uid = os.getuid()
+    pattern = _maker_name(prefix)
     for entry in entries:
-        m = _NAME.match(entry.name)
-        if not m or m.group(1) != host_key():
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and _process_gone(int(m.group(2)), int(m.group(3))):
+        m = pattern.match(entry.name)
+        stale = bool(m) and m.group(1) == host_key() and _process_gone(int(m.group(2)), int(m.group(3)))
+        if stale and own_folder(entry.path):
             found.append(Path(entry.path))
     return found
 
 
+def stale_stages(parent: Path) -> list[Path]:
+    """The staging folders in `parent` whose maker is gone (the module's doc says which those are)."""
+    return stale_folders(parent, PREFIX)
+
+
 def remove_stale_stages(parent: Path) -> None:
-    """Remove what `stale_stages` finds; best effort (another run may be removing it too)."""
+    """Finish or undo a dead run's swap, then remove its stages; best effort (another run may be
+    removing them too)."""
     for stage in stale_stages(parent):
-        shutil.rmtree(stage, ignore_errors=True)  # does not follow links inside the folder
+        maker = stage.name[:stage.name.rfind("-") + 1]  # the same dead process's stages beside other targets
+        entries = read_plan(stage, lambda s: s.name.startswith(maker) and own_folder(s))
+        recover(entries)
+        for s in dict.fromkeys([stage, *(e.stage for e in entries)]):
+            if own_folder(s):
+                shutil.rmtree(s, ignore_errors=True)  # does not follow links inside the folder
