@@ -12,12 +12,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from pipelink.outputs import write_all
-from pipelink.staging import host_key, remove_stale_stages, start_time
+from pipelink.staging import LEGACY_AGE_S, host_key, remove_stale_stages, start_time
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
@@ -70,7 +71,7 @@ def test_only_stages_of_gone_processes_of_this_user_and_host_are_removed(tmp_pat
         kept = [make_stage(tmp_path, f".pl-{host}-{me}-{start_time(me) or 0}-mine"),  # this process's own
                 make_stage(tmp_path, f".pl-{host}-{sleeper.pid}-{start_time(sleeper.pid) or 0}-live"),
                 make_stage(tmp_path, f".pl-{other_host}-{dead_pid()}-0-elsewhere"),  # a shared file system
-                make_stage(tmp_path, ".pl-k2j4xq1z"),  # the random name of earlier versions: maker unknown
+                make_stage(tmp_path, ".pl-k2j4xq1z"),  # the random name of earlier versions, recent: maybe in use
                 make_stage(tmp_path, f".pl-{host}-0-0-pidzero")]  # kill(0) would ask about our own group
         target = make_stage(tmp_path, "precious")
         link = tmp_path / f".pl-{host}-{dead_pid()}-0-alink"
@@ -182,3 +183,35 @@ def test_recovery_never_overwrites_a_later_output(tmp_path):
     (tmp_path / "a" / "x").write_bytes(b"later x")
     remove_stale_stages(tmp_path / "a")
     assert outputs_now(tmp_path) == {**OLD, "a/x": b"later x"} and stages(tmp_path / "a") == []
+
+
+# ---- legacy staging folders (.pl-XXXXXXXX) -----------------------------------------------------------
+
+def age(path: Path, seconds: float) -> None:
+    """Set the modification time of the folder and everything in it `seconds` back."""
+    t = time.time() - seconds
+    for p in [*path.iterdir(), path]:
+        os.utime(p, (t, t), follow_symlinks=False)
+
+
+def test_legacy_stages_are_removed_only_when_untouched_for_the_age_limit(tmp_path):
+    old = make_stage(tmp_path, ".pl-k2j4xq1z")
+    age(old, LEGACY_AGE_S + 60)
+    recent = make_stage(tmp_path, ".pl-a_b3c4d5")
+    age(recent, LEGACY_AGE_S - 600)
+    touched = make_stage(tmp_path, ".pl-zzzzzzzz")
+    age(touched, LEGACY_AGE_S + 60)
+    os.utime(touched / "0.old")  # written into a minute ago: a run of an old pipelink may be in it
+    other = [make_stage(tmp_path, n) for n in (".pl-k2j4xq1zz", ".pl-K2J4XQ1Z", ".pl-k2j4-q1z", "pl-k2j4xq1z")]
+    for o in other:
+        age(o, LEGACY_AGE_S + 60)
+    precious = make_stage(tmp_path, "precious")
+    link = tmp_path / ".pl-linklink"
+    link.symlink_to(precious)
+    age(precious, LEGACY_AGE_S + 60)
+    os.utime(link, (time.time() - LEGACY_AGE_S - 60,) * 2, follow_symlinks=False)
+
+    write_all([(str(tmp_path / "out.bin"), b"x")])
+    assert not old.exists()
+    assert all((p / "0.old").exists() for p in [recent, touched, *other, precious])
+    assert link.is_symlink()

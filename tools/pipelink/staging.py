@@ -10,8 +10,13 @@ namespace, whose process is gone (no process has that pid, or the one that has i
 another time: the pid was reused). If the dead run was swapping its outputs into place, the
 swap is first finished or undone from the plan it left (swap.py), in every folder it staged in.
 Never touched: a live process's folder, another user's, one from another host or container
-sharing the file system, and names of another form (the random `.pl-XXXXXXXX` of pipelink
-before this naming, whose maker cannot be known).
+sharing the file system, and names of another form.
+
+Legacy folders: pipelink before this naming staged in `.pl-` + 8 random characters, so their
+maker cannot be known. One is removed only when nothing in it (the folder or an entry in it)
+was modified for LEGACY_AGE_S: such a folder lives only while write_all renames files already
+in memory (seconds), and this pipelink never makes a name of that form. It holds no plan, so an
+earlier output it holds cannot be put back: it was a build output, which the next build remakes.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 
 from pipelink.swap import read_plan, recover
 
 PREFIX = ".pl-"
+LEGACY_AGE_S = 24 * 3600
+_LEGACY_STAGE = re.compile(r"^\.pl-[a-z0-9_]{8}$")  # tempfile.mkdtemp(prefix=".pl-") of earlier versions
 
 
 def _maker_name(prefix: str) -> re.Pattern:
@@ -92,25 +100,38 @@ def own_folder(path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
-def stale_folders(parent: Path, prefix: str) -> list[Path]:
-    """The folders in `parent` named `prefix`+maker whose maker is gone; only this user's real directories."""
+def _untouched_for(path: str, age_s: float, now: float) -> bool:
+    """Neither the folder nor any entry in it was modified in the last `age_s` seconds."""
+    try:
+        newest = max([os.lstat(path).st_mtime] + [e.stat(follow_symlinks=False).st_mtime for e in os.scandir(path)])
+    except OSError:
+        return False
+    return now - newest > age_s
+
+
+def stale_folders(parent: Path, prefix: str, legacy: re.Pattern, now: float | None = None) -> list[Path]:
+    """The folders in `parent` named `prefix`+maker whose maker is gone, and legacy ones (names
+    matching `legacy`) untouched for LEGACY_AGE_S; only this user's real directories."""
     found = []
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return []
-    pattern = _maker_name(prefix)
+    pattern, now = _maker_name(prefix), time.time() if now is None else now
     for entry in entries:
         m = pattern.match(entry.name)
-        stale = bool(m) and m.group(1) == host_key() and _process_gone(int(m.group(2)), int(m.group(3)))
+        if m:
+            stale = m.group(1) == host_key() and _process_gone(int(m.group(2)), int(m.group(3)))
+        else:
+            stale = bool(legacy.match(entry.name)) and _untouched_for(entry.path, LEGACY_AGE_S, now)
         if stale and own_folder(entry.path):
             found.append(Path(entry.path))
     return found
 
 
-def stale_stages(parent: Path) -> list[Path]:
+def stale_stages(parent: Path, now: float | None = None) -> list[Path]:
     """The staging folders in `parent` whose maker is gone (the module's doc says which those are)."""
-    return stale_folders(parent, PREFIX)
+    return stale_folders(parent, PREFIX, _LEGACY_STAGE, now)
 
 
 def remove_stale_stages(parent: Path) -> None:
@@ -118,7 +139,7 @@ def remove_stale_stages(parent: Path) -> None:
     removing them too)."""
     for stage in stale_stages(parent):
         maker = stage.name[:stage.name.rfind("-") + 1]  # the same dead process's stages beside other targets
-        entries = read_plan(stage, lambda s: s.name.startswith(maker) and own_folder(s))
+        entries = read_plan(stage, lambda s: s.name.startswith(maker) and own_folder(s)) if maker != PREFIX else []
         recover(entries)
         for s in dict.fromkeys([stage, *(e.stage for e in entries)]):
             if own_folder(s):
