@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from pipelink.compose import Composition
 from pipelink.control import build_control  # noqa: F401  (its own module; importable from here as before)
 from pipelink.diagnostics import Fact, Rejected, reject
 from pipelink.generate import generate, param_layout, ws_param
+from pipelink.scratch import scratch_dir, scratch_file
 from pipelink.solve import Placement, first_fit, solve
 from pipelink.toolkit import Toolkit, find_toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
 
@@ -97,7 +97,7 @@ def link(comp: Composition, *, control: bool = False, cuda_home: str | None = No
 def _link_once(comp, ch, pl, src, timings, control, tk, spills="error") -> LinkResult:
     arch = comp.arch
     control_error = None
-    with tempfile.TemporaryDirectory(prefix="pipelink-link-") as tmp:
+    with scratch_dir("link") as tmp:
         # Fixed names: a kernel name may be long enough to make "<name>.pipelink.cu" exceed NAME_MAX.
         gen = Path(tmp) / "generated.cu"
         gen.write_text(src)
@@ -144,10 +144,8 @@ _RES = re.compile(r"Function (\w+):\s*(.*)")
 
 
 def resource_usage(cubin: bytes, kernel: str, tk: Toolkit) -> dict[str, int]:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = run_tool([tk.tool("cuobjdump"), "-res-usage", f.name], "E-TOOLKIT", "cuobjdump -res-usage")
+    with scratch_file("res", "linked.cubin", cubin) as f:
+        text = run_tool([tk.tool("cuobjdump"), "-res-usage", str(f)], "E-TOOLKIT", "cuobjdump -res-usage")
     for m in _RES.finditer(text):
         if m.group(1) == kernel:
             return {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", m.group(2))}

@@ -15,13 +15,13 @@ import io
 import os
 import json
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelink.contract import Contract, parse_contract_text
 from pipelink.diagnostics import Fact, Rejected, reject
+from pipelink.scratch import scratch_dir, scratch_file
 from pipelink.toolkit import Toolkit, find_toolkit, nvjitlink_link, run_tool
 
 FORMAT = 1
@@ -113,7 +113,7 @@ def trial_object(c: Contract, tk: Toolkit) -> bytes:
     key = (trial_source(c), c.arch, tuple(tk.nvcc_base()))
     if key not in _TRIAL_OBJECTS:
         arch = c.arch
-        with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
+        with scratch_dir("pack") as tmp:
             src, obj = Path(tmp) / "trial.cu", Path(tmp) / "trial.o"
             src.write_text(key[0])
             run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", f"-gencode=arch=compute_{arch[3:]},code=lto_{arch[3:]}",
@@ -125,7 +125,7 @@ def trial_object(c: Contract, tk: Toolkit) -> bytes:
 def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
     arch = c.arch
     trial = trial_object(c, tk)
-    with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
+    with scratch_dir("pack") as tmp:
         try:
             ptx = nvjitlink_link([*objects.items(), ("trial.o", trial)],
                                  [f"-arch={arch}", "-lto", "-ptx"], ptx=True, code="P-COMPILE").decode()
@@ -163,11 +163,9 @@ _FATBIN_ARCH = re.compile(r"^arch = (sm_\w+)", re.M)
 
 def object_archs(data: bytes, tk: Toolkit) -> set[str]:
     """The architectures of the device code (LTO-IR, SASS) an object carries; empty if unknown."""
-    with tempfile.NamedTemporaryFile(suffix=".o") as f:
-        f.write(data)
-        f.flush()
+    with scratch_file("arch", "object.o", data) as f:
         try:
-            listing = run_tool([tk.tool("cuobjdump"), f.name], "P-ARCH", "listing the object's device code")
+            listing = run_tool([tk.tool("cuobjdump"), str(f)], "P-ARCH", "listing the object's device code")
         except Rejected:
             return set()
     return set(_FATBIN_ARCH.findall(listing))

@@ -25,10 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from pipelink.diagnostics import Rejected, reject
+from pipelink.scratch import scratch_dir
 
 RESULT_FORMAT = 1
 
@@ -53,7 +53,7 @@ def plain_link(kernel: str, packages: list, mutant, *, arch: str | None = None,
     comp = parse_kernel(kernel, packages, arch=arch)  # the original: its check/solve is the "shared header"
     ch, pl, src, _ = plan(comp)
     swapped = {p.name: p for p in _swap(comp.packages(), mutant)}
-    with tempfile.TemporaryDirectory(prefix="pipelink-plain-") as tmp:
+    with scratch_dir("plain") as tmp:
         gen, obj = Path(tmp) / "generated.cu", Path(tmp) / "generated.o"
         gen.write_text(src)
         run_tool(tk.nvcc_base() + ["-dc", "-std=c++17", "-O3", gencode(comp.arch, "lto"), f"-I{INCLUDE_DIR}",

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import difflib
 import re
-import tempfile
 from pathlib import Path
 
 from pipelink.contract import Contract
 from pipelink.diagnostics import Fact, Rejected, reject
+from pipelink.scratch import scratch_dir
 from pipelink.toolkit import Toolkit, nvjitlink_link, run_tool
 
 INCLUDE_DIR = Path(__file__).parent / "include"
@@ -37,7 +37,7 @@ def check_sources_rebuild(c: Contract, objects: dict[str, bytes], sources: dict[
                           copts: tuple[str, ...], tk: Toolkit) -> None:
     arch = c.arch[3:]
     rebuilt = []
-    with tempfile.TemporaryDirectory(prefix="pipelink-rebuild-") as tmp:
+    with scratch_dir("rebuild") as tmp:
         root = Path(tmp) / "src"
         for rel, data in sources.items():
             dest = root / rel

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 import re
-import tempfile
 
 from pipelink.diagnostics import Fact, Rejected, reject
+from pipelink.scratch import scratch_file
 from pipelink.toolkit import find_toolkit, run_tool
 
 _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
@@ -22,13 +22,11 @@ def disassemble(cubin: bytes, cuda_home: str | None = None, what: str = "cubin")
     """Function name -> normalized instructions. `what` names the input in diagnostics (the
     bytes go through a temporary file, whose name would mean nothing to the user)."""
     tk = find_toolkit(cuda_home)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
+    with scratch_file("sass", "input.cubin", cubin) as f:
         try:
-            text = run_tool([tk.tool("cuobjdump"), "-sass", f.name], "E-FILE", "cuobjdump -sass")
+            text = run_tool([tk.tool("cuobjdump"), "-sass", str(f)], "E-FILE", "cuobjdump -sass")
         except Rejected as e:  # cuobjdump is there (tk.tool checked it): the input is what it cannot read
-            said = [Fact(x.side, x.text.replace(f.name, what), x.origin) for d in e.diagnostics for x in d.facts]
+            said = [Fact(x.side, x.text.replace(str(f), what), x.origin) for d in e.diagnostics for x in d.facts]
             raise reject("E-FILE", f"{what}: not a cubin (cuobjdump cannot read it)", facts=said,
                          hint="pass the .cubin files written by pipelink link (--cubin and --control-cubin)") from None
     funcs: dict[str, list[str]] = {}

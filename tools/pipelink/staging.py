@@ -17,6 +17,7 @@ maker cannot be known. One is removed only when nothing in it (the folder or an 
 was modified for LEGACY_AGE_S: such a folder lives only while write_all renames files already
 in memory (seconds), and this pipelink never makes a name of that form. It holds no plan, so an
 earlier output it holds cannot be put back: it was a build output, which the next build remakes.
+The same naming and rules serve the scratch folders in the temporary directory (scratch.py).
 """
 
 from __future__ import annotations
