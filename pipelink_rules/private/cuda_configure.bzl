@@ -19,6 +19,7 @@ load(
     "local_cuda_stub_build",
     "missing_tool_script",
     "pipelink_python_build",
+    "py_test_interpreter_problem",
     "starlark_string",
 )
 load(":errors.bzl", "pl_fail")
@@ -346,7 +347,8 @@ def _pipelink_python_impl(rctx):
     bzl = str(Label("//pipelink_rules/private:python_toolchain.bzl"))
     tt = str(Label("//pipelink_rules:python_toolchain_type"))
     defs = str(Label("@rules_python//python:defs.bzl"))
-    rctx.file("BUILD.bazel", pipelink_python_build(python, how if type(how) == "string" else "nothing", missing, bzl, tt, defs))
+    refusal = missing or py_test_interpreter_problem(python)  # only pipelink's own py_tests use it: fail there
+    rctx.file("BUILD.bazel", pipelink_python_build(python, how if type(how) == "string" else "nothing", missing, bzl, tt, defs, refusal))
 
 pipelink_python_repository = repository_rule(
     implementation = _pipelink_python_impl,

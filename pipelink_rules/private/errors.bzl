@@ -27,7 +27,7 @@ B_CODES = {
     "B-INCLUDE": "an `includes` entry is empty, absolute, climbs out of the package, or holds a comma or a character nvcc's shell expands",
     "B-SUBST": "a contract_substitutions key is empty or occurs nowhere in the contract, or its value has another number of line breaks than the key",
     "B-ARGS": "a fused_kernel_sass_test's args_extra is not a `pipelink sass-diff` option it may pass",
-    "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured",
+    "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured (or, for pipelink's own py_tests, the interpreter's path holds a ' or \\)",
     "B-MODULE": "a pipelink_toolchains module-extension tag (or its environment variable) is repeated or names a bad path, or a path the generated toolchain cannot carry (a host compiler with shell characters, an interpreter with a control character)",
     "B-VARIANT": "a kernel macro (kernels/*.bzl) asks for a variant its owner does not build (a tile geometry, a consumer)",
     "B-COMPILE": "nvcc failed compiling a component's source (execution time, under nvcc's own errors: nvcc_wrapper.sh)",

@@ -31,6 +31,20 @@ pipelink_python_toolchain = rule(
     doc = "The linker's interpreter (a host path). Instances are generated in @pipelink_python.",
 )
 
+def _pipelink_py_test_runtime_impl(ctx):
+    if ctx.attr.refusal:
+        toolchain_fail(ctx, ctx.attr.refusal, "pipelink_toolchains.python(interpreter = ...) in MODULE.bazel")
+    return [ctx.attr.runtime[platform_common.ToolchainInfo]]
+
+pipelink_py_test_runtime = rule(
+    implementation = _pipelink_py_test_runtime_impl,
+    attrs = {
+        "runtime": attr.label(doc = "The py_runtime_pair of the linker's interpreter."),
+        "refusal": attr.string(doc = "If set, py_tests cannot run on the interpreter: fail with this message when used."),
+    },
+    doc = "The Python toolchain of pipelink's own py_tests (root module only), or a coded failure.",
+)
+
 def linker_invocation(ctx):
     """(argv prefix, input files, PYTHONPATH) to run `python -m pipelink` in an action.
 

@@ -16,6 +16,8 @@ load(
     "local_cuda_stub_build",
     "missing_tool_script",
     "pipelink_python_build",
+    "py_stub_shebang",
+    "py_test_interpreter_problem",
     "sh_quote",
     "starlark_string",
 )
@@ -32,7 +34,7 @@ _HOSTILE = [
 def _swap(text, benign, hostile):
     for b, h in zip(benign, hostile):
         text = text.replace(starlark_string(b), starlark_string(h))
-        text = text.replace(starlark_string("#!" + b), starlark_string("#!" + h))  # the py_runtime's stub_shebang
+        text = text.replace(starlark_string(py_stub_shebang(b)), starlark_string(py_stub_shebang(h)))  # the py_runtime's stub_shebang
     return text
 
 def _no_injection(env, make, n):
@@ -59,7 +61,7 @@ def _local_cuda_build_test_impl(ctx):
 
     _no_injection(env, make, len(keys))
     _no_injection(env, lambda vs: local_cuda_stub_build(vs[0], vs[1], vs[2]), 3)
-    _no_injection(env, lambda vs: pipelink_python_build(vs[0], vs[1], vs[2], vs[3], vs[4], vs[5]), 6)
+    _no_injection(env, lambda vs: pipelink_python_build(vs[0], vs[1], vs[2], vs[3], vs[4], vs[5], vs[6]), 7)
     return unittest.end(env)
 
 local_cuda_build_test = unittest.make(_local_cuda_build_test_impl)
@@ -87,6 +89,15 @@ def _refusals_test_impl(ctx):
     asserts.equals(env, ['"\\n"', '"\\t"'], control_chars("/a\nb\tc\n"))
     asserts.equals(env, '"a\\"b\\\\c\\nd\\001$e"', starlark_string('a"b\\c\nd\001$e'))
     asserts.equals(env, [], control_chars("/home/me/My Projects/.venv/bin/python"))
+
+    # A py_test's stub starts as /bin/sh, which execs the interpreter quoted; Python reads lines
+    # 2-3 as a string (no backslash: Python would read an escape). Before: `#!/My Projects/python`.
+    asserts.equals(env, "#!/bin/sh\n'''exec' '/My Projects/$x \"q\"/python' \"$0\" \"$@\"\n' '''",
+                   py_stub_shebang("/My Projects/$x \"q\"/python"))
+    asserts.equals(env, "#!/bin/sh\n'''exec' '/a'\"'\"'b/python' \"$0\" \"$@\"\n' '''", py_stub_shebang("/a'b/python"))
+    asserts.equals(env, "", py_test_interpreter_problem("/My Projects/$x \"q\"/python"))
+    for bad in ["/a'b/python", "/a\\b/python"]:
+        asserts.true(env, " Fix: " in py_test_interpreter_problem(bad), bad)
 
     # The fix is after the last " Fix: ": the paths before it are the machine's.
     asserts.equals(env, ("PIPELINK_CUDA_HOME=/x Fix: y has no bin/nvcc", "set it"),

@@ -9,6 +9,8 @@ load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:cuda.bzl", "cuda_ltoir")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 load("//kernels:counterexample.bzl", "check_mutation_rows", "mutation", "symbol_link_mutations")
+load("//pipelink_rules/private:cuda_configure_files.bzl", "py_test_interpreter_problem")
+load("//pipelink_rules/private:python_toolchain.bzl", "pipelink_py_test_runtime")
 load("//pipelink_rules/private:toolchain.bzl", "cuda_toolchain")
 load("//pipelink_rules/private:validate.bzl", "check_variant")
 
@@ -163,6 +165,8 @@ CASES = [
     ("bad_mutations_arch", "B-ARCH", 'set arch = "sm_90a"', "unsupported architecture 'sm_75'"),
     ("bad_mutations_arch_mismatch", "B-ARCH-MISMATCH", 'set arch = "sm_90a" (the kernel', "kernel //tests/rules:kern is built for 'sm_90a'"),
     ("bad_toolchain", "B-TOOLCHAIN", "bash tools/setup.sh", "no CUDA toolkit found: nothing here"),
+    # pipelink's own py_tests on an interpreter Bazel's py_test stub cannot carry (cuda_configure.bzl)
+    ("bad_py_test_runtime", "B-TOOLCHAIN", "point pipelink_toolchains.python", "which Bazel writes into a Python string"),
 ]
 
 def failure_fixtures():
@@ -243,6 +247,7 @@ def failure_fixtures():
     symbol_link_mutations(name = "bad_mutations_arch_mismatch", kernel = ":kern", mutations = row, arch = "sm_100a", tags = m)
     _mutation_rows_probe(name = "bad_mutation_row_name", second = "a/b", tags = m)
     cuda_toolchain(name = "bad_toolchain", missing_reason = "no CUDA toolkit found: nothing here. Fix: bash tools/setup.sh.", tags = m)
+    pipelink_py_test_runtime(name = "bad_py_test_runtime", refusal = py_test_interpreter_problem("/opt/it's/python"), tags = m)
 
 _TEST_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
 
