@@ -9,6 +9,7 @@ the earlier outputs it had moved aside) next to its outputs, for good.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -174,6 +175,14 @@ def test_a_sweep_killed_while_recovering_is_done_again(tmp_path, k):
     assert killed.returncode == -9
     remove_stale_stages(tmp_path / "b")
     assert outputs_now(tmp_path) == OLD and stages(tmp_path / "a") == [] and stages(tmp_path / "b") == []
+
+
+def test_a_stage_of_the_run_already_gone_does_not_stop_the_recovery(tmp_path):
+    kill_after_renames(tmp_path, 5)  # x and y replaced, z not yet moved aside
+    for s in stages(tmp_path / "b"):
+        shutil.rmtree(tmp_path / "b" / s)
+    remove_stale_stages(tmp_path / "a")
+    assert outputs_now(tmp_path) == OLD and stages(tmp_path / "a") == []
 
 
 def test_recovery_never_overwrites_a_later_output(tmp_path):

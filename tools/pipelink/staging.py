@@ -140,7 +140,9 @@ def remove_stale_stages(parent: Path) -> None:
     removing them too)."""
     for stage in stale_stages(parent):
         maker = stage.name[:stage.name.rfind("-") + 1]  # the same dead process's stages beside other targets
-        entries = read_plan(stage, lambda s: s.name.startswith(maker) and own_folder(s)) if maker != PREFIX else []
+        # A stage of that run already removed (after its recovery) still names its targets.
+        entries = read_plan(stage, lambda s: s.name.startswith(maker) and (own_folder(s) or not os.path.lexists(s))) \
+            if maker != PREFIX else []
         recover(entries)
         for s in dict.fromkeys([stage, *(e.stage for e in entries)]):
             if own_folder(s):

@@ -95,14 +95,17 @@ def roll_back(entries: list[Entry]) -> None:
 
 
 def read_plan(stage: Path, may_touch: Callable[[Path], bool]) -> list[Entry]:
-    """The plan in `stage`, [] if there is none (the swap had not begun) or it is not one we wrote:
-    every entry's stage must pass `may_touch` (the same dead maker's) and sit beside its target."""
+    """The plan in `stage`, [] if there is none (the swap had not begun) or it is not one we wrote
+    here: `stage` must be one of its stages (not a folder moved since), and every entry's stage
+    must pass `may_touch` (the same dead maker's) and sit beside its target."""
     try:
         with open(stage / PLAN, encoding="utf-8") as f:
             raw = json.load(f)
         entries = [Entry(Path(d["stage"]), int(d["n"]), Path(d["target"]), bool(d["had_old"]), int(d["dev"]),
                          int(d["ino"])) for d in raw]
     except (OSError, ValueError, TypeError, KeyError):
+        return []
+    if stage not in {e.stage for e in entries}:
         return []
     if not all(e.stage.is_absolute() and e.stage.parent == e.target.parent and may_touch(e.stage) for e in entries):
         return []
