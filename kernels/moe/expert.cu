@@ -2,7 +2,7 @@
 // Its 8 warps are two consumer warpgroups, run one of two ways per launch (Mode, below):
 //  - solo (T < EXPERT_TEAM_MIN_T): each warpgroup walks its own units of block_m rows with its
 //    own ring;
-//  - team (T >= EXPERT_TEAM_MIN_T): both warpgroups share one unit of 128 rows (warpgroup w
+//  - team (T >= EXPERT_TEAM_MIN_T, one rank): both warpgroups share one unit of 128 rows (warpgroup w
 //    computes rows 64 w ..) and one ring, so each weight stage is read from L2 once for 128
 //    rows, not once per 64: 5.9% faster at T = 16384, but 3-26% slower at T <= 4096 (its
 //    padding to 128 rows, a shallower weight stream per SM), BENCHMARKS.md issue 9 run 14.
@@ -426,7 +426,8 @@ PL_ENTRY(run) {
       }
     }
   };
-  if (p.t >= EXPERT_TEAM_MIN_T) passes(Team{});
+  // (Team mode on one rank only: expert parallelism's gathered rows stay on the tested solo path.)
+  if (p.t >= EXPERT_TEAM_MIN_T && p.world == 1) passes(Team{});
   else passes(Solo{});
   moe::stamp(sync, moe::DOWN_END, lane);
 }
