@@ -285,14 +285,9 @@ PL_ENTRY(run) {
     else pl::named_barrier_sync(PL_BARRIER(wg0), 128);
   };
   if (rt == 0) {
-    uint64_t* const bars = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_SMEM(bars));
-    for (unsigned s = 0; s < BARS; ++s) pl::mbar_init(bars + s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    fence_proxy_async();
     pl::prefetch_tensor_map(&p.tmap_w13);
     pl::prefetch_tensor_map(&p.tmap_w2);
   }
-  team_sync();  // the mbarriers are initialised before any thread uses one
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
@@ -321,7 +316,14 @@ PL_ENTRY(run) {
     for (unsigned i = 0; i < 4; ++i) count[i] = mine ? count[i] : 0u;
   }
   // (after the exchange: no rank still reads this rank's other-set YDONE, moe_shapes.h)
-  if (last) moe::finish_launch(sync, moe::EXPERT, set, moe::HREADY, 2 * moe::EXPERTS, lane);
+  if (last) {
+    // The set through an empty asm: what the optimiser may assume of it (0 or 1) once made
+    // the separately linked and the single-unit builds select different instructions here
+    // (fused_kernel_sass_test).
+    unsigned s = set;
+    asm("" : "+r"(s));
+    moe::finish_launch(sync, moe::EXPERT, s, moe::HREADY, 2 * moe::EXPERTS, lane);
+  }
   unsigned total;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
@@ -343,6 +345,13 @@ PL_ENTRY(run) {
       if constexpr (TEAM) team_sync();
       else wg_sync();
     };
+    // The ring's first thread initialises its mbarriers and is their first user (prime); the
+    // others wait on one only after the ring's barrier in mainloop.
+    if (ring.t == 0) {
+      for (unsigned s = 0; s < M::STAGES; ++s) pl::mbar_init(ring.full + s, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      fence_proxy_async();
+    }
     unsigned first[4], units[4], total;
 
     // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
