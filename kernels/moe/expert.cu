@@ -4,8 +4,9 @@
 //    own ring;
 //  - team (T >= EXPERT_TEAM_MIN_T, one rank): both warpgroups share one unit of 128 rows (warpgroup w
 //    computes rows 64 w ..) and one ring, so each weight stage is read from L2 once for 128
-//    rows, not once per 64: 5.9% faster at T = 16384, but 3-26% slower at T <= 4096 (its
-//    padding to 128 rows, a shallower weight stream per SM), BENCHMARKS.md issue 9 run 14.
+//    rows, not once per 64: 3.9% faster at T = 8192 and 6.2% at 16384, but 1.5-25% slower at
+//    T <= 4096 (its padding to 128 rows, one weight stream per SM instead of two),
+//    BENCHMARKS.md issue 9 run 14.
 // Either way the units are interleaved over the grid (consecutive units land on different
 // SMs) and walked in two passes (every warpgroup finishes its pass-1 units before any pass-2
 // unit, so waits never form a cycle):
@@ -82,9 +83,8 @@ struct Mode {
 using Solo = Mode<1>;
 using Team = Mode<2>;
 static_assert(Team::ROWS % BM == 0, "a team unit is whole block_m tiles");
-// The smem claims hold either mode (contract [smem.stages]: max of the two, [smem.bars]).
-constexpr unsigned SOLO_BYTES = 2 * Solo::STAGES * Solo::STAGE, TEAM_BYTES = Team::STAGES * Team::STAGE;
-constexpr unsigned BARS = 2 * Solo::STAGES > Team::STAGES ? 2 * Solo::STAGES : Team::STAGES;
+// The smem claims hold either mode: [smem.stages] is the larger of 2 * Solo::STAGES * Solo::STAGE
+// and Team::STAGES * Team::STAGE, [smem.bars] one mbarrier per stage of the larger.
 
 struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
@@ -155,7 +155,7 @@ constexpr unsigned VALID = 1u << 16, READY = 1u << 17;
 // k-steps are refilled with the warpgroup's next unit of the pass (`next`): its weights
 // always (they wait for nothing), its rows when `next.ready`. So a unit starts with its first
 // stages in flight, and the weight stream runs on through readiness waits.
-// `sync` is the warpgroup's named barrier (an immediate id per warpgroup, see PL_ENTRY).
+// `sync` is the ring's named barrier (an immediate id per warpgroup, or the team's; see PL_ENTRY).
 // The weight tile of k-step k into ring position r.it + kt (thread 0 issues the TMA).
 template <class M, unsigned N, unsigned PARTS, int PART_STRIDE>
 __device__ __forceinline__ void load_b(Ring& r, unsigned kt, unsigned k, const pl::TensorMap* map, const Tile& b) {
