@@ -28,7 +28,7 @@ has check && step check 150 python3 benchmarks/moe_bench.py check
 has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3
 has pair && TAIL=8 step pair 200 python3 benchmarks/moe_bench.py pair --rounds ${ROUNDS:-10}
 has bench && TAIL=9 step bench 300 python3 benchmarks/moe_bench.py bench --rounds ${ROUNDS:-10} ${BUILDS:+--builds $BUILDS}
-has sanitize && TAIL=7 step sanitize 420 python3 benchmarks/moe_sanitize.py --tokens 8
+has sanitize && TAIL=10 step sanitize 570 python3 benchmarks/moe_sanitize.py --tokens 8  # 9 runs, ~450 s: a call of its own
 has ep && step ep 120 python3 benchmarks/moe_ep_check.py check
 has ep && step ep_memcheck 180 python3 benchmarks/moe_ep_check.py sanitize memcheck 16 2
 has cx && TAIL=8 step cx 240 python3 benchmarks/symbol_link_counterexample.py --kernel moe_step --watchdog 4
