@@ -65,11 +65,11 @@ def test_sigkill_during_pack_leaves_a_folder_the_next_run_removes(tmpdir_here, t
     pack = ["pack", "--contract", str(TOY / "producer.contract.toml"), "--object", str(toy.objects["producer"])]
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from pipelink import cli, package
+        from pipelink import cli, trial
         def run_tool(*a, **k):  # killed while nvcc would be compiling into the scratch folder
             os.kill(os.getpid(), signal.SIGKILL)
-        package.run_tool = run_tool
-        package._TRIAL_OBJECTS.clear()
+        trial.run_tool = run_tool
+        trial._TRIAL_OBJECTS.clear()
         cli.main({[*pack, "--out", str(tmp_path / "killed.plpkg")]!r})
         """)], env={**os.environ, "PYTHONPATH": str(TOOLS), "TMPDIR": str(tmpdir_here)})
     assert killed.returncode == -9
