@@ -66,7 +66,24 @@ def write_plans(entries: list[Entry]) -> None:
     for stage in dict.fromkeys(e.stage for e in entries):
         with open(stage / f"{PLAN}.tmp", "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename names it: a crash leaves it whole or absent
         os.replace(stage / f"{PLAN}.tmp", stage / PLAN)
+        _fsync_dir(stage)  # ... and the name on disk before the first swap
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable (best effort: some file systems refuse a folder's fsync)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def swap(entries: list[Entry]) -> None:
@@ -74,6 +91,8 @@ def swap(entries: list[Entry]) -> None:
         if e.had_old:
             os.replace(e.target, e.backup)
         os.replace(e.new, e.target)
+    for folder in dict.fromkeys(e.target.parent for e in entries):
+        _fsync_dir(folder)  # the new names on disk before write_all reports success
 
 
 def _undo(e: Entry) -> None:
