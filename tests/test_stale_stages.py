@@ -1,5 +1,6 @@
 """Staging folders a killed run left (staging.py): the next write beside them removes those whose
-process is gone, and never a live process's, another user's or host's, or one it cannot place.
+process is gone (or, made under another boot or host, untouched for a day), and never a live process's,
+another user's, or one it cannot place.
 
 write_all removes its staging folder on every exception and signal it sees, but SIGKILL is not
 seen: before this, each killed pack or link left a `.pl-*` folder (with the staged outputs and
@@ -224,3 +225,33 @@ def test_legacy_stages_are_removed_only_when_untouched_for_the_age_limit(tmp_pat
     assert not old.exists()
     assert all((p / "0.old").exists() for p in [recent, touched, *other, precious])
     assert link.is_symlink()
+
+
+def test_stages_of_another_boot_or_host_go_once_untouched_for_the_age_limit(tmp_path):
+    """Before, a stage named for another boot, container or host was never removed: after a
+    reboot (a new boot id) the stages a crash left stayed for good, their plans never recovered."""
+    host = host_key()
+    other_host = "0" * 12 if host != "0" * 12 else "1" * 12
+    old = make_stage(tmp_path, f".pl-{other_host}-{dead_pid()}-7-rebooted")
+    age(old, LEGACY_AGE_S + 60)
+    recent = make_stage(tmp_path, f".pl-{other_host}-{dead_pid()}-7-shared")  # may be a live run elsewhere
+    age(recent, LEGACY_AGE_S - 600)
+    write_all([(str(tmp_path / "out.bin"), b"x")])
+    assert not old.exists() and (recent / "0.old").exists()
+
+
+def test_a_stage_of_another_boot_has_its_swap_recovered(tmp_path):
+    """A run killed mid-swap, then the boot changed: once its stages are old enough, the sweep
+    puts the earlier outputs back from the plan, as for a dead process of this boot."""
+    kill_after_renames(tmp_path, 3)  # x moved aside, its new file not yet in
+    other_host = "0" * 12 if host_key() != "0" * 12 else "1" * 12
+    for d in ("a", "b"):
+        for s in stages(tmp_path / d):
+            moved = tmp_path / d / s.replace(host_key(), other_host, 1)
+            os.rename(tmp_path / d / s, moved)
+            plan = moved / "plan"
+            if plan.exists():  # the plan names the stages it was written in
+                plan.write_text(plan.read_text().replace(host_key(), other_host))
+            age(moved, LEGACY_AGE_S + 60)
+    remove_stale_stages(tmp_path / "a")
+    assert outputs_now(tmp_path) == OLD and stages(tmp_path / "a") == [] and stages(tmp_path / "b") == []

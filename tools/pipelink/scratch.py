@@ -4,9 +4,9 @@ They live in the temporary directory (TMPDIR, else /tmp) and are removed when th
 done, on failure, Ctrl-C and SIGTERM. SIGKILL or a crash leaves one, so each is named like a
 staging folder (staging.py): `pipelink-<host>-<pid>-<start>-<kind>_<random>`, and the first
 scratch folder a process makes removes the stale ones there: this user's, of this host and PID
-namespace, whose process is gone. Those of pipelink before this naming
-(`pipelink-{link,pack,rebuild,plain}-` and 8 random characters) go once untouched for
-staging.LEGACY_AGE_S. Nothing else in the temporary directory is looked at.
+namespace, whose process is gone. Those of another boot, container or host, and those of
+pipelink before this naming (`pipelink-{link,pack,rebuild,plain}-` and 8 random characters),
+go once untouched for staging.LEGACY_AGE_S. Nothing else in the temporary directory is looked at.
 
 A scratch folder that cannot be made or written (the temporary directory missing, read-only or
 full) is E-TEMP, naming the folder, instead of an internal error.

@@ -9,8 +9,10 @@ that are stale: a real directory (not a link), owned by this user, made on this 
 namespace, whose process is gone (no process has that pid, or the one that has it started at
 another time: the pid was reused). If the dead run was swapping its outputs into place, the
 swap is first finished or undone from the plan it left (swap.py), in every folder it staged in.
-Never touched: a live process's folder, another user's, one from another host or container
-sharing the file system, and names of another form.
+Never touched: a live process's folder, another user's, and names of another form. A folder
+made under another <host> (before a reboot, in another container, or on another machine
+sharing the file system) cannot have its process asked about: it goes, as a legacy one does,
+only once untouched for LEGACY_AGE_S.
 
 Legacy folders: pipelink before this naming staged in `.pl-` + 8 random characters, so their
 maker cannot be known. One is removed only when nothing in it (the folder or an entry in it)
@@ -111,8 +113,9 @@ def _untouched_for(path: str, age_s: float, now: float) -> bool:
 
 
 def stale_folders(parent: Path, prefix: str, legacy: re.Pattern, now: float | None = None) -> list[Path]:
-    """The folders in `parent` named `prefix`+maker whose maker is gone, and legacy ones (names
-    matching `legacy`) untouched for LEGACY_AGE_S; only this user's real directories."""
+    """The folders in `parent` named `prefix`+maker whose maker is gone, and those of another
+    <host> and legacy ones (names matching `legacy`) untouched for LEGACY_AGE_S; only this user's
+    real directories."""
     found = []
     try:
         entries = list(os.scandir(parent))
@@ -121,8 +124,10 @@ def stale_folders(parent: Path, prefix: str, legacy: re.Pattern, now: float | No
     pattern, now = _maker_name(prefix), time.time() if now is None else now
     for entry in entries:
         m = pattern.match(entry.name)
-        if m:
-            stale = m.group(1) == host_key() and _process_gone(int(m.group(2)), int(m.group(3)))
+        if m and m.group(1) == host_key():
+            stale = _process_gone(int(m.group(2)), int(m.group(3)))
+        elif m:  # another boot, container or host: whether its maker lives cannot be asked
+            stale = _untouched_for(entry.path, LEGACY_AGE_S, now)
         else:
             stale = bool(legacy.match(entry.name)) and _untouched_for(entry.path, LEGACY_AGE_S, now)
         if stale and own_folder(entry.path):
