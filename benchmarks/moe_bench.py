@@ -21,6 +21,9 @@ Columns:
                               after the same torch router; LIGER_FUSED_MOE_AUTOTUNE=0 (one pinned
                               config: its autotuner would compile 32 configs per kernel). It calls
                               .item() once per step, so it cannot be captured: timed eagerly.
+  sglang, sglang:kernels      SGLang 0.5.23's Triton fused MoE with its H200 config for this layer
+                              (benchmarks/moe_sglang.py; PIPELINK_SGLANG_DIR = the unpacked wheel):
+                              the whole step, and its four kernels alone on routing made beforehand.
 
 Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
   check     fresh random inputs per T, moe_step's output poisoned (NaN) first; float64 reference
@@ -56,6 +59,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
+import moe_sglang  # noqa: E402
 from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, run_gates, sanitizer  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8
@@ -160,6 +164,14 @@ def liger_step_factory():
     return liger_step
 
 
+def sglang_factory():
+    """moe_sglang.step_factory over PIPELINK_SGLANG_DIR, or raise with the reason it cannot run."""
+    root = moe_sglang.sglang_dir()
+    if root is None:
+        raise moe_sglang.Unavailable("PIPELINK_SGLANG_DIR is not set (benchmarks/moe_sglang.py says how)")
+    return moe_sglang.step_factory(root, route, E, TOP_K)
+
+
 def moe_step_columns(builds=()) -> tuple[dict, str]:
     """{'moe_step': opener, 'moe_step:control': opener, 'moe_step_<name>': opener for each
     (name, dir) of `builds`} or ({}, why not). opener(x, rw, w13, w2, out, workspaces=None)
@@ -202,6 +214,10 @@ def cmd_check(a) -> int:
         impls["liger"] = liger_step_factory()
     except Exception as e:  # noqa: BLE001
         print(f"liger: skipped ({type(e).__name__}: {e})")
+    try:
+        impls["sglang"] = sglang_factory()[0]
+    except Exception as e:  # noqa: BLE001
+        print(f"sglang: skipped ({type(e).__name__}: {e})")
     bad = rows = 0
     for T in a.tokens:
         x = tokens(T, g)
@@ -239,6 +255,11 @@ def cmd_bench(a) -> int:
     except Exception as e:  # noqa: BLE001
         liger = None
         print(f"liger column skipped: {type(e).__name__}: {e}")
+    try:
+        sgl_step, sgl_kernels, sgl_prepare = sglang_factory()
+    except Exception as e:  # noqa: BLE001
+        sgl_step = None
+        print(f"sglang columns skipped: {type(e).__name__}: {e}")
     # dynamic=True: one compile with T symbolic for every T (automatic dynamic shapes compiled
     # T = 1 specialised first, then again; static compiles per T cost ~20+ s each there).
     compiled = torch.compile(torch_step, dynamic=True) if a.compile else None
@@ -262,17 +283,25 @@ def cmd_bench(a) -> int:
             graphable.add("torch.compile")
         if liger is not None:
             fns["liger"] = lambda: liger(x, router_w, w13, w2)
+        if sgl_step is not None:
+            routed = sgl_prepare(x, router_w, w13)
+            fns["sglang"] = lambda: sgl_step(x, router_w, w13, w2)
+            fns["sglang:kernels"] = lambda: sgl_kernels(x, w13, w2, routed)
+            graphable |= {"sglang", "sglang:kernels"}
         inner = 10 if T <= 1024 else 3
-        t = interleaved(fns, inner, a.rounds, eager=set(fns) - graphable)
+        t = interleaved(fns, inner, a.rounds, eager=set(fns) - graphable, skip_failing=True)
         row = {"T": T, **{k: round(v, 2) for k, v in t.items()}}
-        base = [v for k, v in t.items() if not k.startswith("moe_step")]
+        # whole steps only: sglang:kernels leaves the routing out
+        base = [v for k, v in t.items() if not k.startswith("moe_step") and k != "sglang:kernels"]
         if "moe_step" in t:
             row["vs_best_baseline"] = round(min(base) / t["moe_step"], 3)
+            if "sglang:kernels" in t:
+                row["vs_sglang_kernels"] = round(t["sglang:kernels"] / t["moe_step"], 3)
             row["vs_torch_eager"] = round(t["torch"] / t["moe_step"], 3)
         table.append(row)
         print(json.dumps(row), flush=True)
     cols = [c for c in ("moe_step", "moe_step:control", *(f"moe_step_{n}" for n, _ in a.builds),
-                        "torch", "torch.compile", "liger") if c in table[0]]
+                        "torch", "torch.compile", "liger", "sglang", "sglang:kernels") if c in table[0]]
     print(f"\nMoE step (Qwen3-30B-A3B), us per step, median over {a.rounds} rotating rounds "
           "(graph replays; liger eager)")
     print(f"{'T':>6} " + " ".join(f"{c:>16}" for c in cols) + ("  vs best  vs eager" if "moe_step" in cols else ""))
