@@ -4,6 +4,7 @@
 #   device run, carry ["bazel-bin/kernels", ".whl"]:  bash benchmarks/moe_device_run.sh
 #   STEPS="tests check trace pair bench sanitize ep cx"   (default: all, in this order)
 #   BUILDS=name=dir,...   other builds' moe_step timed in bench's rounds (columns moe_step_<name>)
+#   PIPELINK_SGLANG_DIR=dir   the unpacked sglang wheel: check and bench add SGLang's columns (moe_sglang.py)
 #   needs //kernels:moe_step, :moe_step_swiglu2 (+control), :moe_step_trace and :moe_step_team (manual) and the
 #   counterexample's mutations (//kernels/... builds them) in bazel-bin.
 set -uo pipefail
