@@ -17,18 +17,18 @@ torch ops without a host sync, producing the same layout). So two columns:
   sglang:kernels  the four SGLang kernels alone, on routing and alignment made beforehand: a
                   lower bound on any step built from them.
 
+    # not into .whl: the device commands pip-install every wheel there, and this one is cp311
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 \\
-        --platform manylinux_2_34_x86_64 -d .whl sglang==0.5.23          # 39 MB, pure Python used
-    unzip -q -o .whl/sglang-0.5.23-*.whl 'sglang/kernels/ops/moe/fused_moe_triton_kernels.py' \\
-        'sglang/srt/layers/moe/moe_runner/triton_utils/configs/*' -d /tmp/sgl
-    PIPELINK_SGLANG_DIR=/tmp/sgl python3 benchmarks/moe_bench.py bench ...
+        --platform manylinux_2_34_x86_64 -d /tmp/whl sglang==0.5.23      # 39 MB, pure Python used
+    unzip -q -o /tmp/whl/sglang-0.5.23-*.whl 'sglang/kernels/ops/moe/fused_moe_triton_kernels.py' \\
+        'sglang/srt/layers/moe/moe_runner/triton_utils/configs/*' -d .xfer/sgl     # carry .xfer/sgl
+    PIPELINK_SGLANG_DIR=$PWD/.xfer/sgl python3 benchmarks/moe_bench.py bench ...
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import types
 from pathlib import Path
@@ -175,6 +175,3 @@ def step_factory(root: str | Path, route, experts: int, top_k: int):
 
     return step, kernels, prepare
 
-
-def sglang_dir() -> str | None:
-    return os.environ.get("PIPELINK_SGLANG_DIR") or None
