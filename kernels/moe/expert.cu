@@ -148,6 +148,51 @@ struct Tile {
   unsigned row0, meta;
 };
 constexpr unsigned VALID = 1u << 16, READY = 1u << 17;
+// Whether every lane of the warp already acquired the unit's readiness counter complete (the
+// READY bit of its check a unit ago): then the unit starts without another L2 round trip.
+__device__ __forceinline__ bool known_ready(const Tile& t) { return __all_sync(0xffffffffu, t.meta & READY); }
+// Which experts' readiness counters of a pass this warp has acquired complete: lane l holds
+// bits i for experts 4 l + i (like count[]). One refresh reads all 128 counters (16 B a lane,
+// one acquire), so a unit's check costs an L2 round trip only while some expert is still
+// incomplete; an acquire per unit stalled every unit's start on one.
+__device__ __forceinline__ uint4 ld_acquire4(const unsigned* p, bool sys) {
+  uint4 v;
+  if (sys)
+    asm volatile("ld.acquire.sys.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  else
+    asm volatile("ld.acquire.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+struct Known {
+  unsigned bits;
+  __device__ __forceinline__ bool has(unsigned e) const {
+    return __shfl_sync(0xffffffffu, bits, e / 4) >> (e % 4) & 1u;
+  }
+  // counters[e] >= count[e] * scale; the warp barrier orders every lane's later loads after
+  // each lane's acquire (any lane may load any expert's rows).
+  __device__ __forceinline__ void refresh(const unsigned* counters, const unsigned* count, unsigned scale, bool sys,
+                                          unsigned lane) {
+    const uint4 c = ld_acquire4(counters + 4 * lane, sys);
+    const unsigned v[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) bits |= v[i] >= count[i] * scale ? 1u << i : 0u;
+    __syncwarp();
+  }
+};
+// A readiness count owed to the consumers (HREADY of a warp's h rows, YDONE of a unit's ys
+// rows), released one unit late: by then the stores have reached L2, so the release does
+// not stall the warpgroup's next wgmma on a fence (one release, not a fence in every warp).
+// The caller orders the stores before the release by a barrier over the storing threads.
+struct Pending {
+  unsigned* counter;
+  unsigned add;
+  __device__ __forceinline__ void release(bool by_me) {
+    if (by_me && counter) moe::red_release(counter, add);
+    counter = nullptr;
+  }
+};
 
 // acc[N/2] (wgmma m64nN layout) = A[64 rows of lda, K] · B[N rows, K]ᵀ for unit `w`: A rows
 // >= w.rows zero (cp.async); B = `parts` boxes of N / parts rows of `map` (TMA).
@@ -359,38 +404,48 @@ PL_ENTRY(run) {
     for (unsigned i = 0; i < 4; ++i) units[i] = moe::ceil_div(count[i], ROWS) * HBLOCKS;
     moe::exclusive_scan4(units, first, lane, total);
     // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
+    Known known{0};
     const auto gateup_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
       const Unit w = locate<ROWS>(u, count, first, HBLOCKS);
       const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
-      const bool ready = check && moe::ld_acquire_at(cur + moe::READY + w.e, p.world) >= cnt;
+      if (check && !known.has(w.e)) known.refresh(cur + moe::READY, count, 1, p.world > 1, lane);
+      const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0,
                   min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
     };
-    prime<M, 2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, gateup_tile(gwg, false));
+    Tile tile = gateup_tile(gwg, false);
+    prime<M, 2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, tile);
     moe::stamp(sync, moe::GATEUP_BEGIN, lane);  // (before the first readiness wait: the loop has no room)
+    Pending pending{};
     for (unsigned u = gwg; u < total; u += nwg) {
       const Unit w = locate<ROWS>(u, count, first, HBLOCKS);
       const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
       const unsigned valid = min(ROWS, cnt - w.tile * ROWS);
-      if (p.world > 1) {  // rows from other GPUs: system scope
-        while (moe::ld_acquire_sys(cur + moe::READY + w.e) < cnt) __nanosleep(64);
-        __syncwarp();
-      } else {
-        moe::wait_at_least(cur + moe::READY + w.e, cnt);
+      if (!known_ready(tile)) {
+        if (p.world > 1) {  // rows from other GPUs: system scope
+          while (moe::ld_acquire_sys(cur + moe::READY + w.e) < cnt) __nanosleep(64);
+          __syncwarp();
+        } else {
+          moe::wait_at_least(cur + moe::READY + w.e, cnt);
+        }
       }
+      const Tile next = gateup_tile(u + nwg, true);
       float acc[BH];  // m64 x n(2 BH): BH floats per thread
       mainloop<M, 2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr,
-                                                           &p.tmap_w13, gateup_tile(u, false), gateup_tile(u + nwg, true),
-                                                           ring_sync);
+                                                           &p.tmap_w13, tile, next, ring_sync);
+      tile = next;
+      pending.release(lane == 0);  // the last unit's HREADY (its h rows were stored a unit ago)
       // Solo: rows >= block_m belong to the next tile. Team: a unit's rows past its valid ones
       // may be the next expert's (whole block_m tiles of padding are never read): only warps
       // with a valid row export (their 16 rows lie in one block_m tile of this expert).
       if (r0 < (TEAM ? valid : BM)) {
         PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
-        if (valid > r0) moe::signal(cur + moe::HREADY + w.e, min(16u, valid - r0) * BH, lane);
+        if (valid > r0) pending = {cur + moe::HREADY + w.e, min(16u, valid - r0) * BH};
       }
     }
+    __syncwarp();  // the warp's h rows are stored before lane 0 releases them
+    pending.release(lane == 0);
 
     moe::stamp(sync, moe::GATEUP_END, lane);
 
@@ -403,20 +458,28 @@ PL_ENTRY(run) {
       if (u >= total) return Tile{0, 0, 0};
       const Unit w = locate<ROWS>(u, count, first, NBLOCKS);
       const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
-      const bool ready = check && moe::ld_acquire(cur + moe::HREADY + w.e) >= cnt * moe::INTER;
+      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, count, moe::INTER, false, lane);
+      const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0,
                   min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
     };
-    prime<M, BN, 1, 0>(ring, &p.tmap_w2, down_tile(gwg, false));
+    known = {0};
+    tile = down_tile(gwg, false);
+    prime<M, BN, 1, 0>(ring, &p.tmap_w2, tile);
     moe::stamp(sync, moe::DOWN_BEGIN, lane);
     for (unsigned u = gwg; u < total; u += nwg) {
       const Unit w = locate<ROWS>(u, count, first, NBLOCKS);
       const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
       const unsigned valid = min(ROWS, cnt - w.tile * ROWS);
-      moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
+      if (!known_ready(tile)) moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
+      const Tile next = down_tile(u + nwg, true);
       float acc[BN / 2];
-      mainloop<M, BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, down_tile(u, false),
-                                        down_tile(u + nwg, true), ring_sync);
+      mainloop<M, BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, tile, next, ring_sync);
+      tile = next;
+      // One rank: the last unit's YDONE, by one thread. Its ys rows were stored before this
+      // unit's ring barriers, so the release covers every thread's stores (CUTLASS's
+      // semaphore pattern), and they have long reached L2: no thread waits on a fence here.
+      pending.release(ring.t == 0);
 #pragma unroll
       for (unsigned j = 0; j < BN / 8; ++j) {
         const float* d = acc + 4 * j;
@@ -425,15 +488,18 @@ PL_ENTRY(run) {
         if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
         if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
       }
-      if (p.world > 1) moe::fence_sys();  // combine may read ys from another GPU
-      else __threadfence();
-      ring_sync();  // the whole unit is stored
-      if (ring.t == 0) {  // combine counts block_m tiles: a team unit is ceil(valid / block_m) of them
-        const unsigned tiles = TEAM ? moe::ceil_div(valid, BM) : 1u;
-        if (p.world > 1) moe::red_release_sys(cur + moe::YDONE + w.e, tiles);
-        else moe::red_release(cur + moe::YDONE + w.e, tiles);
+      // combine counts block_m tiles: a team unit is ceil(valid / block_m) of them
+      const unsigned tiles = TEAM ? moe::ceil_div(valid, BM) : 1u;
+      if (p.world > 1) {  // combine may read ys from another GPU: every thread's stores fenced at system scope
+        moe::fence_sys();
+        ring_sync();  // the whole unit is stored
+        if (ring.t == 0) moe::red_release_sys(cur + moe::YDONE + w.e, tiles);
+      } else {
+        pending = {cur + moe::YDONE + w.e, tiles};
       }
     }
+    ring_sync();  // every thread's ys rows are stored before the ring's thread 0 releases them
+    pending.release(ring.t == 0);
   };
   // (Team mode on one rank only: expert parallelism's gathered rows stay on the tested solo path.)
   if (p.t >= EXPERT_TEAM_MIN_T && p.world == 1) passes(Team{});

@@ -120,6 +120,9 @@ __device__ __forceinline__ unsigned enter(unsigned* sync, unsigned owner, unsign
 __device__ __forceinline__ void finish_launch(unsigned* sync, unsigned owner, unsigned set, unsigned from,
                                               unsigned n, unsigned lane) {
   unsigned* other = sync + SET(set ^ 1u) + from;
+  // Opaque: folding the set's offset into each lane's address let the linked and the
+  // single-unit builds pick different (equivalent) instructions (fused_kernel_sass_test).
+  asm("" : "+l"(other));
   for (unsigned i = lane; i < n; i += 32) other[i] = 0;
   __syncwarp();
   if (lane == 0) {
