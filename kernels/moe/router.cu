@@ -210,14 +210,20 @@ PL_ENTRY(run) {
       const __nv_bfloat16* a1 = a0 + 8 * moe::HIDDEN;
       const uint4 zero = make_uint4(0, 0, 0, 0);
       const uint32_t ring = pl::smem_addr(PL_SMEM_PTR(wr)) + (threadIdx.x / 32 - PL_WARP_BEGIN()) * WARP_RING;
-      fill_stage(ring, p.router_w, k_begin, lane);
-      uint4 ag = v0 ? warp_mma::ld_cg(a0) : zero, ah = v1 ? warp_mma::ld_cg(a1) : zero;
+      // Each warp walks its k-range from its own k32 step on (krange is a power of two): warps
+      // that ran in step would all ask L2 for the same 8 KB of W_r at once.
+      unsigned rot = rank * 32 & (krange - 1);
+      asm("" : "+r"(rot));  // opaque: the linked and single-unit builds then select the same instructions
+      const auto kat = [&](unsigned k0) { return (k0 + rot) & (krange - 1); };
+      fill_stage(ring, p.router_w, k_begin + kat(0), lane);
+      uint4 ag = v0 ? warp_mma::ld_cg(a0 + kat(0)) : zero, ah = v1 ? warp_mma::ld_cg(a1 + kat(0)) : zero;
 #pragma unroll 1
       for (unsigned k0 = 0, s = 0; k0 < krange; k0 += 32, s ^= 1u) {
         const uint4 ga = ag, ha = ah;
         if (k0 + 32 < krange) {  // the next step's slice and x while this one's MMAs run
-          fill_stage(ring + (s ^ 1u) * STAGE_BYTES, p.router_w, k_begin + k0 + 32, lane);
-          ag = v0 ? warp_mma::ld_cg(a0 + k0 + 32) : zero, ah = v1 ? warp_mma::ld_cg(a1 + k0 + 32) : zero;
+          const unsigned kn = kat(k0 + 32);
+          fill_stage(ring + (s ^ 1u) * STAGE_BYTES, p.router_w, k_begin + kn, lane);
+          ag = v0 ? warp_mma::ld_cg(a0 + kn) : zero, ah = v1 ? warp_mma::ld_cg(a1 + kn) : zero;
           asm volatile("cp.async.wait_group 1;" ::: "memory");
         } else {
           asm volatile("cp.async.wait_group 0;" ::: "memory");
