@@ -14,6 +14,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "moe_shapes.h"
 
 PL_DECLARE_FACT(top_k);
@@ -92,29 +94,48 @@ PL_ENTRY(run) {
     // rows[] was written before the READY release that the expert acquired: visible now.
     src += (size_t)__ldcg(rows + tok * top_k + k) * moe::HIDDEN;
     __syncwarp();
-    for (unsigned j = part * per_part; j < (part + 1) * per_part; ++j) {
-      const unsigned c = j * 256 + lane * 8;
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const __nv_bfloat16* yk[moe::TOP_K];
+    float wk[moe::TOP_K];
 #pragma unroll
-      for (unsigned k = 0; k < moe::TOP_K; ++k) {  // (top_k == TOP_K: checked above)
-        const auto* yk = reinterpret_cast<const __nv_bfloat16*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
-        const float wk = __shfl_sync(0xffffffffu, w, k);
-        const uint4 y = __ldcg(reinterpret_cast<const uint4*>(yk + c));
-        const unsigned yw[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-        for (unsigned i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[i]));
-          acc[2 * i] += wk * f.x, acc[2 * i + 1] += wk * f.y;
-        }
-      }
-      uint4 o;
-      __nv_bfloat162 h0 = __floats2bfloat162_rn(acc[0], acc[1]), h1 = __floats2bfloat162_rn(acc[2], acc[3]);
-      __nv_bfloat162 h2 = __floats2bfloat162_rn(acc[4], acc[5]), h3 = __floats2bfloat162_rn(acc[6], acc[7]);
-      o.x = *reinterpret_cast<unsigned*>(&h0), o.y = *reinterpret_cast<unsigned*>(&h1);
-      o.z = *reinterpret_cast<unsigned*>(&h2), o.w = *reinterpret_cast<unsigned*>(&h3);
-      *reinterpret_cast<uint4*>(p.out + (size_t)tok * moe::HIDDEN + c) = o;
+    for (unsigned k = 0; k < moe::TOP_K; ++k) {  // (top_k == TOP_K: checked above)
+      yk[k] = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
+      wk[k] = __shfl_sync(0xffffffffu, w, k);
     }
+    // U chunks of 256 columns at a time: all U x top_k row loads are in flight together. The
+    // sum is latency-bound (a warp's loads, then its adds): one chunk at a time took 8 L2/DRAM
+    // round trips a token, the combine's tail after the last expert ~195 us at T = 16384.
+    const auto chunks = [&](unsigned j, auto u) {
+      constexpr unsigned U = decltype(u)::value;
+      uint4 y[U][moe::TOP_K];
+#pragma unroll
+      for (unsigned k = 0; k < moe::TOP_K; ++k)
+#pragma unroll
+        for (unsigned v = 0; v < U; ++v) y[v][k] = __ldcg(reinterpret_cast<const uint4*>(yk[k] + (j + v) * 256 + lane * 8));
+#pragma unroll
+      for (unsigned v = 0; v < U; ++v) {
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (unsigned k = 0; k < moe::TOP_K; ++k) {
+          const unsigned yw[4] = {y[v][k].x, y[v][k].y, y[v][k].z, y[v][k].w};
+#pragma unroll
+          for (unsigned i = 0; i < 4; ++i) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[i]));
+            acc[2 * i] += wk[k] * f.x, acc[2 * i + 1] += wk[k] * f.y;
+          }
+        }
+        uint4 o;
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(acc[0], acc[1]), h1 = __floats2bfloat162_rn(acc[2], acc[3]);
+        __nv_bfloat162 h2 = __floats2bfloat162_rn(acc[4], acc[5]), h3 = __floats2bfloat162_rn(acc[6], acc[7]);
+        o.x = *reinterpret_cast<unsigned*>(&h0), o.y = *reinterpret_cast<unsigned*>(&h1);
+        o.z = *reinterpret_cast<unsigned*>(&h2), o.w = *reinterpret_cast<unsigned*>(&h3);
+        *reinterpret_cast<uint4*>(p.out + (size_t)tok * moe::HIDDEN + (j + v) * 256 + lane * 8) = o;
+      }
+    };
+    unsigned j = part * per_part;
+    const unsigned end = j + per_part;
+#pragma unroll 1
+    for (; j + 2 <= end; j += 2) chunks(j, std::integral_constant<unsigned, 2>{});
+    if (j < end) chunks(j, std::integral_constant<unsigned, 1>{});
   };
   // This warp's units gw + j nw, j < n, in the order their experts finish: sweep them,
   // combining every unit whose token's top_k experts are done, skipping the others, until none is
