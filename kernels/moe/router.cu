@@ -213,7 +213,7 @@ PL_ENTRY(run) {
       // Each warp walks its k-range from its own k32 step on (krange is a power of two): warps
       // that ran in step would all ask L2 for the same 8 KB of W_r at once.
       unsigned rot = rank * 32 & (krange - 1);
-      asm("" : "+r"(rot));  // opaque: the linked and single-unit builds then select the same instructions
+      asm("" : "+r"(rot));  // opaque, as measured (run 16); linked = control SASS holds without it too
       const auto kat = [&](unsigned k0) { return (k0 + rot) & (krange - 1); };
       fill_stage(ring, p.router_w, k_begin + kat(0), lane);
       uint4 ag = v0 ? warp_mma::ld_cg(a0 + kat(0)) : zero, ah = v1 ? warp_mma::ld_cg(a1 + kat(0)) : zero;
