@@ -206,7 +206,7 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
 def cmd_check(a) -> int:
     import torch
     router_w, w13, w2, g = weights()
-    ours, why = moe_step_columns()
+    ours, why = moe_step_columns(a.builds)
     if why:
         print(f"moe_step: skipped ({why})")
     impls = {"torch": torch_step}
@@ -414,7 +414,7 @@ def main() -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
-    ap.add_argument("--builds", default="", help="bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
+    ap.add_argument("--builds", default="", help="check, bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
     ap.add_argument("--json")
     a = ap.parse_args()
     a.tokens = parse_counts(ap, "--tokens", a.tokens)

@@ -25,7 +25,7 @@ step() {
   echo "== $name: exit $r in $((SECONDS - t0))s"; tail -n "${TAIL:-4}" "$OUT/$name.log"
 }
 has tests && step tests 240 python3 -m pytest -q tests/test_moe_step.py tests/test_moe_ep.py
-has check && step check 150 python3 benchmarks/moe_bench.py check
+has check && step check 150 python3 benchmarks/moe_bench.py check ${BUILDS:+--builds $BUILDS}
 has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3
 has pair && TAIL=8 step pair 200 python3 benchmarks/moe_bench.py pair --rounds ${ROUNDS:-10}
 has bench && TAIL=9 step bench 300 python3 benchmarks/moe_bench.py bench --rounds ${ROUNDS:-10} ${BUILDS:+--builds $BUILDS}
