@@ -69,9 +69,9 @@ PL_ENTRY(run) {
     unsigned tot[4], below[4];
     moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);
   }
-  // Lane k's expert of choice k is done: all its down tiles counted on its owner's YDONE.
+  // Several ranks: lane k's expert of choice k is done, all its down tiles counted on its
+  // owner's YDONE (system scope; one rank: done_bits below).
   const auto choice_done = [&](unsigned e) {
-    if (world == 1) return moe::ld_acquire(cur + moe::YDONE + e) >= moe::ceil_div(__ldcg(cur + moe::COUNTS + e), bm) * blocks;
     unsigned cnt = 0;
     for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
     const unsigned owner = e / (moe::EXPERTS / world);
@@ -79,6 +79,26 @@ PL_ENTRY(run) {
     if (owner != p.rank)
       done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
     return moe::ld_acquire_sys(done) >= moe::ceil_div(cnt, bm) * blocks;
+  };
+  // One rank: which experts this warp has acquired done, lane l holding bit i for expert
+  // 4 l + i (like the expert's Known). A refresh reads all 128 YDONE counters and counts at
+  // once (16 B a lane each), and runs only when a group of units has a pending choice whose
+  // bit is not set: testing each pending choice's counter instead (run 18's ncu at T = 16384)
+  // made 96 M L2 sector requests a launch to the few lines that hold YDONE and COUNTS, 16% of
+  // the kernel's warp samples, the slices the expert's loads and signals also use. Bits stay
+  // set, so once a warp has seen every expert done it reads no counter again. The warp
+  // barrier orders every lane's later ys loads after each lane's acquire (any lane may read
+  // any expert's rows).
+  unsigned done_bits = 0;
+  const auto refresh_done = [&]() {
+    uint4 y;
+    asm volatile("ld.acquire.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(y.x), "=r"(y.y), "=r"(y.z), "=r"(y.w) : "l"(cur + moe::YDONE + 4 * lane) : "memory");
+    const uint4 c = __ldcg(reinterpret_cast<const uint4*>(cur + moe::COUNTS + 4 * lane));
+    const unsigned yv[4] = {y.x, y.y, y.z, y.w}, cv[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) done_bits |= yv[i] >= moe::ceil_div(cv[i], bm) * blocks ? 1u << i : 0u;
+    __syncwarp();
   };
   // out[tok]'s columns of part `part` from its top_k ys rows (every choice's expert done,
   // acquired by this warp).
@@ -153,7 +173,19 @@ PL_ENTRY(run) {
         const unsigned j = j0 + lane / top_k;
         const unsigned seen = __shfl_sync(0xffffffffu, done, j % 32);  // (every lane: a full-warp shuffle)
         const bool pending = j < wn && !(seen >> (j / 32) & 1u);
-        const bool ok = pending && choice_done(__ldcg(route_e + ((gw + (w0 + j) * nw) >> shift) * top_k + lane % top_k));
+        bool ok;
+        if (world == 1) {  // (every lane: full-warp shuffles and ballot)
+          const unsigned e = pending ? __ldcg(route_e + ((gw + (w0 + j) * nw) >> shift) * top_k + lane % top_k) : 0u;
+          const auto known = [&]() { return __shfl_sync(0xffffffffu, done_bits, e / 4) >> (e % 4) & 1u; };
+          unsigned bit = known();  // (outside the && below: every lane must shuffle)
+          if (__any_sync(0xffffffffu, pending && !bit)) {
+            refresh_done();
+            bit = known();
+          }
+          ok = pending && bit;
+        } else {
+          ok = pending && choice_done(__ldcg(route_e + ((gw + (w0 + j) * nw) >> shift) * top_k + lane % top_k));
+        }
         const unsigned pend = __ballot_sync(0xffffffffu, pending), bad = __ballot_sync(0xffffffffu, pending && !ok);
         for (unsigned g = 0; g < GROUP; ++g) {
           const unsigned bits = (1u << top_k) - 1u;
