@@ -85,7 +85,12 @@ def moe_step_problem(rng, T=16, E=128, H=2048, I=768, top_k=8):
     logits = xf @ rf.T
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
-    top = np.argsort(-p, axis=1, kind="stable")[:, :top_k]
+    order = np.argsort(-p, axis=1, kind="stable")
+    top = order[:, :top_k]
+    # A token whose 8th and 9th logits lie within 1e-4 may route either way in f32 (moe_bench.py
+    # excludes the same tokens): its reference row is NaN, which classify() leaves out.
+    sorted_logits = np.take_along_axis(logits, order[:, top_k - 1:top_k + 1], 1)
+    ambiguous = sorted_logits[:, 0] - sorted_logits[:, 1] < 1e-4
     wts = np.take_along_axis(p, top, 1)
     wts /= wts.sum(1, keepdims=True)
     ref = np.zeros((T, H))
@@ -93,6 +98,7 @@ def moe_step_problem(rng, T=16, E=128, H=2048, I=768, top_k=8):
         t, j = np.nonzero(top == e)
         h = xf[t] @ from_bf16(w13b[e]).T
         ref[t] += wts[t, j, None] * ((silu(h[:, :I]) * h[:, I:]) @ from_bf16(w2b[e]).T)
+    ref[ambiguous] = np.nan
     return ({"x": xb, "router_w": rb, "w13": w13b, "w2": w2b}, {"t": T, "rank": 0, "world": 1, "peers": 0},
             ("out", (T, H)), ref)
 
@@ -145,11 +151,15 @@ def classify(out, ref, tol, floor=0.01) -> tuple[str, str]:
     nan = int(np.isnan(got).sum())
     if nan == got.size:
         return "unwritten", f"all {nan} elements still NaN"
-    rms = float(np.sqrt((ref**2).mean()))
-    err = float(np.nan_to_num(np.abs(got - ref) / (np.abs(ref) + floor * rms), nan=0.0).max())
+    # NaN reference rows (moe_step's ambiguously routed tokens) are left out of the comparison.
+    skip = ~np.isfinite(ref).reshape(ref.shape[0], -1).all(1) if ref.ndim > 1 else ~np.isfinite(ref)
+    kept_ref, kept_got = ref[~skip], got[~skip]
+    rms = float(np.sqrt((kept_ref**2).mean())) if kept_ref.size else 0.0
+    err = float(np.nan_to_num(np.abs(kept_got - kept_ref) / (np.abs(kept_ref) + floor * rms), nan=0.0).max(initial=0.0))
+    note = f"; {int(skip.sum())} ambiguous rows excluded" if skip.any() else ""
     if nan:
-        return "partly unwritten", f"{nan}/{got.size} elements still NaN; max_rel of the rest {err:.2e}"
-    return ("correct" if err <= tol else "wrong"), f"max_rel {err:.2e} (tol {tol})"
+        return "partly unwritten", f"{nan}/{got.size} elements still NaN; max_rel of the rest {err:.2e}{note}"
+    return ("correct" if err <= tol else "wrong"), f"max_rel {err:.2e} (tol {tol}){note}"
 
 
 # ---- the child: runs jobs, one line per event on stdout ------------------------------------
