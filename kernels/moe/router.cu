@@ -13,11 +13,13 @@
 // W_r's k16 slices (128 experts x 16 k, 4 KB) come by cp.async into an eight-stage ring that
 // the CTA's two router warps share (smem claim `wr`), seven steps ahead of the MMAs: each warp
 // loads half of every slice (64 experts) and both run the same k-steps on two tiles, with one
-// named barrier (`ring`) a step. x's fragments come three steps ahead in registers. The phase
-// is bound by the L2's delivery of W_r, read by every warp (~2 TB/s for 512 KB; moe_step_trace
-// at T = 16384: ~1.1 us a k32 step whether one or three k16 steps were in flight, run 19), so a
-// slice shared by two tiles halves what the L2 must deliver. Straight from global into
-// registers ptxas kept about seven loads in flight and no step ahead (run 13).
+// named barrier (`ring`) a step. x's fragments come two steps ahead in registers. The phase
+// is bound by what L2 delivers, not by one warp's latency: W_r is read by every warp (~2 TB/s
+// for 512 KB; moe_step_trace at T = 16384: ~1.1 us a k32 step whether one or three k16 steps
+// of a private ring were in flight, run 19), so a slice shared by two tiles halves that. (x's
+// rows through the same ring, five steps ahead, cut the phase by another third: run 19's `rx`,
+// not yet gated.) Straight from global into registers ptxas kept about seven loads in flight
+// and no step ahead (run 13).
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
