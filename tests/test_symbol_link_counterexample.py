@@ -170,3 +170,16 @@ def test_moe_problem_marks_near_ties():
     logits = h.from_bf16(inputs["x"]).astype(np.float64) @ h.from_bf16(inputs["router_w"]).astype(np.float64).T
     s = np.sort(logits, 1)[:, ::-1]
     assert (np.isnan(ref).all(1) == (s[:, 7] - s[:, 8] < 1e-4)).all()
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step", "attn_causal", "attn_decode"])
+def test_counterexample_on_the_gpu(kernel):
+    index = _harness().default_index(kernel)
+    if not index.exists():
+        pytest.skip(f"build it first: tools/bazel build //{index.parent.relative_to(ROOT / 'bazel-bin')}:{kernel}_mutations")
+    r = _harness().run(index, watchdog=8.0, seed=None)
+    assert r["original"][0] == "correct", r["original"]
+    for row in r["rows"]:
+        assert row["pipelink"].startswith("rejected") or row["pipelink"] == "propagated-and-correct", row
+    assert any(row["plain"] != "correct" for row in r["rows"])
