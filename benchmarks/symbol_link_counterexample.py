@@ -152,10 +152,14 @@ def classify(out, ref, tol, floor=0.01) -> tuple[str, str]:
     if nan == got.size:
         return "unwritten", f"all {nan} elements still NaN"
     # NaN reference rows (moe_step's ambiguously routed tokens) are left out of the comparison.
-    skip = ~np.isfinite(ref).reshape(ref.shape[0], -1).all(1) if ref.ndim > 1 else ~np.isfinite(ref)
+    skip = ~np.isfinite(ref.reshape(len(ref), -1)).all(1)
+    if skip.all():  # (an unwritten element still says so)
+        if nan:
+            return "partly unwritten", f"{nan}/{got.size} elements still NaN; every reference row ambiguous"
+        return "undetermined", f"all {len(ref)} reference rows are ambiguous (near-tied routing): nothing to compare"
     kept_ref, kept_got = ref[~skip], got[~skip]
-    rms = float(np.sqrt((kept_ref**2).mean())) if kept_ref.size else 0.0
-    err = float(np.nan_to_num(np.abs(kept_got - kept_ref) / (np.abs(kept_ref) + floor * rms), nan=0.0).max(initial=0.0))
+    rms = float(np.sqrt((kept_ref**2).mean()))
+    err = float(np.nan_to_num(np.abs(kept_got - kept_ref) / (np.abs(kept_ref) + floor * rms), nan=0.0).max())
     note = f"; {int(skip.sum())} ambiguous rows excluded" if skip.any() else ""
     if nan:
         return "partly unwritten", f"{nan}/{got.size} elements still NaN; max_rel of the rest {err:.2e}{note}"

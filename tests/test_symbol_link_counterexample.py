@@ -153,6 +153,8 @@ def test_classify():
     assert kind == "correct" and "1 ambiguous rows excluded" in info
     off[5] = h.bf16(ref[5] * 1.5)[0]
     assert h.classify(off, amb, 2e-2)[0] == "wrong"
+    # Nothing left to compare is no verdict of correct.
+    assert h.classify(bits, np.full_like(ref, np.nan), 2e-2)[0] == "undetermined"
 
 
 def test_moe_problem_marks_near_ties():
