@@ -10,13 +10,14 @@
 // (atomic per-expert count = the slot's position) and releases the tile's tokens on counter
 // ROUTED. No warp of this role ever waits; a warp without a unit warms the instruction cache
 // for the routing code (below).
-// W_r's k32 slice of a k-step (128 experts x 32 k, 8 KB) comes by cp.async into a two-stage ring
-// of the warp's own (smem claim `wr`): the next step's slice loads while this one's MMAs run.
-// Straight from global into registers (16 uint4 a lane, beside 64 accumulators) ptxas kept about
-// seven loads in flight and no step ahead: two or three L2 round trips a step (the router phase
-// at T = 4096: 128 -> 84 us, the step 3.4% faster; BENCHMARKS.md issue 9 run 13). A ring
-// shared by the CTA's two warps (half a slice each, a barrier a step) did not link without
-// spills: the kernel sits at 128 registers a thread.
+// A k-step's operands come by cp.async into a six-stage ring that the CTA's two router warps
+// share (smem claim `wr`), five steps ahead of the MMAs: W_r's k16 slice (128 experts x 16 k,
+// 4 KB), each warp loading half (64 experts), and each warp's 16 x rows (512 B). Both warps run
+// the same k-steps on two tiles, with one named barrier (`ring`) a step. The phase is bound by
+// what L2 delivers: W_r is read by every warp (512 KB a tile pair), so a slice serves two tiles
+// (run 19: the router phase 19% shorter), and x's rows, from DRAM, come as far ahead as W_r's.
+// Straight from global into registers ptxas kept about seven loads in flight and no step ahead
+// (run 13).
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
@@ -31,6 +32,7 @@ PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(logits);
 PL_DECLARE_SMEM(wr);
+PL_DECLARE_BARRIER(ring);
 
 namespace moe_router {
 struct Params {  // [params]: x, router_w = "ptr", t = "u32"
@@ -41,32 +43,48 @@ struct Params {  // [params]: x, router_w = "ptr", t = "u32"
 constexpr unsigned NT = moe::EXPERTS / 8;  // n8 tiles per unit
 constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units)
 constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * moe::EXPERTS;
-constexpr unsigned STAGE_BYTES = moe::EXPERTS * 32 * 2;  // W_r[0 .. 128)[k0 .. k0 + 32): 64 B a row
-constexpr unsigned STAGES = 2;                           // the loop below alternates two (s ^= 1)
-constexpr unsigned WARP_RING = STAGES * STAGE_BYTES;     // [smem.wr]: the role's 2 warps x this
+constexpr unsigned KSTEP = 16;                              // k per step: one mma k16
+constexpr unsigned W_BYTES = moe::EXPERTS * KSTEP * 2;     // W_r[0 .. 128)[k0 .. k0 + 16): 32 B a row
+constexpr unsigned X_BYTES = moe::ROUTE_TOKENS * KSTEP * 2;  // a tile's 16 x rows [k0 .. k0 + 16)
+constexpr unsigned STAGE_BYTES = W_BYTES + 2 * X_BYTES;     // the slice, then each warp's x rows
+constexpr unsigned STAGES = 6;                              // [smem.wr]: STAGES x STAGE_BYTES, the CTA's
+constexpr unsigned AHEAD = STAGES - 1;                      // steps in flight
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
   return v;
 }
-// W_r's k32 slice at k into the stage at dst: 512 chunks of 16 B (chunk c: row c / 4, 16 B
-// column c % 4), lane l taking c = l + 32 i, 8 rows further each time; one cp.async group.
-__device__ __forceinline__ void fill_stage(uint32_t dst, const __nv_bfloat16* w, unsigned k, unsigned lane) {
-  const __nv_bfloat16* src = w + (size_t)(lane / 4) * moe::HIDDEN + k + 8 * (lane % 4);
-  dst += lane * 16;
-#pragma unroll 4
-  for (unsigned i = 0; i < moe::EXPERTS / 8; ++i) cp_async16(dst + i * 512, src + (size_t)i * 8 * moe::HIDDEN);
-  asm volatile("cp.async.commit_group;" ::: "memory");
+// Warp half's share (experts [64 half, 64 half + 64)) of W_r's k16 slice at k into the stage at
+// dst: 128 chunks of 16 B (chunk c: row c / 2, 16 B column c % 2), lane l taking c = l + 32 i,
+// 16 rows further each time. The caller commits the cp.async group.
+__device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned k, unsigned half, unsigned lane) {
+  const unsigned row = 64 * half + lane / 2;
+  const __nv_bfloat16* src = w + (size_t)row * moe::HIDDEN + k + 8 * (lane % 2);
+  dst += row * 32 + (lane % 2) * 16;
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) cp_async16(dst + i * 512, src + (size_t)i * 16 * moe::HIDDEN);
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// The warp's tile's x rows [k, k + 16) into its part of the stage at dst: 32 chunks of 16 B,
+// lane l taking row l / 2, column l % 2; rows past T are zero-filled (source size 0).
+__device__ __forceinline__ void fill_x(uint32_t dst, const __nv_bfloat16* x, unsigned t0, unsigned T, unsigned k,
+                                       unsigned lane) {
+  const unsigned row = lane / 2;
+  const bool valid = t0 + row < T;
+  const __nv_bfloat16* src = x + (size_t)(valid ? t0 + row : 0) * moe::HIDDEN + k + 8 * (lane % 2);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + row * 32 + (lane % 2) * 16), "l"(src),
+               "r"(valid ? 16u : 0u)
+               : "memory");
 }
 
-// Splits per tile: the largest power of two <= MAX_SPLITS with tiles * splits <= warps.
-__device__ __forceinline__ unsigned splits_for(unsigned tiles, unsigned warps) {
+// Splits per tile pair: the largest power of two <= MAX_SPLITS with pairs * splits <= ctas.
+__device__ __forceinline__ unsigned splits_for(unsigned pairs, unsigned ctas) {
   unsigned ks = 1;
-  while (ks < MAX_SPLITS && tiles * ks * 2 <= warps) ks *= 2;
+  while (ks < MAX_SPLITS && pairs * ks * 2 <= ctas) ks *= 2;
   return ks;
 }
 
@@ -175,67 +193,85 @@ PL_ENTRY(run) {
   unsigned* route_pos = route_e + 2 * S;
   float* logits = static_cast<float*>(PL_WORKSPACE(logits));
 
-  const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS), ks = splits_for(tiles, nw);
-  const unsigned krange = moe::HIDDEN / ks;
+  // Work units: (tile pair, k-range) per CTA, warp h of the CTA taking tile 2 pair + h. The K =
+  // 2048 of a pair is split into ks ranges so that units fill the CTAs at small T (ks = 1 from
+  // T ~ 32 x CTAs). A warp whose tile is past T runs the k-steps on zero rows (it loads its half
+  // of the slices for its partner) and routes nothing.
+  const unsigned half = threadIdx.x / 32 - PL_WARP_BEGIN();  // 0 or 1 (the role has 2 warps)
+  const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS), pairs = moe::ceil_div(tiles, 2u);
+  const unsigned ks = splits_for(pairs, gridDim.x), units = pairs * ks;
+  const unsigned krange = moe::HIDDEN / ks, steps = krange / KSTEP;  // steps >= 2 (krange >= 32)
+  const auto tile_of = [&](unsigned v) { return v / ks * 2 + half; };
   // x comes from DRAM once; router_w stays in L2. Each k-step waits on both, so the warp
-  // asks L2 for the x lines of unit v ahead of its k-loop (the next unit's while it works).
+  // asks L2 for the x lines of its tile of unit v ahead of its k-loop (the next unit's while it works).
   const auto prefetch_x = [&](unsigned v) {
-    if (v >= tiles * ks) return;
+    if (v >= units || tile_of(v) >= tiles) return;
     const unsigned lines = moe::ceil_div(krange * 2, 128);  // 128 B lines per token
-    const unsigned t0 = v / ks * moe::ROUTE_TOKENS;
+    const unsigned t0 = tile_of(v) * moe::ROUTE_TOKENS;
     for (unsigned i = lane; i < moe::ROUTE_TOKENS * lines; i += 32) {
       if (t0 + i / lines >= T) break;
       const char* line = reinterpret_cast<const char*>(p.x + (size_t)(t0 + i / lines) * moe::HIDDEN + v % ks * krange);
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line + i % lines * 128));
     }
   };
-  // Units go to the CTAs' first router warps before their second ones (rank: CTA-fastest),
-  // so at small T a busy CTA has an idle router warp. The routing below runs once per tile,
-  // in one warp: from a cold instruction cache it took ~6 us per pass (moe_step_trace), from
-  // a warm one ~2. So a warp without a unit makes one dry pass through the same code (no
-  // token: no side effect), which leaves it in its SM's instruction cache for the finisher.
-  const unsigned rank = (threadIdx.x / 32 - PL_WARP_BEGIN()) * gridDim.x + blockIdx.x, units = tiles * ks;
-  const unsigned end = rank < units ? units : rank + 1;  // a warp without a unit: one dry pass
-  prefetch_x(rank);
-  for (unsigned u = rank; u < end; u += nw) {
+  const auto ring_sync = [&]() { pl::named_barrier_sync(PL_BARRIER(ring), 64); };
+  const uint32_t ring = pl::smem_addr(PL_SMEM_PTR(wr));
+  // Each CTA walks its k-range from its own k32 step on (krange is a power of two): CTAs that
+  // ran in step would all ask L2 for the same slice of W_r at once.
+  unsigned rot = blockIdx.x * 32 & (krange - 1);
+  asm("" : "+r"(rot));  // opaque, as measured (run 16)
+  const auto kat = [&](unsigned k0) { return (k0 + rot) & (krange - 1); };
+  // The routing below runs once per tile, in one warp: from a cold instruction cache it took
+  // ~6 us per pass (moe_step_trace), from a warm one ~2. So a warp that has routed no tile
+  // when it has no more makes one dry pass through the same code (no token: no side effect),
+  // which leaves it in its SM's instruction cache for the finishers.
+  bool warm = false;
+  prefetch_x(blockIdx.x);
+  for (unsigned u = blockIdx.x;; u += gridDim.x) {
+    const bool have = u < units;
+    if (!have && warm) break;
     float acc[NT][4];
 #pragma unroll
     for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    if (u < units) {  // a unit: its slice of the tile's logits; the tile's last unit goes on
-      const unsigned tile = u / ks, split = u % ks, t0 = tile * moe::ROUTE_TOKENS;
-      prefetch_x(u + nw);
-      const bool v0 = t0 + g < T, v1 = t0 + g + 8 < T;
+    const unsigned tile = tile_of(u), split = u % ks, t0 = tile * moe::ROUTE_TOKENS;
+    const bool mine = have && tile < tiles;  // this warp has a tile in the unit
+    if (have) {  // (uniform across the CTA's two warps: the ring's barriers)
+      prefetch_x(u + gridDim.x);
       const unsigned k_begin = split * krange;
-      const __nv_bfloat16* a0 = p.x + (size_t)(t0 + g) * moe::HIDDEN + 8 * q + k_begin;
-      const __nv_bfloat16* a1 = a0 + 8 * moe::HIDDEN;
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      const uint32_t ring = pl::smem_addr(PL_SMEM_PTR(wr)) + (threadIdx.x / 32 - PL_WARP_BEGIN()) * WARP_RING;
-      // Each warp walks its k-range from its own k32 step on (krange is a power of two): warps
-      // that ran in step would all ask L2 for the same 8 KB of W_r at once.
-      unsigned rot = rank * 32 & (krange - 1);
-      asm("" : "+r"(rot));  // opaque, as measured (run 16); linked = control SASS holds without it too
-      const auto kat = [&](unsigned k0) { return (k0 + rot) & (krange - 1); };
-      fill_stage(ring, p.router_w, k_begin + kat(0), lane);
-      uint4 ag = v0 ? warp_mma::ld_cg(a0 + kat(0)) : zero, ah = v1 ? warp_mma::ld_cg(a1 + kat(0)) : zero;
+      ring_sync();  // both warps are done with the last unit's stages
+      // One cp.async group a step (empty past the range), so step n's is always AHEAD - 1
+      // groups from the newest at its wait. A step's stage: the W_r slice, then each warp's x rows.
+      const uint32_t xpart = W_BYTES + half * X_BYTES;
+      const auto fill = [&](unsigned i) {
+        const unsigned k = k_begin + kat(i * KSTEP);
+        const uint32_t st = ring + i % STAGES * STAGE_BYTES;
+        fill_half(st, p.router_w, k, half, lane);
+        fill_x(st + xpart, p.x, t0, mine ? T : 0u, k, lane);
+      };
 #pragma unroll 1
-      for (unsigned k0 = 0, s = 0; k0 < krange; k0 += 32, s ^= 1u) {
-        const uint4 ga = ag, ha = ah;
-        if (k0 + 32 < krange) {  // the next step's slice and x while this one's MMAs run
-          const unsigned kn = kat(k0 + 32);
-          fill_stage(ring + (s ^ 1u) * STAGE_BYTES, p.router_w, k_begin + kn, lane);
-          ag = v0 ? warp_mma::ld_cg(a0 + kn) : zero, ah = v1 ? warp_mma::ld_cg(a1 + kn) : zero;
-          asm volatile("cp.async.wait_group 1;" ::: "memory");
-        } else {
-          asm volatile("cp.async.wait_group 0;" ::: "memory");
-        }
-        __syncwarp();  // every lane's chunks of stage s have landed
-        // Lane (g, q) reads row 8 j + g, bytes [16 q, 16 q + 16): B[col g][k0 + 8q ..) of n8 tile j.
-        const uint32_t st = ring + s * STAGE_BYTES + g * 64 + q * 16;
-#pragma unroll
-        for (unsigned j = 0; j < NT; ++j) warp_mma::mma_k32(acc[j], ga, ha, lds128(st + j * 8 * 64));
-        __syncwarp();  // every lane is done with stage s before the next step refills it
+      for (unsigned i = 0; i < AHEAD; ++i) {
+        if (i < steps) fill(i);
+        commit();
       }
-      if (ks > 1) {  // add the partial sums; the tile's last unit takes them
+#pragma unroll 1
+      for (unsigned n = 0; n < steps; ++n) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(AHEAD - 1) : "memory");
+        // Both warps' parts of step n's stage have landed, and both warps are done with step
+        // n - 1: its stage takes step n + AHEAD's.
+        ring_sync();
+        if (n + AHEAD < steps) fill(n + AHEAD);
+        commit();
+        // Lane (g, q) reads x rows g and g + 8, bytes [8 q, 8 q + 8), and W_r row 8 j + g, the
+        // same bytes: k0 + 4q .. (the permuted k order of warp_mma.h) of n8 tile j.
+        const uint32_t st = ring + n % STAGES * STAGE_BYTES;
+        const uint2 xg = lds64(st + xpart + g * 32 + q * 8), xh = lds64(st + xpart + (g + 8) * 32 + q * 8);
+#pragma unroll
+        for (unsigned j = 0; j < NT; ++j) {
+          const uint2 b = lds64(st + (j * 8 + g) * 32 + q * 8);
+          warp_mma::mma16816(acc[j], xg.x, xh.x, xg.y, xh.y, b.x, b.y);
+        }
+      }
+      if (mine && ks > 1) {  // add the partial sums; the tile's last unit takes them
 #pragma unroll
         for (unsigned j = 0; j < NT; ++j) {
           atomicAdd(part(logits, tile, j, 0, lane), make_float2(acc[j][0], acc[j][1]));
@@ -260,18 +296,19 @@ PL_ENTRY(run) {
         }
       }
     }
-    const bool dry = u >= units;
-    if (!dry) moe::stamp(sync, moe::ROUTER_SUMMED, lane);
+    if (!mine && warm) continue;  // nothing to route, and the code is warm
+    if (mine) moe::stamp(sync, moe::ROUTER_SUMMED, lane);
     // The tile's finisher routes its tokens t0 + g, then (if any) t0 + g + 8 (moved into the
     // half-0 columns), through one copy of the code; a dry pass routes no token.
-    const unsigned t0 = dry ? 0u : u / ks * moe::ROUTE_TOKENS, live = dry ? 0u : T;  // live: tokens a pass routes
+    const unsigned r0 = mine ? t0 : 0u, live = mine ? T : 0u;  // live: tokens a pass routes
 #pragma unroll 1
-    for (unsigned h = 0; h < (live > t0 + 8 ? 2u : 1u); ++h) {
-      route_token(acc, t0 + 8 * h, live, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
+    for (unsigned h = 0; h < (live > r0 + 8 ? 2u : 1u); ++h) {
+      route_token(acc, r0 + 8 * h, live, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
 #pragma unroll
       for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][2], acc[j][1] = acc[j][3];  // tokens + 8 next
     }
-    if (dry) break;
+    warm = true;
+    if (!mine) continue;
     moe::stamp(sync, moe::ROUTER_ROUTED, lane);
     moe::signal(cur + moe::ROUTED, min(moe::ROUTE_TOKENS, T - t0), lane);
     moe::stamp(sync, moe::ROUTER_SIGNALLED, lane);
