@@ -121,6 +121,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, unsign
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// wgmma::desc_sw128(addr) as its two words: the low one varies with the address, the high one
+// (stride 1024 B, SWIZZLE_128B) is a constant.
+__device__ __forceinline__ uint32_t desc_lo(uint32_t smem_addr) { return ((smem_addr & 0x3FFFFu) >> 4) | (1u << 16); }
+__device__ __forceinline__ uint64_t desc(uint32_t lo) {
+  return (uint64_t)lo | (wgmma::desc_sw128(0) & 0xFFFFFFFF00000000ull);
+}
 // cp.async writes are generic-proxy writes; wgmma reads through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -128,8 +134,10 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // `full`; `it` counts the k-steps it consumed (stage it % STAGES, mbarrier parity it / STAGES % 2);
 // `primed_b` / `primed_a`: the weight (B) tiles / this thread's row (A) chunks of the next
 // unit's first STAGES - 1 k-steps are in flight (the A chunks as one cp.async group each).
-// `row[j]`: the A-operand row of this thread's tile row t / 8 + THREADS / 8 * j in the unit being loaded
-// (NO_ROW past its valid rows); resolved once per unit, so the k-loop does no index loads.
+// `row[j]`: where the A-operand row of this thread's tile row t / 8 + THREADS / 8 * j in the unit
+// being loaded starts, in 16-B chunks of the A workspace (row · K / 8; NO_ROW past its valid
+// rows); resolved once per unit, so the k-loop does no index loads and one 32-bit add and one
+// wide multiply-add per chunk (rows < 2^22 of K <= 2048 bf16: xs at 8 ranks of 65,536 tokens).
 // `t`: the thread's index among the ring's threads (team: warpgroup t / 128 reads A rows 64 t / 128 ..).
 struct Ring {
   uint8_t* smem;
@@ -224,12 +232,12 @@ __device__ __forceinline__ void prime(Ring& r, const pl::TensorMap* map, const T
 
 // Ring rows of unit t: row0 + i, or xrow[row0 + i] when `xrow` is given (after the unit's
 // readiness acquire by this thread: plain L2 loads, the rows were written in this launch).
-template <class M>
+template <class M, unsigned K>
 __device__ __forceinline__ void resolve_rows(Ring& r, const Tile& t, const unsigned* xrow) {
 #pragma unroll
   for (unsigned j = 0; j < 4; ++j) {
     const unsigned i = r.t / 8 + M::THREADS / 8 * j;
-    r.row[j] = i >= (t.meta & 0xFFFFu) ? NO_ROW : xrow ? __ldcg(xrow + t.row0 + i) : t.row0 + i;
+    r.row[j] = i >= (t.meta & 0xFFFFu) ? NO_ROW : (xrow ? __ldcg(xrow + t.row0 + i) : t.row0 + i) * (K / 8);
   }
 }
 
@@ -245,7 +253,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     for (unsigned j = 0; j < 4; ++j) {  // 64 rows per warpgroup x 8 chunks of 16 B: 4 per thread
       const unsigned c = r.t + M::THREADS * j, row = c / 8, ch = c % 8;
       const bool ok = r.row[j] != NO_ROW;
-      const __nv_bfloat16* src = ok ? a + (size_t)r.row[j] * K + k * 64 + ch * 8 : a;
+      const uint4* src = reinterpret_cast<const uint4*>(a) + (ok ? r.row[j] + k * 8 + ch : 0u);
       cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
     }
   };
@@ -253,7 +261,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     if (kt >= KT) {  // the next unit's first k-steps (this unit's last row load was kt - 1)
       if (next.meta & VALID) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt - KT, map, next);
       if (next.meta & READY) {
-        if (kt == KT) resolve_rows<M>(r, next, xrow);
+        if (kt == KT) resolve_rows<M, K>(r, next, xrow);
         load_a(kt);
       }
       return;
@@ -261,7 +269,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     if (!(r.primed_b && kt < STAGES - 1)) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt, map, w);
     if (!(r.primed_a && kt < STAGES - 1)) load_a(kt);
   };
-  if (!r.primed_a) resolve_rows<M>(r, w, xrow);
+  if (!r.primed_a) resolve_rows<M, K>(r, w, xrow);
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   sync();  // every warp's wgmma of the last unit read its stages
@@ -279,10 +287,12 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     sync();  // every thread's A chunks of k-step kt are in shared memory
     const uint32_t sa = pl::smem_addr(r.smem + s * M::STAGE);
     const uint32_t a_wg = M::THREADS == 256 ? (r.t & 128u) * 64u : 0u;  // 64 rows x 128 B per warpgroup
-    const uint64_t da = wgmma::desc_sw128(sa + a_wg), db = wgmma::desc_sw128(sa + M::A_BYTES);
+    // The descriptors' low words only: k16 step kk adds 32 B (2 in the address field, which
+    // stays below 2^16), and the high word is a constant, so no 64-bit adds on the way to the wgmma.
+    const uint32_t da = desc_lo(sa + a_wg), db = desc_lo(sa + M::A_BYTES);
     wgmma::fence();
 #pragma unroll
-    for (unsigned kk = 0; kk < 4; ++kk) wgmma::mma_m64k16<N>(acc, da + 2 * kk, db + 2 * kk, 1u);
+    for (unsigned kk = 0; kk < 4; ++kk) wgmma::mma_m64k16<N>(acc, desc(da + 2 * kk), desc(db + 2 * kk), 1u);
     wgmma::commit();
     wgmma::wait<1>();  // k-step kt - 1's wgmma is done; k-step kt's runs on while we refill
     wgmma::fence_operands<N / 2>(acc);
