@@ -136,8 +136,9 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // unit's first STAGES - 1 k-steps are in flight (the A chunks as one cp.async group each).
 // `row[j]`: where the A-operand row of this thread's tile row t / 8 + THREADS / 8 * j in the unit
 // being loaded starts, in 16-B chunks of the A workspace (row · K / 8; NO_ROW past its valid
-// rows); resolved once per unit, so the k-loop does no index loads and one 32-bit add and one
-// wide multiply-add per chunk (rows < 2^22 of K <= 2048 bf16: xs at 8 ranks of 65,536 tokens).
+// rows); resolved once per unit, so the k-loop does one 32-bit add and one wide multiply-add per
+// chunk and no index loads. The offsets fit 32 bits with room: the largest A workspace, xs at 8
+// ranks of 65,536 tokens (moe_ep.capacity_rows), has about 2^22 rows of 256 chunks.
 // `t`: the thread's index among the ring's threads (team: warpgroup t / 128 reads A rows 64 t / 128 ..).
 struct Ring {
   uint8_t* smem;
