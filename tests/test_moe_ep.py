@@ -58,6 +58,16 @@ def test_header_agrees_with_the_entry():
     assert capacity_rows(2, 100, 64) == 2 * 100 * 8 + 128 * 64
 
 
+def test_expert_row_offsets_fit_32_bits():
+    # expert.cu holds each A row it loads as row · K / 8 (16-B chunks) in 32 bits, with ~0u
+    # meaning "no row": the largest lent A workspace (xs at the most ranks and tokens, K = 2048)
+    # must stay below that, or raising MAX_TOKENS or the world size would wrap the addresses.
+    import moe_ep
+    rows = capacity_rows(max(moe_ep.WORLDS), moe_ep.MAX_TOKENS, 64)
+    assert rows * (2048 // 8) < 2**32 - 1
+    assert "(K / 8)" in (ROOT / "kernels" / "moe" / "expert.cu").read_text()
+
+
 def _manifest():
     p = BIN / "moe_step.manifest.json"
     if not p.is_file():
