@@ -91,9 +91,7 @@ PL_ENTRY(run) {
   // any expert's rows).
   unsigned done_bits = 0;
   const auto refresh_done = [&]() {
-    uint4 y;
-    asm volatile("ld.acquire.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(y.x), "=r"(y.y), "=r"(y.z), "=r"(y.w) : "l"(cur + moe::YDONE + 4 * lane) : "memory");
+    const uint4 y = moe::ld_acquire4(cur + moe::YDONE + 4 * lane);
     const uint4 c = __ldcg(reinterpret_cast<const uint4*>(cur + moe::COUNTS + 4 * lane));
     const unsigned yv[4] = {y.x, y.y, y.z, y.w}, cv[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll

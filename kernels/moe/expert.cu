@@ -123,7 +123,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 // wgmma::desc_sw128(addr) as its two words: the low one varies with the address, the high one
 // (stride 1024 B, SWIZZLE_128B) is a constant.
-__device__ __forceinline__ uint32_t desc_lo(uint32_t smem_addr) { return ((smem_addr & 0x3FFFFu) >> 4) | (1u << 16); }
+__device__ __forceinline__ uint32_t desc_lo(uint32_t smem_addr) { return (uint32_t)wgmma::desc_sw128(smem_addr); }
 __device__ __forceinline__ uint64_t desc(uint32_t lo) {
   return (uint64_t)lo | (wgmma::desc_sw128(0) & 0xFFFFFFFF00000000ull);
 }
@@ -164,16 +164,6 @@ __device__ __forceinline__ bool known_ready(const Tile& t) { return __all_sync(0
 // bits i for experts 4 l + i (like count[]). One refresh reads all 128 counters (16 B a lane,
 // one acquire), so a unit's check costs an L2 round trip only while some expert is still
 // incomplete; an acquire per unit stalled every unit's start on one.
-__device__ __forceinline__ uint4 ld_acquire4(const unsigned* p, bool sys) {
-  uint4 v;
-  if (sys)
-    asm volatile("ld.acquire.sys.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-  else
-    asm volatile("ld.acquire.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-  return v;
-}
 struct Known {
   unsigned bits;
   __device__ __forceinline__ bool has(unsigned e) const {
@@ -183,7 +173,7 @@ struct Known {
   // each lane's acquire (any lane may load any expert's rows).
   __device__ __forceinline__ void refresh(const unsigned* counters, const unsigned* count, unsigned scale, bool sys,
                                           unsigned lane) {
-    const uint4 c = ld_acquire4(counters + 4 * lane, sys);
+    const uint4 c = moe::ld_acquire4(counters + 4 * lane, sys);
     const unsigned v[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) bits |= v[i] >= count[i] * scale ? 1u << i : 0u;

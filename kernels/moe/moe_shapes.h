@@ -95,6 +95,18 @@ __device__ __forceinline__ void fence_sys() { asm volatile("fence.acq_rel.sys;" 
 __device__ __forceinline__ unsigned ld_acquire_at(const unsigned* p, unsigned world) {
   return world > 1 ? ld_acquire_sys(p) : ld_acquire(p);
 }
+// Four consecutive counters (16 B, aligned) in one acquire: a lane's 4 experts of a readiness
+// bit set (the expert's READY/HREADY bits, combine's YDONE bits); `sys` at system scope.
+__device__ __forceinline__ uint4 ld_acquire4(const unsigned* p, bool sys = false) {
+  uint4 v;
+  if (sys)
+    asm volatile("ld.acquire.sys.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  else
+    asm volatile("ld.acquire.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
 
 // The launch set of this warp's owner; `last` is true in the warp that arrived last this
 // launch (it then zeroes its owner's counters of the other set and calls finish_launch);
