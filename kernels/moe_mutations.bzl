@@ -9,10 +9,13 @@ pipelink. In kernels/BUILD.bazel (next to `moe_step(name = "moe_step")`):
 
     tools/bazel build //kernels:moe_step_mutations
     python3 benchmarks/symbol_link_counterexample.py --kernel moe_step
+
+`moe_step_geometries()` links moe_step at more expert geometries, with no spill allowed (a
+regression guard for the expert's register budget; manual, not in CI's `//...`).
 """
 
 load(":counterexample.bzl", "mutation", "symbol_link_mutations")
-load(":moe.bzl", "moe_expert")
+load(":moe.bzl", "moe_expert", "moe_step")
 
 # (mutation, owner instance in moe_step.kernel.toml, what changed, the owner's macro, its kwargs)
 # The expert owner (X) owns block_m / block_h / block_n (defaults 64 / 64 / 128); dispatch,
@@ -33,3 +36,24 @@ def moe_step_mutations(name = "moe_step_mutations", kernel = ":moe_step", rows =
         macro(name = target, **kwargs)
         muts.append(mutation(m, owner = owner, what = what, target = ":" + target))
     symbol_link_mutations(name = name, kernel = kernel, mutations = muts)
+
+# (block_m, block_h, block_n, stages) beyond the mutations above and the default (64, 64, 128,
+# 4): every stage count from 2 that fits shared memory, each block size. The first five spilled
+# 8-24 B (L-REGS) with four A rows held per thread (BENCHMARKS.md issue 9 runs 20 and 21).
+MOE_STEP_GEOMETRIES = [
+    (16, 32, 128, 4), (64, 64, 128, 2), (32, 64, 64, 2), (16, 64, 64, 4), (64, 32, 128, 3),
+    (16, 32, 64, 2), (32, 32, 128, 4), (64, 64, 64, 4), (64, 32, 64, 6), (32, 64, 128, 3),
+    (16, 64, 128, 2), (64, 64, 128, 3),
+]
+
+def moe_step_geometries(name = "moe_step_geometries", geometries = MOE_STEP_GEOMETRIES):
+    """moe_step with the expert at each geometry (targets <name>__<bm>_<bh>_<bn>_<stages>), and a
+    filegroup `name` of them all: building it links every one, and a spill fails the build."""
+    steps = []
+    for bm, bh, bn, stages in geometries:
+        target = "%s__%d_%d_%d_%d" % (name, bm, bh, bn, stages)
+        moe_expert(name = target + "_expert", block_m = bm, block_h = bh, block_n = bn, stages = stages,
+                   tags = ["manual"])
+        moe_step(name = target, expert = ":" + target + "_expert", sass_test = False, tags = ["manual"])
+        steps.append(":" + target)
+    native.filegroup(name = name, srcs = steps, tags = ["manual"])

@@ -97,22 +97,40 @@ struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w
 static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 192 && sizeof(Params) == 320,
               "params layout (docs/CONTRACTS.md: natural alignment, tmap = 128 B aligned to 64)");
 
-// Work unit u of a pass with `blocks` column blocks per row tile of `rows`: expert e has
-// ceil(count[e] / rows) * blocks units from first[e]; sets e, the column block and the row
-// tile (fastest).
+// The launch's schedule, one copy per CTA in shared memory (claim `sched`), written once by
+// the role's first warp: per expert its rows (count), its first row in dispatch's layout
+// (block_m tiles) and its first unit in each pass. Held in registers (4 a lane each) it was
+// live through every unit, the SwiGLU export included, where the budget is tightest: five
+// tile geometries spilled there (BENCHMARKS.md issue 9 run 21). A unit reads it a few times.
+struct Sched {
+  unsigned count[moe::EXPERTS], first_row[moe::EXPERTS], first[2][moe::EXPERTS];
+};
+// Lane l's four values of a per-expert table (experts 4 l .. 4 l + 3), as count[] was held.
+__device__ __forceinline__ uint4 lane4(const unsigned* table, unsigned lane) {
+  return reinterpret_cast<const uint4*>(table)[lane];
+}
+__device__ __forceinline__ void store4(unsigned* table, const unsigned* v, unsigned lane) {
+  reinterpret_cast<uint4*>(table)[lane] = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// Work unit u of pass `pass` with `blocks` column blocks per row tile of `rows`: expert e has
+// ceil(count[e] / rows) * blocks units from first[pass][e]; sets e, its row count, the column
+// block and the row tile (fastest).
 struct Unit {
-  unsigned e, block, tile;
+  unsigned e, count, block, tile;
 };
 template <unsigned ROWS>
-__device__ __forceinline__ Unit locate(unsigned u, const unsigned* count, const unsigned* first, unsigned blocks) {
+__device__ __forceinline__ Unit locate(unsigned u, const Sched& s, unsigned pass, unsigned blocks, unsigned lane) {
+  const uint4 c = lane4(s.count, lane), f = lane4(s.first[pass], lane);
+  const unsigned count[4] = {c.x, c.y, c.z, c.w}, first[4] = {f.x, f.y, f.z, f.w};
   unsigned hit = 4;
 #pragma unroll
   for (unsigned i = 0; i < 4; ++i)
     if (u >= first[i] && u < first[i] + moe::ceil_div(count[i], ROWS) * blocks) hit = i;
   const unsigned src = __ffs(__ballot_sync(0xffffffffu, hit < 4)) - 1;
   const unsigned e = 4 * src + __shfl_sync(0xffffffffu, hit, src);
-  const unsigned local = u - moe::pick4(first, e), tiles = moe::ceil_div(moe::pick4(count, e), ROWS);
-  return {e, local / tiles, local % tiles};
+  const unsigned cnt = s.count[e], local = u - s.first[pass][e], tiles = moe::ceil_div(cnt, ROWS);
+  return {e, cnt, local / tiles, local % tiles};
 }
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, unsigned bytes) {
@@ -171,10 +189,10 @@ struct Known {
   }
   // counters[e] >= count[e] * scale; the warp barrier orders every lane's later loads after
   // each lane's acquire (any lane may load any expert's rows).
-  __device__ __forceinline__ void refresh(const unsigned* counters, const unsigned* count, unsigned scale, bool sys,
+  __device__ __forceinline__ void refresh(const unsigned* counters, const Sched& s, unsigned scale, bool sys,
                                           unsigned lane) {
-    const uint4 c = moe::ld_acquire4(counters + 4 * lane, sys);
-    const unsigned v[4] = {c.x, c.y, c.z, c.w};
+    const uint4 c = moe::ld_acquire4(counters + 4 * lane, sys), n = lane4(s.count, lane);
+    const unsigned v[4] = {c.x, c.y, c.z, c.w}, count[4] = {n.x, n.y, n.z, n.w};
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) bits |= v[i] >= count[i] * scale ? 1u << i : 0u;
     __syncwarp();
@@ -184,12 +202,13 @@ struct Known {
 // rows), released one unit late: by then the stores have reached L2, so the release does
 // not stall the warpgroup's next wgmma on a fence (one release, not a fence in every warp).
 // The caller orders the stores before the release by a barrier over the storing threads.
+// The counter is held as its word in the launch's counter set (`cur`), not as a pointer: a
+// register fewer through the SwiGLU export. add = 0: nothing owed.
 struct Pending {
-  unsigned* counter;
-  unsigned add;
-  __device__ __forceinline__ void release(bool by_me) {
-    if (by_me && counter) moe::red_release(counter, add);
-    counter = nullptr;
+  unsigned word, add;
+  __device__ __forceinline__ void release(unsigned* counters, bool by_me) {
+    if (by_me && add) moe::red_release(counters + word, add);
+    add = 0;
   }
 };
 
@@ -313,6 +332,7 @@ PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_WORKSPACE(ys);
 PL_DECLARE_SMEM(stages);
 PL_DECLARE_SMEM(bars);
+PL_DECLARE_SMEM(sched);
 PL_DECLARE_BARRIER(wg0);
 PL_DECLARE_BARRIER(wg1);
 PL_DECLARE_BARRIER(team);
@@ -375,6 +395,7 @@ PL_ENTRY(run) {
   for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
   moe::exclusive_scan4(padded, first_row, lane, total);  // dispatch's layout: block_m tiles
   const bool one_rank = p.world == 1;
+  Sched& sched = *reinterpret_cast<Sched*>(pl::smem_base() + PL_SMEM(sched));
 
   // Both passes in mode M (Solo or Team), chosen once per launch by T.
   const auto passes = [&](auto mode) {
@@ -398,19 +419,33 @@ PL_ENTRY(run) {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       fence_proxy_async();
     }
-    unsigned first[4], units[4], total;
+    // The schedule: the role's first warp writes it, the role's barrier publishes it. Every
+    // warp counts the pass's units (tiles x blocks) itself.
+    unsigned tiles[4], first[4], tiles_total;
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) tiles[i] = moe::ceil_div(count[i], ROWS);
+    moe::exclusive_scan4(tiles, first, lane, tiles_total);
+    if (warp == 0) {
+      store4(sched.count, count, lane);
+      store4(sched.first_row, first_row, lane);
+#pragma unroll
+      for (unsigned pass = 0; pass < 2; ++pass) {
+        const unsigned blocks = pass == 0 ? HBLOCKS : NBLOCKS;
+        const unsigned f[4] = {first[0] * blocks, first[1] * blocks, first[2] * blocks, first[3] * blocks};
+        store4(sched.first[pass], f, lane);
+      }
+    }
+    team_sync();
 
     // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
-#pragma unroll
-    for (unsigned i = 0; i < 4; ++i) units[i] = moe::ceil_div(count[i], ROWS) * HBLOCKS;
-    moe::exclusive_scan4(units, first, lane, total);
+    unsigned total = tiles_total * HBLOCKS;
     // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
     Known known{0};
     const auto gateup_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
-      const Unit w = locate<ROWS>(u, count, first, HBLOCKS);
-      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
-      if (check && !known.has(w.e)) known.refresh(cur + moe::READY, count, 1, p.world > 1, lane);
+      const Unit w = locate<ROWS>(u, sched, 0, HBLOCKS, lane);
+      const unsigned cnt = w.count, row0 = sched.first_row[w.e] + w.tile * ROWS;
+      if (check && !known.has(w.e)) known.refresh(cur + moe::READY, sched, 1, p.world > 1, lane);
       const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0,
                   min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
@@ -419,47 +454,47 @@ PL_ENTRY(run) {
     prime<M, 2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, tile);
     moe::stamp(sync, moe::GATEUP_BEGIN, lane);  // (before the first readiness wait: the loop has no room)
     Pending pending{};
+    // The loop's unit is `tile` (the last unit's `next`): what the epilogue needs is decoded
+    // from its three words after the main loop, so nothing else is live through it.
     for (unsigned u = gwg; u < total; u += nwg) {
-      const Unit w = locate<ROWS>(u, count, first, HBLOCKS);
-      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
-      const unsigned valid = min(ROWS, cnt - w.tile * ROWS);
       if (!known_ready(tile)) {
+        const unsigned e = (unsigned)tile.b / (2 * moe::INTER), cnt = sched.count[e];
         if (p.world > 1) {  // rows from other GPUs: system scope
-          while (moe::ld_acquire_sys(cur + moe::READY + w.e) < cnt) __nanosleep(64);
+          while (moe::ld_acquire_sys(cur + moe::READY + e) < cnt) __nanosleep(64);
           __syncwarp();
         } else {
-          moe::wait_at_least(cur + moe::READY + w.e, cnt);
+          moe::wait_at_least(cur + moe::READY + e, cnt);
         }
       }
       const Tile next = gateup_tile(u + nwg, true);
       float acc[BH];  // m64 x n(2 BH): BH floats per thread
       mainloop<M, 2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr,
                                                            &p.tmap_w13, tile, next, ring_sync);
+      const Tile done = tile;
       tile = next;
-      pending.release(lane == 0);  // the last unit's HREADY (its h rows were stored a unit ago)
+      pending.release(cur, lane == 0);  // the last unit's HREADY (its h rows were stored a unit ago)
+      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / (2 * moe::INTER);
       // Solo: rows >= block_m belong to the next tile. Team: a unit's rows past its valid ones
       // may be the next expert's (whole block_m tiles of padding are never read): only warps
       // with a valid row export (their 16 rows lie in one block_m tile of this expert).
       if (r0 < (TEAM ? valid : BM)) {
-        PL_EXPORT(acc, acc, row0 + r0, w.block * BH);
-        if (valid > r0) pending = {cur + moe::HREADY + w.e, min(16u, valid - r0) * BH};
+        if (valid > r0) pending = {moe::HREADY + e, min(16u, valid - r0) * BH};
+        PL_EXPORT(acc, acc, done.row0 + r0, (unsigned)done.b - e * 2 * moe::INTER);  // (w13 row = h column)
       }
     }
     __syncwarp();  // the warp's h rows are stored before lane 0 releases them
-    pending.release(lane == 0);
+    pending.release(cur, lane == 0);
 
     moe::stamp(sync, moe::GATEUP_END, lane);
 
     // Pass 2: down projection into ys.
-#pragma unroll
-    for (unsigned i = 0; i < 4; ++i) units[i] = moe::ceil_div(count[i], ROWS) * NBLOCKS;
-    moe::exclusive_scan4(units, first, lane, total);
+    total = tiles_total * NBLOCKS;
     // Unit u of pass 2: rows of w2, h rows of hs; `check`: test HREADY now.
     const auto down_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
-      const Unit w = locate<ROWS>(u, count, first, NBLOCKS);
-      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
-      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, count, moe::INTER, false, lane);
+      const Unit w = locate<ROWS>(u, sched, 1, NBLOCKS, lane);
+      const unsigned cnt = w.count, row0 = sched.first_row[w.e] + w.tile * ROWS;
+      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, sched, moe::INTER, false, lane);
       const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0,
                   min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
@@ -468,23 +503,26 @@ PL_ENTRY(run) {
     tile = down_tile(gwg, false);
     prime<M, BN, 1, 0>(ring, &p.tmap_w2, tile);
     moe::stamp(sync, moe::DOWN_BEGIN, lane);
-    for (unsigned u = gwg; u < total; u += nwg) {
-      const Unit w = locate<ROWS>(u, count, first, NBLOCKS);
-      const unsigned cnt = moe::pick4(count, w.e), row0 = moe::pick4(first_row, w.e) + w.tile * ROWS;
-      const unsigned valid = min(ROWS, cnt - w.tile * ROWS);
-      if (!known_ready(tile)) moe::wait_at_least(cur + moe::HREADY + w.e, cnt * moe::INTER);
+    for (unsigned u = gwg; u < total; u += nwg) {  // (the unit is `tile`, as in pass 1)
+      if (!known_ready(tile)) {
+        const unsigned e = (unsigned)tile.b / moe::HIDDEN;
+        moe::wait_at_least(cur + moe::HREADY + e, sched.count[e] * moe::INTER);
+      }
       const Tile next = down_tile(u + nwg, true);
       float acc[BN / 2];
       mainloop<M, BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, tile, next, ring_sync);
+      const Tile done = tile;
       tile = next;
+      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / moe::HIDDEN, row0 = done.row0;
+      const unsigned col0 = (unsigned)done.b - e * moe::HIDDEN;  // (w2 row = ys column)
       // One rank: the last unit's YDONE, by one thread. Its ys rows were stored before this
       // unit's ring barriers, so the release covers every thread's stores (CUTLASS's
       // semaphore pattern), and they have long reached L2: no thread waits on a fence here.
-      pending.release(ring.t == 0);
+      pending.release(cur, ring.t == 0);
 #pragma unroll
       for (unsigned j = 0; j < BN / 8; ++j) {
         const float* d = acc + 4 * j;
-        const unsigned r = r0 + g, c = w.block * BN + j * 8 + 2 * q;
+        const unsigned r = r0 + g, c = col0 + j * 8 + 2 * q;
         __nv_bfloat16* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
         if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
         if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
@@ -494,13 +532,13 @@ PL_ENTRY(run) {
       if (p.world > 1) {  // combine may read ys from another GPU: every thread's stores fenced at system scope
         moe::fence_sys();
         ring_sync();  // the whole unit is stored
-        if (ring.t == 0) moe::red_release_sys(cur + moe::YDONE + w.e, tiles);
+        if (ring.t == 0) moe::red_release_sys(cur + moe::YDONE + e, tiles);
       } else {
-        pending = {cur + moe::YDONE + w.e, tiles};
+        pending = {moe::YDONE + e, tiles};
       }
     }
     ring_sync();  // every thread's ys rows are stored before the ring's thread 0 releases them
-    pending.release(ring.t == 0);
+    pending.release(cur, ring.t == 0);
   };
   // (Team mode on one rank only: expert parallelism's gathered rows stay on the tested solo path.)
   if (p.t >= EXPERT_TEAM_MIN_T && p.world == 1) passes(Team{});
