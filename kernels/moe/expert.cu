@@ -4,9 +4,8 @@
 //    own ring;
 //  - team (T >= EXPERT_TEAM_MIN_T, one rank): both warpgroups share one unit of 128 rows (warpgroup w
 //    computes rows 64 w ..) and one ring, so each weight stage is read from L2 once for 128
-//    rows, not once per 64: 3.9% faster at T = 8192 and 6.2% at 16384, but 1.5-25% slower at
-//    T <= 4096 (its padding to 128 rows, one weight stream per SM instead of two),
-//    BENCHMARKS.md issue 9 run 14.
+//    rows, not once per 64: 3.3% faster at T = 4096 (BENCHMARKS.md issue 9 run 21), but 7-19%
+//    slower at T <= 128 (its padding to 128 rows, one weight stream per SM instead of two).
 // Either way the units are interleaved over the grid (consecutive units land on different
 // SMs) and walked in two passes (every warpgroup finishes its pass-1 units before any pass-2
 // unit, so waits never form a cycle):
@@ -22,7 +21,8 @@
 // warpgroup × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
 // B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
 // for the lent w13/w2, completing the stage's mbarrier (expect-tx). A comes by cp.async (16 B
-// per thread, zero-filled beyond the tile's valid rows): gate/up's rows straight from x, row
+// per thread, zero-filled beyond the tile's valid rows; each thread's copies of a stage count
+// as one arrival on the same mbarrier, so one wait covers both operands): gate/up's rows straight from x, row
 // r being token xrow[r] (one rank: dispatch copies nothing), or from xs (world > 1: dispatch
 // gathered them there); down's from hs. Rows are scattered, so no tensor map can describe
 // them. wgmma m64nNk16 reads both from shared memory (kernels/gemm/wgmma.h).
@@ -55,7 +55,7 @@
 #define EXPERT_TEAM_STAGES 6
 #endif
 #ifndef EXPERT_TEAM_MIN_T
-#define EXPERT_TEAM_MIN_T 8192
+#define EXPERT_TEAM_MIN_T 4096
 #endif
 
 namespace moe_expert {
@@ -78,7 +78,7 @@ struct Mode {
   static constexpr unsigned STAGES = WGS == 1 ? EXPERT_STAGES : EXPERT_TEAM_STAGES;
   static constexpr unsigned A_BYTES = 64 * WGS * ROW;
   static constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
-  static_assert(STAGES >= 2 && STAGES <= 12, "stages: 2 .. 12 (cp.async waits STAGES - 2 groups; K = 768 has 12 k-steps)");
+  static_assert(STAGES >= 2 && STAGES <= 12, "stages: 2 .. 12 (K = 768 has 12 k-steps)");
 };
 using Solo = Mode<1>;
 using Team = Mode<2>;
@@ -136,9 +136,11 @@ __device__ __forceinline__ Unit locate(unsigned u, const Sched& s, unsigned pass
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, unsigned bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// The stage's mbarrier counts this thread's arrival once its cp.async copies so far have landed
+// (noinc: the barrier's expected count includes every ring thread).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(pl::smem_addr(bar)) : "memory");
+}
 // wgmma::desc_sw128(addr) as its two words: the low one varies with the address, the high one
 // (stride 1024 B, SWIZZLE_128B) is a constant.
 __device__ __forceinline__ uint32_t desc_lo(uint32_t smem_addr) { return (uint32_t)wgmma::desc_sw128(smem_addr); }
@@ -151,7 +153,7 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // A ring (one per warpgroup solo, one per team): stages at `smem`, one mbarrier each at
 // `full`; `it` counts the k-steps it consumed (stage it % STAGES, mbarrier parity it / STAGES % 2);
 // `primed_b` / `primed_a`: the weight (B) tiles / this thread's row (A) chunks of the next
-// unit's first STAGES - 1 k-steps are in flight (the A chunks as one cp.async group each).
+// unit's first STAGES - 1 k-steps are in flight (each stage's chunks with their mbarrier arrival).
 // `row[j]`: where the A-operand row of this thread's tile row t / 8 + THREADS / 8 * j in the unit
 // being loaded starts, in 16-B chunks of the A workspace (row · K / 8; NO_ROW past its valid
 // rows); resolved once per unit, so the k-loop does one 32-bit add and one wide multiply-add per
@@ -266,6 +268,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
       const uint4* src = reinterpret_cast<const uint4*>(a) + (ok ? r.row[j] + k * 8 + ch : 0u);
       cp_async16(base + row * ROW + ((ch ^ (row & 7)) << 4), src, ok ? 16u : 0u);
     }
+    cp_async_arrive(r.full + (r.it + kt) % STAGES);
   };
   auto load = [&](unsigned kt) {
     if (kt >= KT) {  // the next unit's first k-steps (this unit's last row load was kt - 1)
@@ -284,17 +287,14 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   sync();  // every warp's wgmma of the last unit read its stages
 #pragma unroll
-  for (unsigned kt = 0; kt < STAGES - 1; ++kt) {
-    load(kt);
-    if (!r.primed_a) cp_async_commit();  // else the groups were committed by the last unit
-  }
+  for (unsigned kt = 0; kt < STAGES - 1; ++kt) load(kt);
 #pragma unroll 1
   for (unsigned kt = 0; kt < KT; ++kt) {
     const unsigned n = r.it + kt, s = n % STAGES;
-    cp_async_wait<STAGES - 2>();  // this thread's A chunks of k-step kt have landed
-    fence_proxy_async();
+    // The stage's weights (TMA, expect-tx) and every ring thread's A chunks (cp.async, one
+    // arrival each) have landed: no cp.async group wait and no barrier before the wgmma.
     pl::mbar_wait(r.full + s, (n / STAGES) & 1u);
-    sync();  // every thread's A chunks of k-step kt are in shared memory
+    fence_proxy_async();  // the chunks were written through the generic proxy; wgmma reads async
     const uint32_t sa = pl::smem_addr(r.smem + s * M::STAGE);
     const uint32_t a_wg = M::THREADS == 256 ? (r.t & 128u) * 64u : 0u;  // 64 rows x 128 B per warpgroup
     // The descriptors' low words only: k16 step kk adds 32 B (2 in the address field, which
@@ -308,11 +308,10 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
     wgmma::fence_operands<N / 2>(acc);
     sync();  // ... in every warp: the stage of k-step kt - 1 is free
     load(kt + STAGES - 1);
-    cp_async_commit();
   }
   wgmma::wait<0>();
   wgmma::fence_operands<N / 2>(acc);
-  r.it += KT;  // (the next unit's row chunks stay in flight: its waits count their groups)
+  r.it += KT;  // (the next unit's row chunks stay in flight: their arrivals complete its stages)
   r.primed_b = next.meta & VALID;
   r.primed_a = next.meta & READY;
 }
@@ -415,7 +414,7 @@ PL_ENTRY(run) {
     // The ring's first thread initialises its mbarriers and is their first user (prime); the
     // others wait on one only after the ring's barrier in mainloop.
     if (ring.t == 0) {
-      for (unsigned s = 0; s < M::STAGES; ++s) pl::mbar_init(ring.full + s, 1);
+      for (unsigned s = 0; s < M::STAGES; ++s) pl::mbar_init(ring.full + s, 1 + M::THREADS);  // TMA's + each thread's cp.async
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       fence_proxy_async();
     }
