@@ -411,8 +411,8 @@ PL_ENTRY(run) {
       if constexpr (TEAM) team_sync();
       else wg_sync();
     };
-    // The ring's first thread initialises its mbarriers and is their first user (prime); the
-    // others wait on one only after the ring's barrier in mainloop.
+    // The ring's first thread initialises its mbarriers; every other thread of the role uses
+    // them (arrives, waits) only after the role's barrier below, and thread 0 primes after it.
     if (ring.t == 0) {
       for (unsigned s = 0; s < M::STAGES; ++s) pl::mbar_init(ring.full + s, 1 + M::THREADS);  // TMA's + each thread's cp.async
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
