@@ -322,6 +322,7 @@ PL_OWN_FACT(block_h, moe_expert::BH);
 PL_OWN_FACT(block_n, moe_expert::BN);
 PL_OWN_FACT(expert_stages, moe_expert::Solo::STAGES);  // with team_stages, sizes the smem claims (contract)
 PL_OWN_FACT(team_stages, moe_expert::Team::STAGES);
+PL_OWN_FACT(sched_bytes, (unsigned)sizeof(moe_expert::Sched));  // sizes [smem.sched]
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_EXPORT(acc);
 PL_DECLARE_WORKSPACE(sync);
