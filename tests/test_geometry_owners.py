@@ -114,3 +114,17 @@ def test_a_stage_count_on_one_side_only_is_refused_at_pack(expert_objects, packe
     d = diagnostic(e, "P-FACT-VALUE")
     assert e.codes == ["P-FACT-VALUE"] and d.hint
     assert_mentions(d, f"own = {contract}", f"PL_OWN_FACT(expert_stages, {source})", f"{path}:")
+
+
+def test_a_schedule_size_on_the_contract_side_only_is_refused_at_pack(expert_objects, packer):
+    """[smem.sched] is sized by the owned fact sched_bytes (sizeof the expert's Sched table): a
+    contract that states another size than the source's table is refused at pack, never an
+    overflow into the next claim."""
+    text = (MOE / "expert.contract.toml").read_text()
+    assert text.count("own = 2048") == 1 and 'bytes = "sched_bytes"' in text
+    path = packer.contract_file(text.replace("own = 2048", "own = 1024"), "moe_expert")
+    shutil.copy(MOE / "expert_host.py", path.parent / "expert_host.py")
+    e = rejected(packer.pack, path, [expert_objects[4]])
+    d = diagnostic(e, "P-FACT-VALUE")
+    assert e.codes == ["P-FACT-VALUE"] and d.hint
+    assert_mentions(d, "own = 1024", "PL_OWN_FACT(sched_bytes, 2048)", f"{path}:")
