@@ -315,6 +315,47 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   r.primed_b = next.meta & VALID;
   r.primed_a = next.meta & READY;
 }
+// A warp's 16 rows x N columns of an m64nN accumulator (rows g and g + 8 of lane 4 g + q,
+// columns 8 j + 2 q, 8 j + 2 q + 1) rounded to bf16 into `out` (row stride HIDDEN) at row0, col0;
+// rows >= valid are not written. Each 4 x 4 block of a quad's bf16 pairs (4 column groups of 8)
+// is transposed by two xor-shuffle steps so that lane q stores group 4 m + q of its row as
+// one 16-B store: a warp's store writes 8 rows x 64 B (8 instructions a row pair, not 32 of
+// 4 B; the 4-B stores cost the down pass 5-8% at T = 1024-8192, BENCHMARKS.md issue 9 run 22).
+template <unsigned N>
+__device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* out, unsigned row0, unsigned col0,
+                                             unsigned valid, unsigned lane) {
+  const unsigned g = lane / 4, q = lane % 4;
+  const bool b0 = q & 1u, b1 = q & 2u;
+#pragma unroll
+  for (unsigned h = 0; h < 2; ++h) {  // rows g, g + 8
+    const unsigned r = g + 8 * h;
+#pragma unroll
+    for (unsigned m = 0; m < N / 32; ++m) {
+      uint32_t a[4];
+#pragma unroll
+      for (unsigned jj = 0; jj < 4; ++jj) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * (4 * m + jj) + 2 * h], acc[4 * (4 * m + jj) + 2 * h + 1]);
+        a[jj] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+      // lane bit 0 <-> word bit 0, then lane bit 1 <-> word bit 1: a[i] = lane 4 g + i's word q.
+#pragma unroll
+      for (unsigned p = 0; p < 2; ++p) {
+        const uint32_t got = __shfl_xor_sync(0xffffffffu, b0 ? a[2 * p] : a[2 * p + 1], 1);
+        if (b0) a[2 * p] = got;
+        else a[2 * p + 1] = got;
+      }
+#pragma unroll
+      for (unsigned p = 0; p < 2; ++p) {
+        const uint32_t got = __shfl_xor_sync(0xffffffffu, b1 ? a[p] : a[p + 2], 2);
+        if (b1) a[p] = got;
+        else a[p + 2] = got;
+      }
+      if (r < valid)
+        *reinterpret_cast<uint4*>(out + (size_t)(row0 + r) * moe::HIDDEN + col0 + 8 * (4 * m + q)) =
+            make_uint4(a[0], a[1], a[2], a[3]);
+    }
+  }
+}
 }  // namespace moe_expert
 
 PL_OWN_FACT(block_m, moe_expert::BM);
@@ -340,7 +381,7 @@ PL_DECLARE_BARRIER(team);
 PL_ENTRY(run) {
   using namespace moe_expert;
   const Params& p = PL_PARAMS(Params);
-  const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const unsigned lane = threadIdx.x % 32;
   const unsigned rt = pl::role_thread(PL_WARP_BEGIN()), wg = rt / 128, warp = rt / 32;
   const unsigned warps = PL_WARPS();
   const unsigned nw = gridDim.x * warps;
@@ -519,14 +560,7 @@ PL_ENTRY(run) {
       // unit's ring barriers, so the release covers every thread's stores (CUTLASS's
       // semaphore pattern), and they have long reached L2: no thread waits on a fence here.
       pending.release(cur, ring.t == 0);
-#pragma unroll
-      for (unsigned j = 0; j < BN / 8; ++j) {
-        const float* d = acc + 4 * j;
-        const unsigned r = r0 + g, c = col0 + j * 8 + 2 * q;
-        __nv_bfloat16* y = ys + (size_t)(row0 + r) * moe::HIDDEN + c;
-        if (r < valid) *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(d[0], d[1]);
-        if (r + 8 < valid) *reinterpret_cast<__nv_bfloat162*>(y + 8 * moe::HIDDEN) = __floats2bfloat162_rn(d[2], d[3]);
-      }
+      store_rows16<BN>(acc, ys, row0 + r0, col0, valid - min(valid, r0), lane);
       // combine counts block_m tiles: a team unit is ceil(valid / block_m) of them
       const unsigned tiles = TEAM ? moe::ceil_div(valid, BM) : 1u;
       if (p.world > 1) {  // combine may read ys from another GPU: every thread's stores fenced at system scope
