@@ -320,7 +320,8 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
 // rows >= valid are not written. Each 4 x 4 block of a quad's bf16 pairs (4 column groups of 8)
 // is transposed by two xor-shuffle steps so that lane q stores group 4 m + q of its row as
 // one 16-B store: a warp's store writes 8 rows x 64 B (8 instructions a row pair, not 32 of
-// 4 B; the 4-B stores cost the down pass 5-8% at T = 1024-8192, BENCHMARKS.md issue 9 run 22).
+// 4 B). Without the 4-B stores the whole step was 5-8% faster at T = 1024-8192; with these it is
+// 2-9% faster at T >= 1024 (BENCHMARKS.md issue 9 run 22).
 template <unsigned N>
 __device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* out, unsigned row0, unsigned col0,
                                              unsigned valid, unsigned lane) {
