@@ -205,9 +205,15 @@ PL_ENTRY(run) {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(m[j], mx * mul);  // scale > 0 (attention.py checks), so max commutes with it
-      const float use = mx == -INFINITY ? 0.f : mx;  // a row masked so far stays exp2(-inf) = 0
-      alpha[j] = ex2(m[j] - use);
-      m[j] = mx;
+      // The running max moves only when it grows by more than 8 (FlashAttention-4's lazy
+      // rescaling): P then stays below 2^8, which bf16 and the f32 sums hold, and O and l need
+      // no rescaling (alpha = 1; rescale skips a warp whose rows all keep theirs). From -inf (O
+      // and l are still 0) alpha is 1 too. 1.2-5.7% faster on every variant timed (run 18).
+      const bool grow = mx > m[j] + 8.f;
+      const float mj = grow ? mx : m[j];
+      const float use = mj == -INFINITY ? 0.f : mj;  // a row masked so far stays exp2(-inf) = 0
+      alpha[j] = grow && m[j] != -INFINITY ? ex2(m[j] - use) : 1.f;
+      m[j] = mj;
       float sum = 0.f;
 #pragma unroll
       for (unsigned nt = 0; nt < 16; ++nt) {
@@ -222,7 +228,8 @@ PL_ENTRY(run) {
 #pragma unroll
     for (unsigned i = 0; i < 32; ++i) pr[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
   };
-  auto rescale = [&](const float* alpha) {
+  auto rescale = [&](const float* alpha) {  // (a warp-uniform branch: no wgmma waits on it)
+    if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
     for (unsigned i = 0; i < OREGS; ++i) f.o[i] *= alpha[(i / 2) % 2];
   };
