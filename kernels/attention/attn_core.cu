@@ -208,7 +208,8 @@ PL_ENTRY(run) {
       // The running max moves only when it grows by more than 8 (FlashAttention-4's lazy
       // rescaling): P then stays below 2^8, which bf16 and the f32 sums hold, and O and l need
       // no rescaling (alpha = 1; rescale skips a warp whose rows all keep theirs). From -inf (O
-      // and l are still 0) alpha is 1 too. 1.2-5.7% faster on every variant timed (run 18).
+      // and l are still 0) alpha is 1 too. 1.2-7% faster on every variant timed (BENCHMARKS.md
+      // issue 10 run 18).
       const bool grow = mx > m[j] + 8.f;
       const float mj = grow ? mx : m[j];
       const float use = mj == -INFINITY ? 0.f : mj;  // a row masked so far stays exp2(-inf) = 0
