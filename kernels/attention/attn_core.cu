@@ -63,22 +63,25 @@ struct Ring {
 
 constexpr unsigned OREGS = attn::HEAD_DIM / 2;       // O accumulators per thread
 // S = Q K^T for one K stage: d / 16 k16-steps over d (64-column swizzle chunks).
+// Descriptors step as 32-bit low words under the constant high word (attn_wgmma::desc): as
+// 64-bit adds each wgmma took two adds with carry and two moves more.
 __device__ __forceinline__ void issue_qk(float* s, uint64_t dq, uint32_t k_addr) {
-  const uint64_t dk = attn_wgmma::desc_k_sw128(k_addr);
+  const uint32_t qlo = (uint32_t)dq, klo = (uint32_t)attn_wgmma::desc_k_sw128(k_addr);
   attn_wgmma::fence();
 #pragma unroll
   for (unsigned ks = 0; ks < attn::HEAD_DIM / 16; ++ks) {
-    const uint64_t off = (ks >> 2) * CHUNK16 + (ks & 3u) * 2u;
-    attn_wgmma::ss(s, dq + off, dk + off, ks);
+    const uint32_t off = (ks >> 2) * CHUNK16 + (ks & 3u) * 2u;
+    attn_wgmma::ss(s, attn_wgmma::desc(qlo + off), attn_wgmma::desc(klo + off), ks);
   }
   attn_wgmma::commit();
 }
 // O += P V for one V stage: 8 k16-steps over the 128 keys (16 key rows = 2048 B each).
 __device__ __forceinline__ void issue_pv(float* o, const uint32_t* p, uint32_t v_addr) {
+  const uint32_t vlo = (uint32_t)attn_wgmma::desc_mn_sw128(v_addr, attn::CHUNK_BYTES);
   attn_wgmma::fence();
 #pragma unroll
   for (unsigned kk = 0; kk < 8; ++kk) {
-    const uint64_t dv = attn_wgmma::desc_mn_sw128(v_addr + kk * 2048u, attn::CHUNK_BYTES);
+    const uint64_t dv = attn_wgmma::desc(vlo + kk * (2048u >> 4));  // 16 key rows = 2048 B
     if constexpr (attn::HEAD_DIM == 128) attn_wgmma::rs(o, p + 4 * kk, dv);
     else attn_wgmma::rs64(o, p + 4 * kk, dv);
   }

@@ -26,6 +26,11 @@ __device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t addr, uint32_t lbo) {
   return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
          ((uint64_t)(1024u >> 4) << 32) | ((uint64_t)1 << 62);
 }
+// A descriptor as its two words: the low one (start address >> 4, LBO) varies, the high one
+// (SBO, layout type) is one constant for both operand kinds, so stepping along K or through V's
+// chunks is a 32-bit add (the address field stays below 2^14 in shared memory: no carry into LBO).
+constexpr uint64_t DESC_HI = ((uint64_t)(1024u >> 4) << 32) | ((uint64_t)1 << 62);
+__device__ __forceinline__ uint64_t desc(uint32_t lo) { return (uint64_t)lo | DESC_HI; }
 __device__ __forceinline__ void fence() { cute::warpgroup_arrive(); }
 __device__ __forceinline__ void commit() { cute::warpgroup_commit_batch(); }
 template <int N>
