@@ -13,7 +13,8 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
          relative). Small shapes are compared whole; the Qwen shapes against float64 on 256
          sampled rows (tile edges included) and whole against an fp32-accumulated
          reference. Unsupported inputs must be refused with their R-* code before launch.
-  pair   linked / control time per kernel and M: ABBA rounds of CUDA-graph replays.
+  pair   linked / control time per kernel and M: ABBA rounds of CUDA-graph replays, each kernel
+         on its own output and then on the other's (gpu_bench.both_ways_ratio).
   bench  Qwen3-32B gate+up (x [M, 5120], w [51200, 5120]) for each M: every kernel and the
          baselines, each captured as a CUDA graph, replayed in interleaved rounds (rotating
          order), median per call; TFLOP/s, and at M = 128 the weight bandwidth against a
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -34,12 +36,12 @@ sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
-from gpu_bench import expect, interleaved, paired_ratio, parse_counts, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
+from gpu_bench import both_ways_ratio, expect, interleaved, parse_counts, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
 BENCH_M = [128, 512, 1024, 2048, 4096, 8192]
 TOL = 2e-2
-BIN = ROOT / "bazel-bin" / "kernels"
+BIN = Path(os.environ.get("PIPELINK_KERNELS_DIR") or ROOT / "bazel-bin" / "kernels")  # a copy with extra builds
 
 
 def load(name: str, control: bool = False) -> GemmSwiglu:
@@ -142,7 +144,10 @@ def cmd_pair(a) -> int:
                 continue
             ol = torch.empty((M, INTER), device="cuda", dtype=torch.bfloat16)
             oc = torch.empty_like(ol)
-            r, _, ta, tb = paired_ratio(lambda: gl(x, w, ol), lambda: gc(x, w, oc), inner_for(M), a.rounds)
+            # each kernel on its own output, then on the other's: where the output lies moved one
+            # cubin against itself (BENCHMARKS.md issue 9 run 10, issue 10 run 20)
+            r, _, ta, tb, _, _ = both_ways_ratio((lambda: gl(x, w, ol), lambda: gc(x, w, oc)),
+                                                 (lambda: gl(x, w, oc), lambda: gc(x, w, ol)), inner_for(M), a.rounds)
             rows.append((name, M, ta, tb, r))
             print(f"  {name:<26} M={M:<5} linked {ta:9.2f} us  control {tb:9.2f} us  linked/control {r:.4f}",
                   flush=True)
