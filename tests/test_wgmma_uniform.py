@@ -11,26 +11,26 @@ descriptors are summed from, non-uniform again.
 
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from pipelink.sass import disassemble  # noqa: E402
+
 BIN = ROOT / "bazel-bin" / "kernels"
 ATTENTION = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode"]
-# Not attn_decode_streamk: its tile count comes out of integer divisions that ptxas does not prove
-# uniform, so its descriptors stay in ordinary registers; it is bound by DRAM (4.5 TB/s), not by
-# its instructions. Not the CuTe consumer: CuTe builds its own descriptors.
+# Not attn_decode_streamk: its descriptors stay in ordinary registers (broadcasting its tile count
+# too did not change that), and it is bound by DRAM (4.5 TB/s), not by its instructions. Not the
+# CuTe consumer: CuTe builds its own descriptors.
 KERNELS = ([f"attention/attn_{v}" for v in ATTENTION] + [f"attention/attn_{v}_d64" for v in ATTENTION]
            + [f"gemm_swiglu_{v}" for v in ("tma", "tma_bn64", "tma_dp", "tma_c2", "tma_pp", "tma_pp_dp", "wgmma")])
 
 
-def descriptor_moves(sass: str) -> tuple[int, int]:
+def descriptor_moves(ins: list[str]) -> tuple[int, int]:
     """(HGMMA count, R2UR among the up to 12 instructions before each HGMMA, back to the previous one)."""
-    ins = [m.group(1).strip() for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(.*?);", sass)]
     hgmma = moves = 0
     for i, text in enumerate(ins):
         if "HGMMA" not in text:
@@ -45,14 +45,11 @@ def descriptor_moves(sass: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_wgmma_descriptors_in_uniform_registers(kernel):
-    sys.path.insert(0, str(ROOT / "tools"))
-    from pipelink.toolkit import find_toolkit
     for cubin in (BIN / f"{kernel}.cubin", BIN / f"{kernel}.control.cubin"):
         if not cubin.exists():
             pytest.skip(f"{cubin} not built (tools/bazel build //kernels/... --output_groups=+control)")
-        sass = subprocess.run([find_toolkit().tool("cuobjdump"), "-sass", str(cubin)], check=True,
-                              capture_output=True, text=True).stdout
-        hgmma, moves = descriptor_moves(sass)
+        ins = [x for f in disassemble(cubin.read_bytes(), what=cubin.name).values() for x in f]
+        hgmma, moves = descriptor_moves(ins)
         assert hgmma, f"{cubin.name}: no HGMMA"
         # Before the broadcast: about 3 per HGMMA (attention 117 for 40, GEMM 23 for 12); after: 0-1.
         assert moves * 4 < hgmma, f"{cubin.name}: {moves} R2UR feed its {hgmma} HGMMA (descriptors not uniform)"
@@ -60,18 +57,9 @@ def test_wgmma_descriptors_in_uniform_registers(kernel):
 
 def test_the_check_sees_the_moves():
     """The counter finds the moves in SASS shaped like the pre-broadcast core's."""
-    before = """
-        /*0100*/ R2UR UR16, R6 ;
-        /*0110*/ R2UR UR17, R7 ;
-        /*0120*/ IMAD.MOV.U32 R7, RZ, RZ, 0x40000040 ;
-        /*0130*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT ;
-        /*0140*/ R2UR UR18, R198 ;
-        /*0150*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], R24 ;
-    """
-    after = """
-        /*0100*/ UIADD3 UR22, UR32, 0x400, URZ ;
-        /*0110*/ UMOV UR21, 0x40000040 ;
-        /*0120*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24 ;
-    """
+    before = ["R2UR UR16, R6", "R2UR UR17, R7", "IMAD.MOV.U32 R7, RZ, RZ, 0x40000040",
+              "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT", "R2UR UR18, R198",
+              "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], R24"]
+    after = ["UIADD3 UR22, UR32, 0x400, URZ", "UMOV UR21, 0x40000040", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24"]
     assert descriptor_moves(before) == (2, 3)
     assert descriptor_moves(after) == (1, 0)
