@@ -261,9 +261,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--json")
     a = ap.parse_args()
-    a.kernels = a.kernels.split(",")
     a.m = parse_counts(ap, "--m", a.m)
     a.qwen_m = parse_counts(ap, "--qwen-m", a.qwen_m)
+    a.kernels = [k for k in a.kernels.split(",") if k]
+    missing = [f"{BIN / k}.manifest.json" for k in a.kernels if not (BIN / f"{k}.manifest.json").is_file()]
+    if not a.kernels:
+        ap.error("--kernels names no kernel (hint: e.g. --kernels gemm_swiglu_tma,gemm_swiglu_tma_pp)")
+    if missing:
+        ap.error(f"--kernels: not built: {', '.join(missing)} (hint: tools/bazel build //kernels/... "
+                 "--output_groups=+control, or point PIPELINK_KERNELS_DIR at a directory of builds)")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 

@@ -621,6 +621,16 @@ def test_bench_number_lists_are_checked(args):
     assert r.returncode == 2 and "Traceback" not in r.stderr and rest[-2] in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("kernels", ["gemm_swiglu_nope", ","])
+def test_gemm_bench_refuses_kernels_it_cannot_find(kernels, tmp_path):
+    """A --kernels name with no build there (bazel-bin, or PIPELINK_KERNELS_DIR), or none at all:
+    a usage error naming --kernels with a hint, before any GPU work."""
+    env = dict(os.environ, PIPELINK_KERNELS_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gemm_swiglu_bench.py"), "pair", "--kernels", kernels],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--kernels" in r.stderr and "hint" in r.stderr, r.stderr
+
+
 def test_bench_builds_option_accepts_a_build(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import argparse
