@@ -162,13 +162,13 @@ PL_ENTRY(run) {
   // 32 / top_k units at a time, lane g top_k + k testing choice k of unit g's token. Windows of
   // 1024 units: lane l keeps bit m for window unit l + 32 m.
   constexpr unsigned GROUP = 32 / moe::TOP_K;
-  // While none of its units is ready a warp sleeps 256 ns, doubling up to `cap`: each refresh
+  // While none of its units is ready a warp sleeps 256 ns, doubling up to 1 us: each refresh
   // reads the few L2 lines that hold YDONE and COUNTS, in slices the expert's weight stream
-  // also needs, and 512 warps refreshing every 256 ns made the step 3-5% slower at
-  // T = 128-1024 (BENCHMARKS.md issue 9 run 27). The cap keeps the grid's refreshes to about
-  // one per 4 ns however many warps poll, so a few pollers (small T) still see the last
-  // expert finish within 256 ns.
-  const unsigned cap = min(2048u, max(256u, 4u * min(units, nw)));
+  // also needs, and 512 warps refreshing every 256 ns made the step 2-4% slower at
+  // T = 128-4096 (BENCHMARKS.md issue 9 run 27). A longer cap (2 us) cost 1% at T = 1, where the
+  // last expert's finish is then seen later; a cap that depends on T made the linked SASS
+  // differ from the control's.
+  constexpr unsigned CAP = 1024;
   unsigned backoff = 256;
   for (unsigned w0 = 0; w0 < n; w0 += 1024) {
     const unsigned wn = min(1024u, n - w0);
@@ -204,7 +204,7 @@ PL_ENTRY(run) {
           --left, ++progressed;
         }
       }
-      if (!progressed) __nanosleep(backoff), backoff = min(2 * backoff, cap);
+      if (!progressed) __nanosleep(backoff), backoff = min(2 * backoff, CAP);
       else backoff = 256;
     }
   }
