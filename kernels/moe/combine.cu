@@ -164,7 +164,7 @@ PL_ENTRY(run) {
   constexpr unsigned GROUP = 32 / moe::TOP_K;
   // While none of its units is ready a warp sleeps 256 ns, doubling up to 1 us: each refresh
   // reads the few L2 lines that hold YDONE and COUNTS, in slices the expert's weight stream
-  // also needs, and 512 warps refreshing every 256 ns made the step 2-5% slower at
+  // also needs, and 512 warps refreshing every 256 ns made the step 1.7-4.6% slower at
   // T = 128-1024 (BENCHMARKS.md issue 9 run 27). A longer cap (2 us) cost 1% at T = 1, where the
   // last expert's finish is then seen later; a cap that depends on T made the linked SASS
   // differ from the control's.
