@@ -104,10 +104,7 @@ PL_ENTRY(run) {
   using namespace attn_core;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
-  // wg broadcast from lane 0: ptxas then knows it is warp-uniform, and the wgmma descriptors
-  // built from it live in uniform registers (no R2UR per wgmma): 10-11% fewer instructions a
-  // KV block, 4-8% faster on every variant (BENCHMARKS.md issue 10 run 20).
-  const unsigned wg = __shfl_sync(0xffffffffu, t / 128, 0), w = (t / 32) % 4, g = (t % 32) / 4, qd = t % 4;
+  const unsigned wg = pl::role_warpgroup(t), w = (t / 32) % 4, g = (t % 32) / 4, qd = t % 4;
   const bool lane0 = (t % 32) == 0;
   uint8_t* base = pl::smem_base();
   const Ring rq{pl::smem_addr(base + PL_RING_BUFFER(q)), reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q)),

@@ -73,10 +73,7 @@ PL_ENTRY(run) {
   using namespace wgmma_consumer;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
-  // Broadcast from lane 0 so ptxas knows wg is warp-uniform: the wgmma descriptors built from it
-  // then live in uniform registers, not moved by R2UR before every wgmma (4.7-7.7% faster,
-  // BENCHMARKS.md issue 8 run 9).
-  const unsigned wg = __shfl_sync(0xffffffffu, t / 128, 0);
+  const unsigned wg = pl::role_warpgroup(t);
   const bool lane0 = (t % 32) == 0;
   uint8_t* base = pl::smem_base();
   const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));

@@ -77,10 +77,7 @@ PL_ENTRY(run) {
   using namespace gsw_mainloop_wgmma;
   const GemmSwigluParams& p = PL_PARAMS(GemmSwigluParams);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
-  // Broadcast from lane 0 so ptxas knows wg is warp-uniform: the wgmma descriptors built from it
-  // then live in uniform registers, not moved by R2UR before every wgmma (4.7-7.7% faster,
-  // BENCHMARKS.md issue 8 run 9). Rows [64*wg, 64*wg + 64) of the tile.
-  const unsigned wg = __shfl_sync(0xffffffffu, t / 128, 0);
+  const unsigned wg = pl::role_warpgroup(t);  // consumer warpgroup: rows [64*wg, 64*wg + 64) of the tile
   uint8_t* base = pl::smem_base();
   const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));
   uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
