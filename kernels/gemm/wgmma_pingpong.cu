@@ -51,6 +51,7 @@ struct Params {  // the contract's [params]: m, n, k = "u32"
   uint32_t m, n, k;
 };
 constexpr unsigned WG_THREADS = 128, ROLE_THREADS = 256;
+static_assert(WG_THREADS == 128, "pl::role_warpgroup counts warpgroups of 128 threads");
 
 // Ring position (stage, phase) after `steps` more k-steps.
 __device__ __forceinline__ void advance(unsigned& stage, unsigned& phase, unsigned steps, unsigned depth) {
@@ -79,7 +80,7 @@ PL_ENTRY(run) {
   using namespace wgmma_pingpong;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
-  const unsigned wg = pl::role_warpgroup(t);  // (WG_THREADS = 128)
+  const unsigned wg = pl::role_warpgroup(t);
   const bool lane0 = (t % 32) == 0;
   uint8_t* base = pl::smem_base();
   const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));
