@@ -20,7 +20,7 @@ from pipelink.placement import KERNEL_PHASE, origin_text, owner_text
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
            "#9c755f", "#86bcb6", "#d37295", "#a0cbe8")
 SMEM_HEIGHT = 460
-MIN_SEGMENT = 9  # px: every byte range between two claim boundaries stays visible
+MIN_SEGMENT = 13  # px: every byte range between two claim boundaries stays visible
 BAR_SYNC_IDS = 16  # id 0 is __syncthreads; the solver places named barriers on 1..15
 
 CSS = """
@@ -32,18 +32,23 @@ svg text{font:11px system-ui,sans-serif}.item{cursor:pointer}.item:hover rect,.i
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 th{background:#f0f0f0}.why-fixed{color:#666}.why-chosen{color:#b35c00}.why-proven{color:#2a7a2a}
 .changed rect{stroke:#d00;stroke-width:3}.legend span{display:inline-block;margin-right:10px}
+.ws span.item{text-decoration:underline dotted}.ws li{margin:1px 0}
 .sw{display:inline-block;width:10px;height:10px;margin-right:3px;vertical-align:middle}
 """
 
 JS = """
+function show(el){var d=document.getElementById('details');if(!d)return;
+  document.querySelectorAll('.sel').forEach(function(s){s.classList.remove('sel')});el.classList.add('sel');
+  d.textContent=el.getAttribute('data-kind')+' '+el.getAttribute('data-key')+'\\n'+el.getAttribute('data-value')+
+    '\\nowner: '+el.getAttribute('data-owner')+'\\ncontract: '+el.getAttribute('data-origin')+
+    '\\nwhy: '+el.getAttribute('data-why')+(el.getAttribute('data-note')?'\\n'+el.getAttribute('data-note'):'');}
 document.querySelectorAll('.item').forEach(function(el){
-  function show(){var d=document.getElementById('details');if(!d)return;
-    document.querySelectorAll('.sel').forEach(function(s){s.classList.remove('sel')});el.classList.add('sel');
-    d.textContent=el.getAttribute('data-kind')+' '+el.getAttribute('data-key')+'\\n'+el.getAttribute('data-value')+
-      '\\nowner: '+el.getAttribute('data-owner')+'\\ncontract: '+el.getAttribute('data-origin')+
-      '\\nwhy: '+el.getAttribute('data-why')+(el.getAttribute('data-note')?'\\n'+el.getAttribute('data-note'):'');}
-  el.addEventListener('click',show);el.addEventListener('keydown',function(e){if(e.key==='Enter')show()});
+  el.addEventListener('click',function(){show(el)});
+  el.addEventListener('keydown',function(e){if(e.key==='Enter')show(el)});
 });
+// page.html#KEY opens with that item selected (a link to one claim; the README's picture)
+if(location.hash.length>1){var k=decodeURIComponent(location.hash.slice(1));
+  document.querySelectorAll('.item').forEach(function(el){if(el.getAttribute('data-key')===k)show(el)});}
 """
 
 _e = html.escape
@@ -162,7 +167,7 @@ def smem_svg(placement: dict, cmap: dict[str, str], changed: frozenset[str] = fr
         out.append(f"<g {attrs}>{_title('claim', c['key'], value, c, note)}"
                    f'<rect x="{x0 + 2:.1f}" y="{y0:.1f}" width="{x1 - x0 - 4:.1f}" height="{max(1.0, y1 - y0):.1f}" '
                    f'fill="{_color(c["owner"], cmap)}" fill-opacity="{0.55 if c.get("ring") else 0.85}" stroke="#fff"/>')
-        if y1 - y0 >= 10:
+        if y1 - y0 >= 12:
             out.append(f'<text x="{x0 + 6:.1f}" y="{(y0 + y1) / 2 + 4:.1f}" fill="#000">{_e(c["key"])} · {c["bytes"]} B</text>')
         out.append("</g>")
     out.append("</svg>")
@@ -184,9 +189,10 @@ def warps_svg(placement: dict, cmap: dict[str, str]) -> str:
         x = left + r["warp_begin"] * cell
         value = (f"warps {r['warp_begin']}..{r['warp_begin'] + r['warps'] - 1}, budget {r['budget']} registers "
                  f"(contract regs {r.get('regs')}, trial compile {r.get('trial_registers')})")
+        label = f"{r['instance']} · {r['budget']}"
         out.append(f"<g {item_attrs('role', r['instance'], value, r)}>{_title('role', r['instance'], value, r)}"
                    f'<rect x="{x}" y="18" width="{r["warps"] * cell - 2}" height="30" fill="{_color(r["owner"], cmap)}"/>'
-                   f'<text x="{x + 4}" y="37" fill="#fff">{_e(r["instance"])} · {r["budget"]}</text></g>')
+                   f'<text x="{x + 4}" y="37" fill="#fff">{_e(_fit(label, r["instance"], r["warps"] * cell - 6))}</text></g>')
     setmax = "setmaxnreg moves registers between warp groups" if placement.get("setmaxnreg") else "no setmaxnreg (one budget)"
     out.append(f'<text x="{left}" y="88" fill="#555">{placement["threads"]} threads; {_e(setmax)}; '
                f'{placement.get("entry_registers", "?")} registers at entry</text></svg>')
@@ -194,7 +200,7 @@ def warps_svg(placement: dict, cmap: dict[str, str]) -> str:
 
 
 def barriers_svg(placement: dict, cmap: dict[str, str]) -> str:
-    cell = 44
+    cell = 36
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{BAR_SYNC_IDS * cell + 8}" height="56" role="img" aria-label="named barriers">',
            f'<rect x="2" y="16" width="{cell - 2}" height="24" fill="#ddd"/><text x="{cell / 2}" y="32" text-anchor="middle">sync</text>']
     by_id = {b["id"]: b for b in placement["barriers"]}
@@ -205,7 +211,7 @@ def barriers_svg(placement: dict, cmap: dict[str, str]) -> str:
             value = f"id {i}, {b.get('threads', '?')} threads"
             out.append(f"<g {item_attrs('barrier', b['key'], value, b)}>{_title('barrier', b['key'], value, b)}"
                        f'<rect x="{2 + i * cell}" y="16" width="{cell - 2}" height="24" fill="{_color(b["owner"], cmap)}"/>'
-                       f'<text x="{2 + i * cell + 3}" y="32" fill="#fff">{_e(b["key"].rsplit(".", 1)[-1][:6])}</text></g>')
+                       f'<text x="{2 + i * cell + 3}" y="32" fill="#fff">{_e(_fit(b["key"].rsplit(".", 1)[-1], "", cell - 4))}</text></g>')
         elif i:
             out.append(f'<rect x="{2 + i * cell}" y="16" width="{cell - 2}" height="24" fill="none" stroke="#ccc"/>')
     out.append("</svg>")
@@ -257,13 +263,30 @@ def items_table(placement: dict) -> str:
 
 
 def workspaces_list(placement: dict) -> str:
+    """One line per buffer: a kernel-scope workspace is one buffer however many instances declare it."""
     if not placement["workspaces"]:
         return '<p class="sub">no workspaces</p>'
-    items = []
+    groups: dict[str, list[dict]] = {}
     for w in placement["workspaces"]:
-        value = f"{w['bytes']} B" + (", zeroed" if w.get("zero") else "") + f", scope {w.get('scope', 'instance')}"
-        items.append(f"<li {item_attrs('workspace', w['key'], value, w)}>{_e(w['key'])}: {_e(value)}</li>")
-    return "<ul>" + "".join(items) + "</ul>"
+        shared = w.get("scope") == "kernel"
+        groups.setdefault(f"{w['name']} (kernel scope)" if shared else w["key"], []).append(w)
+    lines = []
+    for title, decls in groups.items():
+        w = decls[0]
+        value = f"{w['bytes']} B" + (", zeroed" if w.get("zero") else "") + f", align {w.get('align', '?')}"
+        who = ", ".join(f"<span {item_attrs('workspace', d['key'], value, d)}>{_e(d['owner'].get('instance', '?'))}</span>"
+                        for d in decls)
+        lines.append(f"<li><b>{_e(title)}</b>: {_e(value)}; declared by {who}</li>")
+    return '<ul class="ws">' + "".join(lines) + "</ul>"
+
+
+def _fit(text: str, short: str, width: float) -> str:
+    """`text`, else `short`, else `text` cut to what `width` px of 11px type hold."""
+    chars = int(width // 6.6)
+    for t in (text, short):
+        if t and len(t) <= chars:
+            return t
+    return text[:max(1, chars - 1)] + "…" if len(text) > chars else text
 
 
 def legend(cmap: dict[str, str]) -> str:
