@@ -177,7 +177,7 @@ def smem_svg(placement: dict, cmap: dict[str, str], changed: frozenset[str] = fr
 def warps_svg(placement: dict, cmap: dict[str, str]) -> str:
     warps = max(placement["warps"], 1)
     cell, left = 26, 4
-    width = left + warps * cell + 10
+    width = max(left + warps * cell + 10, 520)  # the footer line fits a small block too
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="96" role="img" aria-label="warps">']
     for g, budget in enumerate(placement["warp_group_budgets"]):
         x = left + 4 * g * cell
@@ -310,7 +310,9 @@ def page(title: str, body: str) -> str:
 def render_map(placement: dict) -> str:
     cmap = colors(placement)
     body = [header(placement), legend(cmap),
-            '<div class="grid"><div><h2>Shared memory (bytes down, phases across)</h2>', smem_svg(placement, cmap),
+            '<div class="grid"><div><h2>Shared memory (bytes down, phases across)</h2>',
+            '<div class="sub">a claim of phase kernel spans every phase; side by side, claims reuse bytes</div>',
+            smem_svg(placement, cmap),
             '</div><div><h2>Details</h2><div id="details">click a claim, barrier, role or ring</div>',
             "<h2>Warps and register budgets</h2>", warps_svg(placement, cmap),
             "<h2>Named barriers</h2>", barriers_svg(placement, cmap),

@@ -72,10 +72,11 @@ def make_placement(ch, pl, usage: dict, labels: dict[str, str] | None = None) ->
             entry.update(kind="transfer", owner={"exporter": _owner(t.exporter), "importer": _owner(t.importer)},
                          origins=transfer_origins(t), size=FIXED)
         else:
-            inst_name, _, name = c.key.split(".", 2)
+            inst_name, _, name = c.key.partition(".smem.")
             inst = comp.instance(inst_name)
-            decl = next(s for s in inst.contract.smem if s.name == name)
-            entry.update(kind="smem", owner=_owner(inst), origins=[_origin(decl.origin, labels)], size=FIXED)
+            decl = next((s for s in inst.contract.smem if s.name == name), None) if inst else None
+            entry.update(kind="smem", owner=_owner(inst) if inst else {},
+                         origins=[_origin(decl.origin, labels)] if decl else [], size=FIXED)
         claims.append(entry)
 
     barriers = []
@@ -88,8 +89,8 @@ def make_placement(ch, pl, usage: dict, labels: dict[str, str] | None = None) ->
         else:
             inst_name, _, name = b.key.partition(".")
             inst = comp.instance(inst_name)
-            decl = next(d for d in inst.contract.barriers if d.name == name)
-            entry.update(owner=_owner(inst), origins=[_origin(decl.origin, labels)])
+            decl = next((d for d in inst.contract.barriers if d.name == name), None) if inst else None
+            entry.update(owner=_owner(inst) if inst else {}, origins=[_origin(decl.origin, labels)] if decl else [])
         barriers.append(entry)
 
     roles = []
