@@ -224,3 +224,33 @@ def test_page_renders_in_headless_chromium(tmp_path):
     dump = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
                           capture_output=True, text=True, timeout=120)
     assert dump.returncode == 0 and 'data-key="a.smem.in"' in dump.stdout  # the browser parsed every item
+
+
+def test_diff_map_of_a_relink(toy, packer, tmp_path, capsys):
+    """The consumer's owner narrows the ring's depth range: the relink moves the ring's buffer
+    and barriers, and diff-map says so, citing the changed contract."""
+    from pipelink.compose import parse_kernel
+    from pipelink.link import plan
+    from pipelink.placement import placement_bytes
+
+    narrow = packer.variant(toy.consumer, toy.contract_text("consumer").replace("depth = [2, 6]", "depth = [2, 3]"))
+    files = []
+    for name, pkgs in (("before", toy.packages), ("after", [toy.producer, narrow, toy.sink])):
+        ch, pl, _, _ = plan(parse_kernel(str(toy.kernel), pkgs))
+        files.append(tmp_path / f"{name}.placement.json")
+        files[-1].write_bytes(placement_bytes(make_placement(ch, pl, {})))
+    assert cli.main(["diff-map", *map(str, files)]) == 0
+    text = capsys.readouterr().out
+    assert "~ ring work: depth 6 -> 3" in text, text
+    assert "~ claim ring.work.buffer: bytes 6144 -> 3072" in text and "~ kernel toy: dynamic_smem 8288 -> 5168" in text, text
+    assert "~ claim ring.work.full: offset" in text
+
+
+def test_link_placement_path_is_checked_before_the_link(toy, packer, tmp_path, capsys):
+    pkgs = [str(packer.save(p)) for p in toy.packages]
+    argv = ["link", "--kernel", str(toy.kernel), *[a for p in pkgs for a in ("--package", p)],
+            "--out-dir", str(tmp_path / "out")]
+    assert cli.main([*argv, "--placement", str(tmp_path)]) == 1  # a directory
+    assert "E-OUTPUT" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert cli.main([*argv, "--placement", str(tmp_path / "out" / "toy.map.txt")]) == 1  # another output
+    assert "E-OUTPUT" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -83,7 +83,13 @@ def diff_text(a: dict, b: dict, changes: list[Change], names: tuple[str, str]) -
     if not changes:
         return "\n".join(lines + ["no placement changes"])
     lines.append(f"{len(changes)} change{'s' if len(changes) != 1 else ''}:")
-    return "\n".join(lines + [c.text() for c in changes])
+    for c in changes:  # one line per item: "~ claim x: offset 0 -> 128, bytes 64 -> 32"
+        same_item = lines[-1].startswith(f"  ~ {c.kind} {c.key}: ")
+        if c.what not in ("added", "removed") and same_item:
+            lines[-1] += f", {c.what} {c.before} -> {c.after}"
+        else:
+            lines.append(c.text())
+    return "\n".join(lines)
 
 
 def render_diff(a: dict, b: dict, changes: list[Change], names: tuple[str, str]) -> str:
