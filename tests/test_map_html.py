@@ -254,3 +254,17 @@ def test_link_placement_path_is_checked_before_the_link(toy, packer, tmp_path, c
     assert "E-OUTPUT" in capsys.readouterr().err and not (tmp_path / "out").exists()
     assert cli.main([*argv, "--placement", str(tmp_path / "out" / "toy.map.txt")]) == 1  # another output
     assert "E-OUTPUT" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_special_files(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert cli.main(["map", str(fifo), "--html", str(tmp_path / "m.html")]) == 1  # refused, never blocks
+    assert "E-FILE" in capsys.readouterr().err and not (tmp_path / "m.html").exists()
+    p = write_json(tmp_path / "p.json", two_phase_placement())
+    assert cli.main(["map", str(p), "--html", "/dev/null"]) == 1
+    assert "E-OUTPUT" in capsys.readouterr().err
+    assert cli.main(["diff-map", str(p), "/dev/zero"]) == 1
+    assert "E-FILE" in capsys.readouterr().err
