@@ -105,7 +105,7 @@ def render_diff(a: dict, b: dict, changes: list[Change], names: tuple[str, str])
     table = ("<table><tr><th>kind</th><th>item</th><th>change</th><th>A</th><th>B</th><th>contract</th></tr>" + rows
              + "</table>") if changes else '<p class="sub">no placement changes</p>'
     body = [f"<h1>What moved: {_e(names[0])} → {_e(names[1])}</h1>", note, f"<h2>{len(changes)} changes</h2>", table,
-            '<div class="grid"><div>', "<h2>A</h2>", header(a), smem_svg(a, cmap, moved, 480), "</div><div>",
-            "<h2>B</h2>", header(b), smem_svg(b, cmap, moved, 480),
+            '<div class="grid"><div>', "<h2>A</h2>", header(a), smem_svg(a, cmap, moved, 480, (b,)), "</div><div>",
+            "<h2>B</h2>", header(b), smem_svg(b, cmap, moved, 480, (a,)),
             '</div><div><h2>Details</h2><div id="details">click a claim</div></div></div>']
     return page(f"diff-map {a['kernel']} -> {b['kernel']}", "\n".join(body))

@@ -131,10 +131,15 @@ def _byte_scale(claims: list[dict], top: int):
     return ys, bounds
 
 
-def smem_svg(placement: dict, cmap: dict[str, str], changed: frozenset[str] = frozenset(), width: int = 560) -> str:
+def smem_svg(placement: dict, cmap: dict[str, str], changed: frozenset[str] = frozenset(), width: int = 560,
+             others: tuple[dict, ...] = ()) -> str:
+    """others: placements drawn beside this one (diff-map): one byte scale for all, so that a
+    byte sits at the same height in each."""
     claims = placement["claims"]
-    top = max([placement["dynamic_smem"], 1] + [c["offset"] + c["bytes"] for c in claims])
-    ys, bounds = _byte_scale(claims, top)
+    scale = [c for p in (placement, *others) for c in p["claims"]]
+    top = max([p["dynamic_smem"] for p in (placement, *others)] + [1] + [c["offset"] + c["bytes"] for c in scale])
+    ys, _ = _byte_scale(scale, top)
+    bounds = sorted({0, top, *(c["offset"] for c in claims), *(c["offset"] + c["bytes"] for c in claims)})
     columns = [p for p in placement["phases"] if p != KERNEL_PHASE] or [KERNEL_PHASE]
     left, head = 70, 20
     colw = (width - left - 10) / len(columns)
