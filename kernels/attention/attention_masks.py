@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelink.runtime.entry import integer
-from pipelink.runtime import LaunchError, is_tensor
+from pipelink.runtime import LaunchError
+from pipelink.runtime.launch_values import is_tensor
 
 BLOCK = 128
 HEADER = 16  # words
