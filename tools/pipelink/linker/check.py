@@ -14,7 +14,7 @@ from __future__ import annotations
 from pipelink.common.diagnostics import Fact, Rejected
 from pipelink.common.expr import ExprError, evaluate
 from pipelink.linker.check_bindings import check_callables, check_library_barriers, check_library_warps, check_tensors
-from pipelink.linker.check_types import Barrier, Checked, Claim, Diags, Ring, Role
+from pipelink.linker.check_types import Barrier, Checked, Claim, Diags, Ring, Role, Transfer
 from pipelink.linker.compose import Composition, Instance
 from pipelink.linker.contract import MBARRIER_COUNT_MAX
 from pipelink.linker.kernel_rules import check_binds, check_grid, check_param_fact_names, check_resident
@@ -26,7 +26,6 @@ DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3
 
 def check(comp: Composition) -> Checked:
     d = Diags()
-    insts = comp.instances
     _check_arch(comp, d)
     params = _check_params(comp, d)
     facts, owner = _check_facts(comp, d)
@@ -34,8 +33,34 @@ def check(comp: Composition) -> Checked:
     check_grid(comp, params, facts, d.items)
     check_resident(comp, d.items)
     binds = check_binds(comp, d.items)
-    env = dict(facts)
+    ev = _evaluator(dict(facts), d)
+    roles = _check_roles(comp, d)
+    rings = _check_rings(comp, d, ev)
+    claims, barriers = _instance_claims(comp, d, ev, roles)
+    for r in rings:
+        claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes, r.origin))
+        claims.append(Claim(f"ring.{r.name}.full", 0, 8, "kernel", r.name, 8, r.origin))
+        claims.append(Claim(f"ring.{r.name}.empty", 0, 8, "kernel", r.name, 8, r.origin))
+    transfers = check_tensors(comp, d, ev, binds)
+    _staging_claims(transfers, claims, barriers)
+    calls = check_callables(comp, d, binds)
+    check_library_warps(comp, transfers, d)
+    check_library_barriers(transfers, calls, d)
 
+    if len(barriers) > 15:
+        d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",
+              facts=[Fact(b.key, f"{b.threads} threads", b.origin) for b in barriers],
+              hint="share a barrier between phases, or use mbarriers")
+    static = sum(p.measured.static_smem for p in comp.packages())
+    capacity = SMEM_CAPACITY.get(comp.arch, 232448)
+    if d.items:
+        raise Rejected(d.items)
+    return Checked(comp, facts, owner, roles, rings, claims, barriers, transfers, calls, params, static, capacity)
+
+
+def _evaluator(env: dict, d: Diags):
+    """ev(expr, inst, clause, origin, hi): the expression's value over the facts, in 1..hi; else
+    None, with C-EXPR added."""
     def ev(expr, inst: Instance, clause: str, origin, hi: int = 2**32 - 1) -> int | None:
         try:
             v = evaluate(expr, env)
@@ -53,26 +78,35 @@ def check(comp: Composition) -> Checked:
             return None
         return v
 
+    return ev
+
+
+def _check_roles(comp: Composition, d: Diags) -> list[Role]:
+    """The role instances (the dispatcher's warps): at least one, 32 warps at most between them."""
     roles = []
-    for i in insts:
+    for i in comp.instances:
         c = i.contract
         if c.role:
             measured = i.package.measured.regs.get(f"pl_{c.name}__entry__{c.entry}", 0)
             roles.append(Role(i, c.role.warps, c.role.warpgroup_aligned, c.role.regs, measured))
     if not roles:
         d.add("L-ROLE", f"kernel {comp.name} has no role component", clause="instance",
-              facts=[Fact(f"kernel {comp.name}", "instances: " + ", ".join(_side(i) for i in insts), comp.file)],
+              facts=[Fact(f"kernel {comp.name}", "instances: " + ", ".join(_side(i) for i in comp.instances), comp.file)],
               hint='at least one component must have kind = "role" so the dispatcher has warps to run')
     total_warps = sum(r.warps for r in roles)
     if total_warps > 32:
         d.add("L-WARPS", f"the roles need {total_warps} warps; a block has at most 32",
               facts=[Fact(_side(r.inst), f"role.warps = {r.warps}", str(r.inst.contract.role.origin)) for r in roles],
               hint="use fewer or smaller roles")
+    return roles
 
-    rings = _check_rings(comp, d, ev)
+
+def _instance_claims(comp: Composition, d: Diags, ev, roles: list[Role]) -> tuple[list[Claim], list[Barrier]]:
+    """Each instance's shared memory claims and named barriers, its thread counts checked."""
+    total_warps = sum(r.warps for r in roles)
     claims: list[Claim] = []
     barriers: list[Barrier] = []
-    for i in insts:
+    for i in comp.instances:
         c = i.contract
         for s in c.smem:
             b = ev(s.bytes, i, f"smem.{s.name}.bytes", s.origin)
@@ -93,12 +127,11 @@ def check(comp: Composition) -> Checked:
                                for r in roles)],
                       hint="a named barrier waits for its count of threads: count only threads that reach it")
             barriers.append(Barrier(f"{i.name}.{b.name}", threads, f"{_side(i)} at {b.origin}"))
-    for r in rings:
-        claims.append(Claim(f"ring.{r.name}.buffer", 0, r.align, "kernel", r.name, r.stage_bytes, r.origin))
-        claims.append(Claim(f"ring.{r.name}.full", 0, 8, "kernel", r.name, 8, r.origin))
-        claims.append(Claim(f"ring.{r.name}.empty", 0, 8, "kernel", r.name, 8, r.origin))
+    return claims, barriers
 
-    transfers = check_tensors(comp, d, ev, binds)
+
+def _staging_claims(transfers: list[Transfer], claims: list[Claim], barriers: list[Barrier]) -> None:
+    """A staged transfer's shared buffer, and its named barrier unless it is warp-scoped."""
     for t in transfers:
         if t.kind == "staged":
             # A warp-scoped tile is staged per warp (each warp of the role may export its own);
@@ -109,19 +142,6 @@ def check(comp: Composition) -> Checked:
                                 origin=where))
             if t.export.scope != "warp":
                 barriers.append(Barrier(f"transfer.{t.key}", t.threads, where))
-    calls = check_callables(comp, d, binds)
-    check_library_warps(comp, transfers, d)
-    check_library_barriers(transfers, calls, d)
-
-    if len(barriers) > 15:
-        d.add("L-BARRIER", f"{len(barriers)} named barriers are needed; ids 1..15 are free",
-              facts=[Fact(b.key, f"{b.threads} threads", b.origin) for b in barriers],
-              hint="share a barrier between phases, or use mbarriers")
-    static = sum(p.measured.static_smem for p in comp.packages())
-    capacity = SMEM_CAPACITY.get(comp.arch, 232448)
-    if d.items:
-        raise Rejected(d.items)
-    return Checked(comp, facts, owner, roles, rings, claims, barriers, transfers, calls, params, static, capacity)
 
 
 def _check_arch(comp: Composition, d: Diags):

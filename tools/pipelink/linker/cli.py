@@ -161,103 +161,127 @@ def _load_packages(paths):
 def _run(args, origins: _Origins) -> int:
     check_origin_form(origins.values)  # at once: a malformed --origin costs no work
     if args.cmd == "explain":
-        origins.resolve([])  # explain reads no file, so an --origin names none
-        codes = {**CODES, **rule_codes()}  # the linker's, the runtime's and the Bazel rules' codes
-        if args.code:
-            if args.code not in codes:
-                raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
-            _emit(args, {args.code: codes[args.code]}, f"{args.code}: {codes[args.code]}")
-        else:
-            _emit(args, codes, "\n".join(f"{k:<18} {v}" for k, v in codes.items()))
-        return 0
+        return _explain(args, origins)
     if args.cmd == "pack":
-        from pipelink.linker.package import pack
-        from pipelink.linker.package_io import write_package
-
-        from pipelink.linker.outputs import check_targets
-
-        inputs = [args.contract, *args.object, *args.source]
-        origins.resolve([*inputs, args.host_provider])
-        check_targets([("--out", args.out)], inputs)  # before the work: a bad --out costs nothing
-        pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
-                   arch=args.arch, host_provider=args.host_provider)
-        write_package(pkg, args.out, inputs=inputs)
-        m = pkg.measured
-        _emit(args, {"ok": True, "package": args.out, "name": pkg.name, "handles": list(m.handles),
-                     "own_facts": m.own_facts, "static_smem": m.static_smem, "registers": m.regs},
-              f"packed {pkg.name} -> {args.out}: {len(m.handles)} handles, {m.static_smem} B static smem, "
-              f"registers {m.regs}")
-        return 0
+        return _pack(args, origins)
     if args.cmd in ("link", "plan"):
-        from pipelink.linker.compose import parse_kernel
-
-        origins.known = [args.kernel, *args.package]
-        packages = _load_packages(args.package)
-        # Diagnostics from here on cite the contracts' paths as pack recorded them.
-        origins.resolve([*origins.known, *(p.contract.file for p in packages)])
-        comp = parse_kernel(args.kernel, packages, arch=args.arch)
-        if args.cmd == "plan":
-            from pipelink.linker.link import make_map, plan
-
-            ch, pl, _, t = plan(comp)
-            _emit(args, {"ok": True, "proven_optimal": pl.proven_optimal, "offsets": pl.offsets, "depths": pl.depths,
-                         "barriers": pl.barrier_ids, "warp_begin": pl.warp_begin, "budgets": pl.budgets,
-                         "timings_s": t}, make_map(ch, pl, {}))
-            return 0
-        from pipelink.linker.link import link, write_outputs
-
-        out = {}
-        for flag in ("out_dir", "cubin", "manifest", "report", "map", "control_cubin", "source_out"):
-            if getattr(args, flag) == "":  # an empty path is a mistake, not "no such output"
-                raise Rejected(Diagnostic("E-OUTPUT", f"--{flag.replace('_', '-')} is an empty path",
-                                          hint="give a path, or leave the option out"))
-        if args.out_dir is not None:
-            d = Path(args.out_dir)
-            out = {"cubin": d / f"{comp.name}.cubin", "manifest": d / f"{comp.name}.manifest.json",
-                   "report": d / f"{comp.name}.report.json", "map": d / f"{comp.name}.map.txt"}
-        for k in ("cubin", "manifest", "report", "map"):
-            if getattr(args, k) is not None:
-                out[k] = Path(getattr(args, k))
-        if "cubin" not in out or "manifest" not in out:
-            raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest",
-                                      hint="add --out-dir DIR (writes <kernel>.cubin, .manifest.json, ...)"))
-        from pipelink.linker.outputs import check_targets
-
-        inputs = [args.kernel, *args.package]
-        targets = [(f"--{k}", str(v)) for k, v in out.items()]
-        targets += [(f, v) for f, v in (("--control-cubin", args.control_cubin), ("--source-out", args.source_out)) if v]
-        check_targets(targets, inputs)  # before the link: a bad output path costs nothing
-        res = link(comp, control=bool(args.control_cubin), cuda_home=args.cuda_home, guard=args.guard,
-                   spills=args.spills)
-        write_outputs(res, cubin=str(out["cubin"]), manifest=str(out["manifest"]),
-                      report=str(out["report"]) if "report" in out else None,
-                      map_path=str(out["map"]) if "map" in out else None,
-                      control=args.control_cubin, source=args.source_out, inputs=inputs)
-        _warn(args, res.warnings)
-        if res.control_error is not None:  # the linked outputs are written and valid; only the control failed
-            raise Rejected([*res.control_error.diagnostics])
-        _emit(args, {"ok": True, "outputs": {k: str(v) for k, v in out.items()}, "report": res.report,
-                     "warnings": [w.to_json() for w in res.warnings]}, res.map_text)
-        return 0
+        return _link(args, origins)
     if args.cmd == "sass-diff":
-        from pipelink.linker.sass import compare, side_by_side
-
-        from pipelink.common.files import read_bytes
-
-        origins.resolve([args.linked, args.control])
-        a, b = read_bytes(args.linked, "linked cubin"), read_bytes(args.control, "control cubin")
-        res = compare(a, b, args.kernel, args.cuda_home, names=(args.linked, args.control))
-        lines = []
-        for name, f in res["functions"].items():
-            lines.append(f"{name}: {'identical' if f['identical'] else 'DIFFERENT'} "
-                         f"({f['linked_instructions']} linked / {f['control_instructions']} control instructions)")
-            if not f["identical"]:
-                lines += f["diff"][:60]
-            if args.side_by_side:
-                lines.append(side_by_side(a, b, name, cuda_home=args.cuda_home))
-        _emit(args, res, "\n".join(lines))
-        return 0 if res["identical"] else 1
+        return _sass_diff(args, origins)
     raise AssertionError(args.cmd)
+
+
+def _explain(args, origins: _Origins) -> int:
+    origins.resolve([])  # explain reads no file, so an --origin names none
+    codes = {**CODES, **rule_codes()}  # the linker's, the runtime's and the Bazel rules' codes
+    if args.code:
+        if args.code not in codes:
+            raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
+        _emit(args, {args.code: codes[args.code]}, f"{args.code}: {codes[args.code]}")
+    else:
+        _emit(args, codes, "\n".join(f"{k:<18} {v}" for k, v in codes.items()))
+    return 0
+
+
+def _pack(args, origins: _Origins) -> int:
+    from pipelink.linker.outputs import check_targets
+    from pipelink.linker.package import pack
+    from pipelink.linker.package_io import write_package
+
+    inputs = [args.contract, *args.object, *args.source]
+    origins.resolve([*inputs, args.host_provider])
+    check_targets([("--out", args.out)], inputs)  # before the work: a bad --out costs nothing
+    pkg = pack(args.contract, args.object, sources=args.source, copts=args.copt, cuda_home=args.cuda_home,
+               arch=args.arch, host_provider=args.host_provider)
+    write_package(pkg, args.out, inputs=inputs)
+    m = pkg.measured
+    _emit(args, {"ok": True, "package": args.out, "name": pkg.name, "handles": list(m.handles),
+                 "own_facts": m.own_facts, "static_smem": m.static_smem, "registers": m.regs},
+          f"packed {pkg.name} -> {args.out}: {len(m.handles)} handles, {m.static_smem} B static smem, "
+          f"registers {m.regs}")
+    return 0
+
+
+def _link(args, origins: _Origins) -> int:
+    """`link` and `plan`: both read the kernel file and its packages; plan stops before compiling."""
+    from pipelink.linker.compose import parse_kernel
+
+    origins.known = [args.kernel, *args.package]
+    packages = _load_packages(args.package)
+    # Diagnostics from here on cite the contracts' paths as pack recorded them.
+    origins.resolve([*origins.known, *(p.contract.file for p in packages)])
+    comp = parse_kernel(args.kernel, packages, arch=args.arch)
+    if args.cmd == "plan":
+        return _plan(args, comp)
+    from pipelink.linker.link import link, write_outputs
+    from pipelink.linker.outputs import check_targets
+
+    out = _link_outputs(args, comp)
+    inputs = [args.kernel, *args.package]
+    targets = [(f"--{k}", str(v)) for k, v in out.items()]
+    targets += [(f, v) for f, v in (("--control-cubin", args.control_cubin), ("--source-out", args.source_out)) if v]
+    check_targets(targets, inputs)  # before the link: a bad output path costs nothing
+    res = link(comp, control=bool(args.control_cubin), cuda_home=args.cuda_home, guard=args.guard,
+               spills=args.spills)
+    write_outputs(res, cubin=str(out["cubin"]), manifest=str(out["manifest"]),
+                  report=str(out["report"]) if "report" in out else None,
+                  map_path=str(out["map"]) if "map" in out else None,
+                  control=args.control_cubin, source=args.source_out, inputs=inputs)
+    _warn(args, res.warnings)
+    if res.control_error is not None:  # the linked outputs are written and valid; only the control failed
+        raise Rejected([*res.control_error.diagnostics])
+    _emit(args, {"ok": True, "outputs": {k: str(v) for k, v in out.items()}, "report": res.report,
+                 "warnings": [w.to_json() for w in res.warnings]}, res.map_text)
+    return 0
+
+
+def _plan(args, comp) -> int:
+    from pipelink.linker.link import make_map, plan
+
+    ch, pl, _, t = plan(comp)
+    _emit(args, {"ok": True, "proven_optimal": pl.proven_optimal, "offsets": pl.offsets, "depths": pl.depths,
+                 "barriers": pl.barrier_ids, "warp_begin": pl.warp_begin, "budgets": pl.budgets,
+                 "timings_s": t}, make_map(ch, pl, {}))
+    return 0
+
+
+def _link_outputs(args, comp) -> dict[str, Path]:
+    """cubin, manifest, report, map -> path: --out-dir's names, each overridden by its own flag."""
+    out = {}
+    for flag in ("out_dir", "cubin", "manifest", "report", "map", "control_cubin", "source_out"):
+        if getattr(args, flag) == "":  # an empty path is a mistake, not "no such output"
+            raise Rejected(Diagnostic("E-OUTPUT", f"--{flag.replace('_', '-')} is an empty path",
+                                      hint="give a path, or leave the option out"))
+    if args.out_dir is not None:
+        d = Path(args.out_dir)
+        out = {"cubin": d / f"{comp.name}.cubin", "manifest": d / f"{comp.name}.manifest.json",
+               "report": d / f"{comp.name}.report.json", "map": d / f"{comp.name}.map.txt"}
+    for k in ("cubin", "manifest", "report", "map"):
+        if getattr(args, k) is not None:
+            out[k] = Path(getattr(args, k))
+    if "cubin" not in out or "manifest" not in out:
+        raise Rejected(Diagnostic("E-USAGE", "link needs --out-dir, or --cubin and --manifest",
+                                  hint="add --out-dir DIR (writes <kernel>.cubin, .manifest.json, ...)"))
+    return out
+
+
+def _sass_diff(args, origins: _Origins) -> int:
+    from pipelink.common.files import read_bytes
+    from pipelink.linker.sass import compare, side_by_side
+
+    origins.resolve([args.linked, args.control])
+    a, b = read_bytes(args.linked, "linked cubin"), read_bytes(args.control, "control cubin")
+    res = compare(a, b, args.kernel, args.cuda_home, names=(args.linked, args.control))
+    lines = []
+    for name, f in res["functions"].items():
+        lines.append(f"{name}: {'identical' if f['identical'] else 'DIFFERENT'} "
+                     f"({f['linked_instructions']} linked / {f['control_instructions']} control instructions)")
+        if not f["identical"]:
+            lines += f["diff"][:60]
+        if args.side_by_side:
+            lines.append(side_by_side(a, b, name, cuda_home=args.cuda_home))
+    _emit(args, res, "\n".join(lines))
+    return 0 if res["identical"] else 1
 
 
 def _warn(args, warnings) -> None:

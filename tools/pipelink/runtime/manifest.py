@@ -3,6 +3,7 @@ and the parameter types it may name (its bounds and grid names: pipelink.common.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,87 +116,112 @@ class Manifest:
             raise bad(f"format {fmt!r}; this runtime reads format {MANIFEST_FORMAT}",
                       hint="use the runtime of the pipelink that linked the kernel, or relink")
         try:  # every container and number is type-checked: a damaged manifest is R-MANIFEST, never a crash
-            kernel = _str(d.get("entry") or d["kernel"], "kernel")
-            arch = _str(d.get("arch", ""), "arch")
-            block = _dims(d.get("block", [1, 1, 1]), "block")
-            cluster = _dims(d.get("cluster", [1, 1, 1]), "cluster")
-            grid = [str(_int(g, "grid entry")) if not isinstance(g, str) else g  # an expression, or a constant
-                    for g in _arr(d.get("grid", ["1", "1", "1"]), "grid")]
-            if not 1 <= len(grid) <= 3:
-                raise ValueError("grid must have 1 to 3 expressions")
-            grid += ["1"] * (3 - len(grid))
-            dynamic_smem = _int(d.get("dynamic_smem", 0), "dynamic_smem")
-            params = _obj(d.get("params", {}) or {}, "params")
-            size = _int(params.get("size", 0), "params.size")
-            by_name = {str(k): _str(v, f"params.by_name.{k}") for k, v in _obj(params.get("by_name") or {}, "params.by_name").items()}
-            slots = tuple(sorted((Slot(_str(f["instance"], "field instance"), _str(f["name"], "field name"),
-                                       _str(f["type"], "field type"), _int(f["offset"], "field offset"))
-                                  for f in (_obj(x, "params.fields entry") for x in _arr(params.get("fields") or [], "params.fields"))),
-                                 key=lambda s: s.offset))
-            facts = {str(k): _int(v, f"facts.{k}") for k, v in _obj(d.get("facts") or {}, "facts").items()}
-            requires = tuple(_str(r, "requires entry") for r in _arr(d.get("requires", []) or [], "requires"))
-            host = tuple(HostProvider.from_dict(_obj(h, "host entry")) for h in _arr(d.get("host", []) or [], "host"))
-            workspaces = tuple(Workspace.from_dict(_obj(w, "workspaces entry"))
-                               for w in _arr(d.get("workspaces", []) or [], "workspaces"))
-            co_resident = tuple(_str(n, "co_resident entry") for n in _arr(d.get("co_resident", []) or [], "co_resident"))
+            m = cls._typed(d, source)
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"malformed ({type(e).__name__}: {e})") from None
-        if not 0 <= size <= PARAM_BLOCK_MAX:
-            raise bad(f"params.size {size} is outside 0..{PARAM_BLOCK_MAX} (a kernel's parameter block)")
-        if not 0 <= dynamic_smem <= DYNAMIC_SMEM_MAX:
-            raise bad(f"dynamic_smem {dynamic_smem} is outside 0..{DYNAMIC_SMEM_MAX} bytes")
-        for name, t in by_name.items():
-            if t not in PARAM_ENCODINGS:
-                raise bad(f"parameter {name!r} has unknown type {t!r}", hint=f"known types: {sorted(PARAM_ENCODINGS)}")
-        end = 0
-        for s in slots:
-            if s.name not in by_name or by_name[s.name] != s.type:
-                raise bad(f"field {s.instance}.{s.name} ({s.type}) disagrees with params.by_name "
-                          f"({by_name.get(s.name, 'absent')})")
-            sz = PARAM_ENCODINGS[s.type][1]
-            if s.offset % _ALIGN[s.type] or s.offset < end or s.offset + sz > size:
-                raise bad(f"field {s.instance}.{s.name} at offset {s.offset} is misaligned, overlaps "
-                          f"or lies outside the {size}-byte parameter block")
-            end = s.offset + sz
-        unused = sorted(set(by_name) - {s.name for s in slots})
-        if unused:
-            raise bad(f"parameters {unused} have no field")
-        for h in host:
-            bad_fill = [n for n in h.fills if by_name.get(n) != "tmap"]
-            bad_read = [n for n in h.reads if by_name.get(n) in (None, "tmap")]
-            if bad_fill or bad_read or not set(h.facts) <= set(facts):
-                raise bad(f"host provider {h.provider} of {h.instance} fills {bad_fill or h.fills}, reads "
-                          f"{bad_read or h.reads}: not parameters of the right kind, or unknown facts")
-        for w in workspaces:
-            if by_name.get(w.param) != "ptr":
-                raise bad(f"workspace {w.param!r} has no pointer field")
-        hidden = sorted(n for n in by_name if n.startswith("@ws:") and n not in {w.param for w in workspaces})
-        if hidden:
-            raise bad(f"fields {hidden} belong to no workspace")
-        unfilled = sorted(n for n, t in by_name.items() if t == "tmap" and not any(n in h.fills for h in host))
-        if unfilled:
-            raise bad(f"tmap parameters {unfilled} have no host provider")
-        clash = sorted(set(by_name) & set(facts))
-        if clash:
-            raise bad(f"names {clash} are both parameters and facts")
-        if block[0] * block[1] * block[2] > 1024:
-            raise bad(f"block {list(block)} has more than 1024 threads")
-        grid_names: list[str] = []
-        for text in grid + list(requires):
-            try:
-                used = names_in(text)
-            except ExprError as e:
-                raise bad(str(e)) from None
-            for n in sorted(used):
-                t = by_name.get(n)
-                if t in ("ptr", "f32"):
-                    raise bad(f"grid/requires expression {text!r} uses {t} parameter {n!r}")
-                if t == "tmap":
-                    raise bad(f"grid/requires expression {text!r} uses tmap parameter {n!r}")
-                if t is None and n not in facts and n not in grid_names and n not in BUILTIN_GRID_NAMES:
-                    grid_names.append(n)
+        _check_param_block(m, bad)
+        _check_provided(m, bad)
+        if m.block[0] * m.block[1] * m.block[2] > 1024:
+            raise bad(f"block {list(m.block)} has more than 1024 threads")
+        return dataclasses.replace(m, grid_names=_grid_names(m, bad))
+
+    @classmethod
+    def _typed(cls, d: Mapping, source: str) -> "Manifest":
+        """The manifest's fields, each of its type (KeyError, TypeError or ValueError if not, from
+        the first bad field in this order); no grid names yet."""
+        kernel = _str(d.get("entry") or d["kernel"], "kernel")
+        arch = _str(d.get("arch", ""), "arch")
+        block = _dims(d.get("block", [1, 1, 1]), "block")
+        cluster = _dims(d.get("cluster", [1, 1, 1]), "cluster")
+        grid = [str(_int(g, "grid entry")) if not isinstance(g, str) else g  # an expression, or a constant
+                for g in _arr(d.get("grid", ["1", "1", "1"]), "grid")]
+        if not 1 <= len(grid) <= 3:
+            raise ValueError("grid must have 1 to 3 expressions")
+        grid += ["1"] * (3 - len(grid))
+        dynamic_smem = _int(d.get("dynamic_smem", 0), "dynamic_smem")
+        params = _obj(d.get("params", {}) or {}, "params")
+        size = _int(params.get("size", 0), "params.size")
+        by_name = {str(k): _str(v, f"params.by_name.{k}") for k, v in _obj(params.get("by_name") or {}, "params.by_name").items()}
+        slots = tuple(sorted((Slot(_str(f["instance"], "field instance"), _str(f["name"], "field name"),
+                                   _str(f["type"], "field type"), _int(f["offset"], "field offset"))
+                              for f in (_obj(x, "params.fields entry") for x in _arr(params.get("fields") or [], "params.fields"))),
+                             key=lambda s: s.offset))
+        facts = {str(k): _int(v, f"facts.{k}") for k, v in _obj(d.get("facts") or {}, "facts").items()}
+        requires = tuple(_str(r, "requires entry") for r in _arr(d.get("requires", []) or [], "requires"))
+        host = tuple(HostProvider.from_dict(_obj(h, "host entry")) for h in _arr(d.get("host", []) or [], "host"))
+        workspaces = tuple(Workspace.from_dict(_obj(w, "workspaces entry"))
+                           for w in _arr(d.get("workspaces", []) or [], "workspaces"))
+        co_resident = tuple(_str(n, "co_resident entry") for n in _arr(d.get("co_resident", []) or [], "co_resident"))
         return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
-                   requires, tuple(grid_names), host, workspaces, co_resident, source, dict(d))
+                   requires, (), host, workspaces, co_resident, source, dict(d))
+
+
+def _check_param_block(m: Manifest, bad) -> None:
+    """The parameter block: its size, known types, and fields that tile it as params.by_name says."""
+    size, by_name = m.param_size, m.param_types
+    if not 0 <= size <= PARAM_BLOCK_MAX:
+        raise bad(f"params.size {size} is outside 0..{PARAM_BLOCK_MAX} (a kernel's parameter block)")
+    if not 0 <= m.dynamic_smem <= DYNAMIC_SMEM_MAX:
+        raise bad(f"dynamic_smem {m.dynamic_smem} is outside 0..{DYNAMIC_SMEM_MAX} bytes")
+    for name, t in by_name.items():
+        if t not in PARAM_ENCODINGS:
+            raise bad(f"parameter {name!r} has unknown type {t!r}", hint=f"known types: {sorted(PARAM_ENCODINGS)}")
+    end = 0
+    for s in m.slots:
+        if s.name not in by_name or by_name[s.name] != s.type:
+            raise bad(f"field {s.instance}.{s.name} ({s.type}) disagrees with params.by_name "
+                      f"({by_name.get(s.name, 'absent')})")
+        sz = PARAM_ENCODINGS[s.type][1]
+        if s.offset % _ALIGN[s.type] or s.offset < end or s.offset + sz > size:
+            raise bad(f"field {s.instance}.{s.name} at offset {s.offset} is misaligned, overlaps "
+                      f"or lies outside the {size}-byte parameter block")
+        end = s.offset + sz
+    unused = sorted(set(by_name) - {s.name for s in m.slots})
+    if unused:
+        raise bad(f"parameters {unused} have no field")
+
+
+def _check_provided(m: Manifest, bad) -> None:
+    """Host providers fill tmap parameters and read other parameters and facts; each workspace has
+    its pointer field; no name is both a parameter and a fact."""
+    by_name = m.param_types
+    for h in m.host:
+        bad_fill = [n for n in h.fills if by_name.get(n) != "tmap"]
+        bad_read = [n for n in h.reads if by_name.get(n) in (None, "tmap")]
+        if bad_fill or bad_read or not set(h.facts) <= set(m.facts):
+            raise bad(f"host provider {h.provider} of {h.instance} fills {bad_fill or h.fills}, reads "
+                      f"{bad_read or h.reads}: not parameters of the right kind, or unknown facts")
+    for w in m.workspaces:
+        if by_name.get(w.param) != "ptr":
+            raise bad(f"workspace {w.param!r} has no pointer field")
+    hidden = sorted(n for n in by_name if n.startswith("@ws:") and n not in {w.param for w in m.workspaces})
+    if hidden:
+        raise bad(f"fields {hidden} belong to no workspace")
+    unfilled = sorted(n for n, t in by_name.items() if t == "tmap" and not any(n in h.fills for h in m.host))
+    if unfilled:
+        raise bad(f"tmap parameters {unfilled} have no host provider")
+    clash = sorted(set(by_name) & set(m.facts))
+    if clash:
+        raise bad(f"names {clash} are both parameters and facts")
+
+
+def _grid_names(m: Manifest, bad) -> tuple[str, ...]:
+    """The launch-only names the grid and requires expressions use (neither parameter, fact nor builtin)."""
+    grid_names: list[str] = []
+    for text in list(m.grid) + list(m.requires):
+        try:
+            used = names_in(text)
+        except ExprError as e:
+            raise bad(str(e)) from None
+        for n in sorted(used):
+            t = m.param_types.get(n)
+            if t in ("ptr", "f32"):
+                raise bad(f"grid/requires expression {text!r} uses {t} parameter {n!r}")
+            if t == "tmap":
+                raise bad(f"grid/requires expression {text!r} uses tmap parameter {n!r}")
+            if t is None and n not in m.facts and n not in grid_names and n not in BUILTIN_GRID_NAMES:
+                grid_names.append(n)
+    return tuple(grid_names)
 
 
 def _obj(v, what: str) -> Mapping:
