@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.execlog import read_spawns
+from pipelink.linker.execlog import read_spawns
 
 REPO = Path(__file__).resolve().parents[1]
 SRC_WS = REPO / "tests" / "e2e" / "relink"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.execlog import read_spawns
+from pipelink.linker.execlog import read_spawns
 
 from test_bazel_relink import COUNTED, LINKS, SRC_WS, TARGETS, _bazel_cmd, _rmtree, _skip_reason, _venv_paths
 

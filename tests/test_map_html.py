@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelink import cli
-from pipelink.link import write_outputs
-from pipelink.map_diff import diff
-from pipelink.map_html import render_map
-from pipelink.placement import make_placement, read_placement
+from pipelink.linker import cli
+from pipelink.linker.link import write_outputs
+from pipelink.linker.map_diff import diff
+from pipelink.linker.map_html import render_map
+from pipelink.linker.placement import make_placement, read_placement
 
 
 class Items(HTMLParser):
@@ -109,7 +109,7 @@ def two_phase_placement() -> dict:
     src = {"file": "k/a.contract.toml", "line": 7}
     own = {"instance": "a", "package": "pa"}
     return {
-        "format": 1, "kind": "pipelink.placement", "kernel": "two", "arch": "sm_90a", "threads": 256, "warps": 8,
+        "format": 1, "kind": "pipelink.linker.placement", "kernel": "two", "arch": "sm_90a", "threads": 256, "warps": 8,
         "dynamic_smem": 4160, "static_smem": 0, "smem_capacity": 232448, "registers": 128, "entry_registers": 128,
         "setmaxnreg": True, "warp_group_budgets": [40, 232], "solver": {"why": "chosen", "proven_optimal": False},
         "phases": ["kernel", "load", "store"],
@@ -181,8 +181,8 @@ def test_diff_map_names_what_moved(tmp_path, capsys):
     (None, "E-FILE"),
     ("not json", "E-PLACEMENT"),
     ('{"format": 1, "kernel": "toy"}', "E-PLACEMENT"),  # a manifest, not a placement
-    ('{"format": 9, "kind": "pipelink.placement"}', "E-PLACEMENT"),
-    ('{"format": 1, "kind": "pipelink.placement", "kernel": "k", "threads": 1, "warps": 1, "dynamic_smem": 0, '
+    ('{"format": 9, "kind": "pipelink.linker.placement"}', "E-PLACEMENT"),
+    ('{"format": 1, "kind": "pipelink.linker.placement", "kernel": "k", "threads": 1, "warps": 1, "dynamic_smem": 0, '
      '"phases": [], "warp_group_budgets": [], "claims": [{"key": "x"}]}', "E-PLACEMENT"),
 ])
 def test_bad_placement_is_a_coded_error_and_writes_nothing(tmp_path, capsys, content, code):
@@ -229,9 +229,9 @@ def test_page_renders_in_headless_chromium(tmp_path):
 def test_diff_map_of_a_relink(toy, packer, tmp_path, capsys):
     """The consumer's owner narrows the ring's depth range: the relink moves the ring's buffer
     and barriers, and diff-map says so, citing the changed contract."""
-    from pipelink.compose import parse_kernel
-    from pipelink.link import plan
-    from pipelink.placement import placement_bytes
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.link import plan
+    from pipelink.linker.placement import placement_bytes
 
     narrow = packer.variant(toy.consumer, toy.contract_text("consumer").replace("depth = [2, 6]", "depth = [2, 3]"))
     files = []

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.execlog import read_spawns
+from pipelink.linker.execlog import read_spawns
 
 import test_bazel_relink as relink  # its Bazel/venv discovery and skip logic
 

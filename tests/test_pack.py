@@ -9,7 +9,8 @@ import zipfile
 import pytest
 
 from conftest import COMPONENTS, TOY, LtoCompiler, assert_mentions, diagnostic, line_of, rejected
-from pipelink.package import FORMAT, pack, read_package, write_package
+from pipelink.linker.package import FORMAT, pack
+from pipelink.linker.package_io import read_package, write_package
 
 MEAS = COMPONENTS / "meas.contract.toml"
 MEAS_TEXT = MEAS.read_text()
@@ -257,7 +258,7 @@ def test_damaged_package_is_p_package(tmp_path, good_package_bytes, damage):
 
 def test_pack_cli(tmp_path, meas_obj):
     """`pipelink pack` writes the package; on a bad contract it writes nothing and exits 1."""
-    from pipelink.cli import main
+    from pipelink.linker.cli import main
 
     out = tmp_path / "meas.plpkg"
     assert main(["--format=json", "pack", "--contract", str(MEAS), "--object", str(meas_obj), "--out", str(out)]) == 0

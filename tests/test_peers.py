@@ -1,4 +1,4 @@
-"""pipelink.peers (issue 13): symmetric buffers over N ranks.
+"""pipelink.runtime.peers (issue 13): symmetric buffers over N ranks.
 
 CPU: world/rank/size validation (R-RANK, R-PEER), the ranks' agreement check, the Unix-socket
 exchange of messages and file descriptors between ranks (threads stand in for processes),
@@ -19,11 +19,13 @@ import pytest
 from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
+RUNTIME = ROOT / "tools" / "pipelink" / "runtime"
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from pipelink.peers import (PeerError, RankInfo, SymmetricBuffer, UnixExchange, check_agreement,  # noqa: E402
-                            check_size, check_world, multicast_off_env)
+from pipelink.runtime.peers import (PeerError, RankInfo, UnixExchange, check_agreement, check_size,  # noqa: E402
+                                    check_world, multicast_off_env)
+from pipelink.runtime.peers_cuda import SymmetricBuffer  # noqa: E402
 
 
 @pytest.mark.parametrize("world, rank", [(0, 0), (65, 0), (2, 2), (2, -1), (True, 0), (2, 1.0), ("2", 0)])
@@ -60,7 +62,7 @@ def test_agreement():
 def test_multicast_stays_off():
     assert multicast_off_env() == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                                    "NVSHMEM_DISABLE_NVLS": "1"}
-    src = (ROOT / "tools" / "pipelink" / "peers_cuda.py").read_text() + (ROOT / "tools" / "pipelink" / "peers.py").read_text()
+    src = (RUNTIME / "peers_cuda.py").read_text() + (RUNTIME / "peers.py").read_text()
     assert "cuMulticastCreate(" not in src
 
 

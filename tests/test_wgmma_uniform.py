@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from pipelink.sass import disassemble  # noqa: E402
+from pipelink.linker.sass import disassemble  # noqa: E402
 
 BIN = ROOT / "bazel-bin" / "kernels"
 ATTENTION = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode"]

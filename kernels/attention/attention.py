@@ -52,7 +52,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
-from pipelink.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
+from pipelink.runtime.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
                             expect_tensor, flag, integer, optional_dir, real, refuse_unused, tensor_device)
 
 from attention_masks import BlockMask, causal_schedule, check_doc_ids, create_block_mask, document_aux  # noqa: E402,F401

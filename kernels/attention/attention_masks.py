@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelink.entry import integer
-from pipelink.runtime import LaunchError, _is_tensor
+from pipelink.runtime.entry import integer
+from pipelink.runtime import LaunchError
+from pipelink.runtime.launch_values import is_tensor
 
 BLOCK = 128
 HEADER = 16  # words
@@ -39,7 +40,7 @@ class BlockMask:
     def check(self, B, H, Lq, Lkv, device):
         import torch
         aux = self.aux
-        if (not _is_tensor(aux) or getattr(aux, "dtype", None) != torch.int32 or aux.dim() != 1
+        if (not is_tensor(aux) or getattr(aux, "dtype", None) != torch.int32 or aux.dim() != 1
                 or not aux.is_contiguous() or aux.numel() < HEADER):
             raise LaunchError("R-PARAM", f"block mask's aux is not an int32 vector of >= {HEADER} words "
                               f"({type(aux).__name__})", hint="make block masks with create_block_mask")
@@ -169,7 +170,7 @@ def check_doc_ids(doc_ids, B, H, S, device) -> None:
     if doc_ids is None:
         raise LaunchError("R-PARAM", "variant 'document' needs doc_ids= (an int32 [B, S] tensor of document ids)",
                           hint="attention(..., variant='document', doc_ids=ids)")
-    if not _is_tensor(doc_ids) or getattr(doc_ids, "layout", torch.strided) != torch.strided:
+    if not is_tensor(doc_ids) or getattr(doc_ids, "layout", torch.strided) != torch.strided:
         raise LaunchError("R-PARAM", f"doc_ids must be a dense int32 tensor on the inputs' device, got "
                           f"{type(doc_ids).__name__}", hint="doc_ids=torch.as_tensor(ids, dtype=torch.int32, "
                                                               "device=q.device)")
