@@ -15,11 +15,12 @@ from pathlib import Path
 
 from pipelink.diagnostics import CODES, Diagnostic, Rejected, render_all, rule_codes
 from pipelink.origins import annotate, check_origin_form, resolve_origins
+from pipelink.usage import requested_format, usage_diagnostic
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are diagnostics too
-        raise Rejected(Diagnostic("E-USAGE", message, hint=f"see `{self.prog} --help`"))
+        raise Rejected(usage_diagnostic(self.prog, message))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    fmt = "json" if "--format=json" in argv or ("--format" in argv and "json" in argv) else "human"
+    fmt = requested_format(argv)
     origins = _Origins()
     try:
         args = _parser().parse_args(argv)

@@ -89,6 +89,8 @@ CODES: dict[str, str] = {
     "P-COMPILE": "the trial compile of the object failed",
     "P-REBUILD": "the package's carried sources and copts do not rebuild its object (the control depends on them)",
     "P-PACKAGE": "a package file is damaged or of an unknown format",
+    "P-LIMIT": "a size or count in the contract can exceed a hard limit of its architecture (shared memory per block, "
+               "mbarrier arrivals, named barriers, threads per block, registers), at some fact value it accepts",
     "P-HOST": "the contract's [host] provider file is missing or does not define provide(lent, facts, host)",
     "L-ARCH": "components were built for different architectures or toolkits",
     "L-INSTANCE": "the kernel names an unknown package or a duplicate instance, or a package is given that no instance uses",

@@ -143,9 +143,11 @@ def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = ()
          cuda_home: str | None = None, arch: str | None = None, check_rebuild: bool = True,
          host_provider: str | None = None) -> Package:
     from pipelink.files import read_bytes, read_text
+    from pipelink.limits import check_limits  # it reads check.py's and solve.py's limits, which import this module
 
     text = read_text(contract_path, "contract", hint="check the --contract path")
     contract = _retarget(parse_contract_text(text, contract_path), arch)
+    check_limits(contract)  # before any object is read: a contract no kernel can place costs nothing
     objects = {}
     for op in object_paths:
         name = Path(op).name
