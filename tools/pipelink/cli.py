@@ -168,7 +168,11 @@ def _run(args, origins: _Origins) -> int:
         if args.code:
             if args.code not in codes:
                 raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
-            _emit(args, {args.code: codes[args.code]}, f"{args.code}: {codes[args.code]}")
+            from pipelink.explain import explanation
+
+            long = explanation(args.code)  # the long form: meaning, an example, the fix, the docs section
+            _emit(args, {args.code: codes[args.code], **({"explanation": long.to_json()} if long else {})},
+                  long.render(codes[args.code]) if long else f"{args.code}: {codes[args.code]}")
         else:
             _emit(args, codes, "\n".join(f"{k:<18} {v}" for k, v in codes.items()))
         return 0
