@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import gpu_unavailable_reason
 from pipelink import cli
 from pipelink.compose import parse_kernel
 from pipelink.contract import parse_contract_text
@@ -29,16 +30,13 @@ NOT_RUN = {
     "L-SOLVE": "the solver giving up needs a placement problem too large to state as a small example",
     "L-LINK": "nvJitLink refusing inputs pack accepted has no small example (test_hardening.py runs a crashing one)",
     "L-COMPILE": "the generated code failing to compile means a pipelink bug or a foreign header",
-    "L-CONTROL": "needs a full link of real objects (test_hardening.py::test_control_failure_keeps_linked_outputs)",
-    "L-SASS": "needs a full link of a component writing bar.sync itself (test_hardening.py::test_literal_barrier_id_is_l_sass)",
     "L-FACT-TYPE": "u32 is the only fact type the schema accepts, so owner and reader cannot differ yet",
     "R-CUDA": "a failing CUDA driver call needs a GPU",
     "R-GRID": "the co-resident bound is read from the device: needs a GPU",
-    "R-SHAPE": "tensor shapes are checked on CUDA tensors: needs a GPU",
-    "R-DTYPE": "tensor dtypes are checked on CUDA tensors: needs a GPU",
-    "R-LAYOUT": "tensor layouts are checked on CUDA tensors: needs a GPU",
     "R-WORKSPACE": "a lent workspace is checked against a loaded kernel: needs a GPU",
 }
+# Codes whose snippet needs a GPU (CUDA tensors): run where there is one.
+NEEDS_GPU = {"R-SHAPE", "R-DTYPE", "R-LAYOUT"}
 
 
 def documented_codes() -> set[str]:
@@ -136,6 +134,19 @@ def _run_kernel(e, files, packer, toy, **_):
     return _codes_of(go)
 
 
+def _run_link(e, files, lto, **_):
+    from pipelink.link import link
+
+    def go():
+        packages = [pack(str(p), [str(lto(files[n.replace(".contract.toml", ".cu")]))])
+                    for n, p in files.items() if n.endswith(".contract.toml")]
+        (kernel,) = [p for n, p in files.items() if n.endswith(".kernel.toml")]
+        res = link(parse_kernel(str(kernel), packages), control=True)
+        if res.control_error is not None:  # the CLI raises it after writing the linked outputs
+            raise res.control_error
+    return _codes_of(go)
+
+
 def _run_command(e, files, tmp_path, capsys, **_):
     capsys.readouterr()
     cwd = os.getcwd()
@@ -157,7 +168,7 @@ def _run_python(e, files, tmp_path, monkeypatch, **_):
     return _codes_of(lambda: exec(compile(e.python, f"<{e.code} example>", "exec"), {"__name__": "example"}))
 
 
-RUNNERS = {"contract": _run_contract, "pack": _run_pack, "kernel": _run_kernel, "command": _run_command,
+RUNNERS = {"contract": _run_contract, "pack": _run_pack, "kernel": _run_kernel, "link": _run_link, "command": _run_command,
            "python": _run_python}
 
 
@@ -166,9 +177,11 @@ def test_example_triggers_its_code(code, tmp_path, request, capsys, monkeypatch)
     e = CATALOGUE[code]
     if code in NOT_RUN:
         pytest.skip(NOT_RUN[code])
+    if code in NEEDS_GPU and (why := gpu_unavailable_reason()):
+        pytest.skip(f"the snippet makes CUDA tensors: {why}")
     files = _write(tmp_path, e.files)
     fixtures = {"tmp_path": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
-    if e.trigger == "pack":
+    if e.trigger in ("pack", "link"):
         fixtures["lto"] = request.getfixturevalue("lto")
     if e.trigger == "kernel":
         fixtures["packer"], fixtures["toy"] = request.getfixturevalue("packer"), request.getfixturevalue("toy")

@@ -18,10 +18,11 @@ DOCS = "docs/CONTRACTS.md"
 #   contract: each *.contract.toml parsed and held to the limits (limits.check_limits);
 #   pack:     the *.cu compiled to LTO-IR and packed with the *.contract.toml;
 #   kernel:   each contract packed over a stand-in object, the *.kernel.toml composed, checked, solved;
+#   link:     each *.cu compiled and packed with its contract, the *.kernel.toml linked (with its control);
 #   command:  `pipelink ARGV...` run in that folder;
 #   python:   a Python snippet run in that folder;
 #   bazel:    a BUILD snippet (the rules' failure tests in tests/rules/ run each B-* code).
-TRIGGERS = ("contract", "pack", "kernel", "command", "python", "bazel")
+TRIGGERS = ("contract", "pack", "kernel", "link", "command", "python", "bazel")
 
 
 @dataclass(frozen=True)
@@ -39,24 +40,47 @@ class Explanation:
     copts: tuple[str, ...] = ()  # pack: the copts recorded with the carried .cu source
 
     def to_json(self) -> dict:
-        return {"means": self.means, "fix": self.fix, "docs": self.docs, "trigger": self.trigger,
+        return {"means": self.means, "fix": self.fix, "docs": self.docs, "trigger": self.trigger, "run": self.how_to_run(),
                 "files": dict(self.files), "argv": list(self.argv), "python": self.python, "note": self.note}
 
     def render(self, summary: str) -> str:
         out = [f"{self.code}: {summary}", "", "What it means", _indent(self.means), "", "Example that triggers it"]
         for name, text in self.files.items():
             out += [f"  --- {name}", _indent(text.rstrip("\n"), 4)]
-        if self.compile_arch or self.copts:
-            out.append(f"  (the .cu compiled for {self.compile_arch or 'the contract arch'}; packed with --source"
-                       + "".join(f" --copt={c}" for c in self.copts) + ")" if self.copts else ")")
         if self.argv:
             out.append("  $ pipelink " + " ".join(self.argv))
         if self.python:
             out += ["  --- Python", _indent(self.python.rstrip("\n"), 4)]
+        if how := self.how_to_run():
+            out.append("  $ " + how)
         if self.note:
             out.append(_indent(self.note))
         out += ["", "Fix", _indent(self.fix), "", f"Docs: {self.docs}"]
         return "\n".join(out)
+
+
+    def how_to_run(self) -> str:
+        """The command that shows the code for a file-based example."""
+        names = list(self.files)
+        contracts = [n for n in names if n.endswith(".contract.toml")]
+        if self.trigger == "contract" and contracts:
+            c = contracts[0]
+            return f"pipelink pack --contract {c} --object {c.split('.')[0]}.o --out {c.split('.')[0]}.plpkg"
+        if self.trigger == "pack" and contracts:
+            c, sm = contracts[0].split(".")[0], (self.compile_arch or "sm_90a")[3:]
+            carried = f" --source {c}.cu" + "".join(f" --copt={o}" for o in self.copts) if self.copts else ""
+            return (f"nvcc -dc -gencode=arch=compute_{sm},code=lto_{sm} -I tools/pipelink/include {c}.cu -o {c}.o && "
+                    f"pipelink pack --contract {c}.contract.toml --object {c}.o{carried} --out {c}.plpkg")
+        kernels = [n for n in names if n.endswith(".kernel.toml")]
+        if self.trigger == "kernel" and kernels:
+            packages = " ".join(f"--package {c.split('.')[0]}.plpkg" for c in contracts)
+            return (f"pipelink plan --kernel {kernels[0]} {packages}"
+                    "   (each contract packed with its component's object)")
+        if self.trigger == "link" and kernels:
+            packages = " ".join(f"--package {c.split('.')[0]}.plpkg" for c in contracts)
+            return (f"pipelink link --kernel {kernels[0]} {packages} --out-dir out --control-cubin out/control.cubin"
+                    "   (each .cu compiled and packed with its contract, without --source)")
+        return ""
 
 
 def _indent(text: str, n: int = 2) -> str:
