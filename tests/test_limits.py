@@ -93,3 +93,25 @@ def test_pack_cli_refuses_before_reading_objects(tmp_path, capsys):
                    "--out", str(tmp_path / "c.plpkg")])
     err = capsys.readouterr().err
     assert rc == 1 and "error P-LIMIT" in err and "hint:" in err and "Traceback" not in err
+
+
+def test_grid_extent_fixed_by_facts_is_held_to_cuda_limits(packer, toy):
+    """`grid = [1, "tile * 1000", 1]` names only a fact: fixed at link time, 256,000 > 65,535 (y)."""
+    from conftest import kernel_text
+    from pipelink.check import check
+
+    def codes(grid):
+        text = kernel_text("g", ("prod", "producer"), ("cons", "consumer"), ("out", "sink")).replace(
+            "grid = [1, 1, 1]", f"grid = {grid}")
+        try:
+            check(packer.compose(text, toy.packages, name="g"))
+        except Rejected as e:
+            return e.diagnostics
+        return []
+
+    (d,) = codes('[1, "tile * 1000", 1]')
+    assert d.code == "L-GRID" and "256,000" in d.message and "tile = 256" in d.message and "65,535" in d.message
+    assert codes('["tile * 1000", 1, 1]') == []  # x reaches 2^31-1
+    assert codes('[1, "tiles * tile", 1]') == []  # a parameter: some launch fits (the runtime checks it)
+    (d,) = codes('[1, "tiles * tile * 1000", 1]')  # ... unless none can
+    assert d.code == "L-GRID"

@@ -17,6 +17,7 @@ from pipelink.compose import Composition, Instance
 from pipelink.contract import MBARRIER_COUNT_MAX
 from pipelink.diagnostics import Fact, Rejected
 from pipelink.expr import ExprError, evaluate
+from pipelink.grid_limits import check_grid_limits
 from pipelink.kernel_rules import check_binds, check_grid, check_param_fact_names, check_resident
 from pipelink.kernel_rules import side_of as _side
 
@@ -36,6 +37,7 @@ def check(comp: Composition) -> Checked:
     facts, owner = _check_facts(comp, d)
     check_param_fact_names(comp, params, facts, owner, d.items)
     check_grid(comp, params, facts, d.items)
+    check_grid_limits(comp, facts, d.items)
     check_resident(comp, d.items)
     binds = check_binds(comp, d.items)
     env = dict(facts)

@@ -112,7 +112,8 @@ CODES: dict[str, str] = {
     "L-CALL-UNBOUND": "a callable import has no export",
     "L-CALL-SIGNATURE": "callable import and export signatures differ",
     "L-BIND": "a [[bind]] names a missing import or export, binds an instance to itself, or repeats an import",
-    "L-GRID": "a grid expression names something that is no integer parameter, fact or declared launch argument",
+    "L-GRID": "a grid expression names something that is no integer parameter, fact or declared launch argument, "
+              "or the facts the kernel links with take an extent out of CUDA's grid limits",
     "L-RESIDENT": "a component waits for other CTAs (co_resident = true) but the kernel's grid is not bounded by resident_ctas",
     "L-BARRIER": "more named barriers are needed than the SM has free (ids 1..15)",
     "L-BARRIER-THREADS": "a named barrier's thread count is not a multiple of 32, exceeds the block or (a "
