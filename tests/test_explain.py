@@ -199,3 +199,10 @@ def test_rule_codes_are_run_by_the_rules_failure_tests():
         if code.startswith("B-"):
             assert e.trigger == "bazel" and e.files, code
             assert code in failure_tests, f"no failure test asserts {code}"
+
+
+def test_long_forms_ship_with_the_package():
+    """The catalogue is package data: the wheel (pyproject) and the Bazel targets carry it."""
+    assert '"explanations/*.toml"' in (ROOT / "pyproject.toml").read_text()
+    build = (ROOT / "tools" / "BUILD.bazel").read_text()
+    assert build.count('"pipelink/explanations/*.toml"') == 2  # pipelink_lib's data, pipelink_linker_files
