@@ -15,7 +15,7 @@ from pipelink.usage import requested_format
 VOCAB = ["--", "-", "-x", "--format", "--format=json", "--format=xml", "--form=json", "json", "--quiet",
          "--origin", "--origin=a=b", "pack", "link", "plan", "sass-diff", "explain", "L-BIND", "X-NOPE",
          "--contract", "--object", "--out", "--kernel", "--package", "--spills", "--spills=maybe", "--arch",
-         "--bogus", "=", "", "é", "--out-dir", "--side-by-side", "--cuda-home"]
+         "--bogus", "=", "", "é", "--out-dir", "--side-by-side", "--cuda-home", "map", "diff-map", "--html", "--placement"]
 
 
 @pytest.mark.parametrize("argv", [["--"], ["--", "explain"], [], ["-x"], ["--format=xml", "explain"],

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from pipelink.diagnostics import Diagnostic
 
-COMMANDS = ("pack", "link", "plan", "sass-diff", "explain")
-
-
 def requested_format(argv: list[str]) -> str:
     """"json" if argv asks for it in any spelling argparse accepts (`--format=json`,
     `--format json`, an abbreviation such as `--form=json`), else "human"."""
@@ -31,8 +28,8 @@ def usage_diagnostic(prog: str, message: str) -> Diagnostic:
     """E-USAGE for argparse's `message` about the command `prog` ("pipelink" or "pipelink pack")."""
     hint = f"see `{prog} --help`"
     if "argument cmd" in message or "arguments are required: cmd" in message:
-        hint = (f"give a command first, with no `--` before it: pipelink [--format=json] [--quiet] "
-                f"{{{','.join(COMMANDS)}}} ...; `pipelink COMMAND --help` lists its options")
+        hint = ("give a command first, with no `--` before it: pipelink [--format=json] [--quiet] COMMAND ...; "
+                "`pipelink --help` lists the commands, `pipelink COMMAND --help` a command's options")
     elif "unrecognized arguments" in message:
         hint = f"remove them, or check their spelling in `{prog} --help`"
     return Diagnostic("E-USAGE", message, hint=hint)
