@@ -90,6 +90,8 @@ CODES: dict[str, str] = {
     "P-COMPILE": "the trial compile of the object failed",
     "P-REBUILD": "the package's carried sources and copts do not rebuild its object (the control depends on them)",
     "P-PACKAGE": "a package file is damaged or of an unknown format",
+    "P-LIMIT": "a size or count in the contract can exceed a hard limit of its architecture (shared memory per block, "
+               "mbarrier arrivals, named barriers, threads per block, registers), at some fact value it accepts",
     "P-HOST": "the contract's [host] provider file is missing or does not define provide(lent, facts, host)",
     "L-ARCH": "components were built for different architectures or toolkits",
     "L-INSTANCE": "the kernel names an unknown package or a duplicate instance, or a package is given that no instance uses",
@@ -111,7 +113,8 @@ CODES: dict[str, str] = {
     "L-CALL-UNBOUND": "a callable import has no export",
     "L-CALL-SIGNATURE": "callable import and export signatures differ",
     "L-BIND": "a [[bind]] names a missing import or export, binds an instance to itself, or repeats an import",
-    "L-GRID": "a grid expression names something that is no integer parameter, fact or declared launch argument",
+    "L-GRID": "a grid expression names something that is no integer parameter, fact or declared launch argument, "
+              "or the facts the kernel links with take an extent out of CUDA's grid limits",
     "L-RESIDENT": "a component waits for other CTAs (co_resident = true) but the kernel's grid is not bounded by resident_ctas",
     "L-BARRIER": "more named barriers are needed than the SM has free (ids 1..15)",
     "L-BARRIER-THREADS": "a named barrier's thread count is not a multiple of 32, exceeds the block or (a "

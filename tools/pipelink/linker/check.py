@@ -14,13 +14,14 @@ from __future__ import annotations
 from pipelink.common.diagnostics import Fact, Rejected
 from pipelink.common.expr import ExprError, evaluate
 from pipelink.linker.check_bindings import check_callables, check_library_barriers, check_library_warps, check_tensors
+from pipelink.linker.arch_limits import SMEM_CAPACITY
 from pipelink.linker.check_types import Barrier, Checked, Claim, Diags, Ring, Role, Transfer
 from pipelink.linker.compose import Composition, Instance
 from pipelink.linker.contract import MBARRIER_COUNT_MAX
 from pipelink.linker.kernel_rules import check_binds, check_grid, check_param_fact_names, check_resident
 from pipelink.linker.kernel_rules import side_of as _side
+from pipelink.linker.grid_limits import check_grid_limits
 
-SMEM_CAPACITY = {"sm_90a": 232448, "sm_90": 232448, "sm_100a": 232448, "sm_120a": 101376, "sm_80": 166912}
 DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
 
 
@@ -31,6 +32,7 @@ def check(comp: Composition) -> Checked:
     facts, owner = _check_facts(comp, d)
     check_param_fact_names(comp, params, facts, owner, d.items)
     check_grid(comp, params, facts, d.items)
+    check_grid_limits(comp, facts, d.items)
     check_resident(comp, d.items)
     binds = check_binds(comp, d.items)
     ev = _evaluator(dict(facts), d)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from pipelink.common.diagnostics import CODES, Diagnostic, Rejected, render_all, rule_codes
 from pipelink.linker.origins import annotate, check_origin_form, resolve_origins
+from pipelink.linker.usage import requested_format, usage_diagnostic
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors are diagnostics too
-        raise Rejected(Diagnostic("E-USAGE", message, hint=f"see `{self.prog} --help`"))
+        raise Rejected(usage_diagnostic(self.prog, message))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    fmt = "json" if "--format=json" in argv or ("--format" in argv and "json" in argv) else "human"
+    fmt = requested_format(argv)
     origins = _Origins()
     try:
         args = _parser().parse_args(argv)
@@ -181,12 +182,16 @@ def _run(args, origins: _Origins) -> int:
 
 
 def _explain(args, origins: _Origins) -> int:
+    from pipelink.linker.explain import explanation
+
     origins.resolve([])  # explain reads no file, so an --origin names none
     codes = {**CODES, **rule_codes()}  # the linker's, the runtime's and the Bazel rules' codes
     if args.code:
         if args.code not in codes:
             raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
-        _emit(args, {args.code: codes[args.code]}, f"{args.code}: {codes[args.code]}")
+        long = explanation(args.code)  # the long form: meaning, an example, the fix, the docs section
+        _emit(args, {args.code: codes[args.code], **({"explanation": long.to_json()} if long else {})},
+              long.render(codes[args.code]) if long else f"{args.code}: {codes[args.code]}")
     else:
         _emit(args, codes, "\n".join(f"{k:<18} {v}" for k, v in codes.items()))
     return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 from pipelink.common.diagnostics import Fact, Rejected, reject
 from pipelink.common.files import MAX_TEXT_BYTES, display, read_bytes, read_regular, read_text, why_unreadable
 from pipelink.linker.contract import ARCHES, Contract, parse_contract_text
+from pipelink.linker.limits import check_limits
 from pipelink.linker.rebuild import check_sources_rebuild
 from pipelink.linker.toolkit import find_toolkit
 from pipelink.linker.trial import Measured, compiled_names, measure
@@ -142,6 +143,7 @@ def pack(contract_path: str, object_paths: list[str], *, sources: list[str] = ()
          host_provider: str | None = None) -> Package:
     text = read_text(contract_path, "contract", hint="check the --contract path")
     contract = retarget(parse_contract_text(text, contract_path), arch)
+    check_limits(contract)  # before any object is read: a contract no kernel can place costs nothing
     objects = {}
     for op in object_paths:
         name = Path(op).name

@@ -17,11 +17,9 @@ import time
 from dataclasses import dataclass, field
 
 from pipelink.common.diagnostics import Fact, Rejected, reject
+from pipelink.linker.arch_limits import MAX_WARPS, MIN_BUDGET, REGISTER_FILE
 from pipelink.linker.check_types import Checked, Claim
 
-REGISTER_FILE = 65536
-MAX_WARPS = 32
-MIN_BUDGET = 24
 SOLVER_TIMEOUT_MS = 60_000
 
 
