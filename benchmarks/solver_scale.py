@@ -41,7 +41,7 @@ from pipelink.solve import solve, solver_status  # noqa: E402
 from pipelink.toolkit import find_toolkit  # noqa: E402
 
 INCLUDE = ROOT / "tools" / "pipelink" / "include"
-COMPONENTS = 8  # one-warp roles, as many as real kernels have (the handles grow, the roles do not)
+COMPONENTS = 8  # one-warp roles (fewer in small compositions), as many as real kernels have (the handles grow, the roles do not)
 MAX_BARRIERS = 15  # named barrier ids 1..15
 
 
@@ -62,7 +62,8 @@ class Shape:
 
 def shape(handles: int) -> Shape:
     rings, barriers, phases = max(1, handles // 16), min(MAX_BARRIERS, max(2, handles // 20)), max(2, handles // 25)
-    return Shape(COMPONENTS, rings, barriers, phases, max(COMPONENTS, handles - rings - barriers - phases))
+    n = min(COMPONENTS, max(2, 2 * (handles // 12)))  # fewer below 48 handles (a quick test)
+    return Shape(n, rings, barriers, phases, max(n, handles - rings - barriers - phases))
 
 
 def generate(sh: Shape, seed: int) -> list[tuple[str, str]]:
@@ -142,7 +143,7 @@ def composition(handles: int, seed: int, cache: Path):
 
 
 def placement_digest(map_text: str) -> str:
-    """sha256 of the placement map less its solver-status line (which holds a wall time)."""
+    """sha256 of the placement map (deterministic: its effort is in Z3 resource units, not seconds)."""
     return hashlib.sha256(map_text.encode()).hexdigest()[:16]
 
 
