@@ -10,11 +10,13 @@ the limit, the gap between the best shared-memory footprint found and the lower 
     PYTHONPATH=tools .venv/bin/python benchmarks/solver_scale.py [--sizes 50 100 200 400] [--seed 1]
         [--limit 60] [--repeat 1] [--digest]
 
---digest also prints one sha256 per size over the placement map (without its timing), to
-compare placements across runs and processes. Exit status 0 unless a placement differed
-between repeats (2). The composition has 8 one-warp roles (as many as real kernels; the register
-and warp placement is a separate, small problem) that share out the claims and named barriers
-(at most 15: ids 1..15 are all the SM has); components 2p and 2p + 1 share every fourth ring.
+--digest also prints one sha256 per size over the placement map (link.make_map; its effort is
+in Z3 resource units, so it is deterministic), to compare placements across runs and processes.
+Exit status 0; 2 when a placement differed between repeats; 1 when no placement was found
+within the limit. The composition has 8 one-warp roles (as many as real kernels: the warp and
+register placement is a separate, small problem) that share out the claims and the named
+barriers (at most 15: ids 1..15 are all the SM has); components 2p and 2p + 1 share every
+fourth ring.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from pipelink.check import check  # noqa: E402
 from pipelink.compose import parse_kernel_text  # noqa: E402
+from pipelink.diagnostics import Rejected  # noqa: E402
 from pipelink.link import make_map  # noqa: E402
 from pipelink.package import pack, read_package, write_package  # noqa: E402
 from pipelink.solve import solve, solver_status  # noqa: E402
@@ -163,7 +166,11 @@ def main(argv=None) -> int:
         maps, times = set(), []
         for _ in range(args.repeat):
             t0, c0 = time.perf_counter(), time.process_time()
-            pl = solve(ch, timeout_ms=int(args.limit * 1000))
+            try:
+                pl = solve(ch, timeout_ms=int(args.limit * 1000))
+            except Rejected as e:  # e.g. no placement at all within the limit
+                print(f"  [{target}] {e}", file=sys.stderr)
+                return 1
             times.append((time.perf_counter() - t0, time.process_time() - c0))
             maps.add(make_map(ch, pl, {}))
         if len(maps) != 1:
