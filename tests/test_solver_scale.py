@@ -37,14 +37,16 @@ def test_small_compositions_proven_and_deterministic(tmp_path):
     assert [(r[0], r[2], r[5]) for r in first] == [(r[0], r[2], r[5]) for r in second]
 
 
-def placement(proven: bool, footprint: int, bound: int) -> Placement:
+def placement(proven: bool, footprint: int, bound: int, unproven=()) -> Placement:
     return Placement(offsets={}, sizes={}, depths={}, barrier_ids={}, warp_begin={}, budgets={}, group_budgets=[],
                      warps=4, dynamic_smem=footprint, proven_optimal=proven, solve_seconds=1.5,
-                     smem_lower_bound=bound, solver_work=1234567, limit="4,000,000 Z3 resource units per check")
+                     smem_lower_bound=bound, solver_work=1234567, limit="4,000,000 Z3 resource units per check",
+                     unproven=unproven)
 
 
 def test_status_words_proof_and_gap():
     assert solver_status(placement(True, 4096, 4096)) == "optimal (proven in 1,234,567 Z3 resource units)"
     assert solver_status(placement(True, 4096, 4096), 0.25) == "optimal (proven in 0.25 s)"
-    gap = solver_status(placement(False, 5120, 4096))
+    gap = solver_status(placement(False, 5120, 4096, ("footprint",)))
     assert gap.startswith("best found, gap 1024 B to the lower bound 4096 B after limit 4,000,000 Z3 resource units")
+    assert gap.endswith("(1,234,567 Z3 resource units; not proven: footprint)")

@@ -42,6 +42,7 @@ class Placement:
     smem_lower_bound: int = 0  # proven: no placement at these ring depths has a smaller footprint
     solver_work: int = 0  # Z3 resource units spent (deterministic, unlike seconds)
     limit: str = ""  # what stopped the search short of a proof, when it was not proven
+    unproven: tuple[str, ...] = ()  # the objectives not proven optimal, e.g. ("registers",)
 
     @property
     def solver_status(self) -> str:
@@ -71,7 +72,7 @@ def solver_status(p: Placement, seconds: float | None = None) -> str:
         return f"optimal (proven in {effort})"
     gap = p.dynamic_smem - p.smem_lower_bound
     return (f"best found, gap {gap} B to the lower bound {p.smem_lower_bound} B after limit {p.limit or 'none'}"
-            f" ({effort})")
+            f" ({effort}; not proven: {', '.join(p.unproven) or 'all'})")
 
 
 def smem_lower_bound(claims: list[Claim], sizes: dict[str, int]) -> int:
@@ -119,7 +120,7 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
         raise reject("E-TOOLKIT", "z3-solver is not installed", hint="run `bash tools/setup.sh`") from None
     t0 = time.perf_counter()
     cap = dynamic_capacity(ch)
-    smem, smem_proven, smem_bound, work = _solve_smem(ch, cap, timeout_ms)
+    smem, smem_unproven, smem_bound, work = _solve_smem(ch, cap, timeout_ms)
     warps, warps_proven, warps_work = _solve_warps(ch, timeout_ms)
     if len(ch.barriers) > 15:
         raise _infeasible(ch, {"barrier"}, cap)
@@ -131,10 +132,11 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
         offsets=offsets, sizes=sizes, depths=depths, barrier_ids=barrier_ids,
         warp_begin=begin, budgets=budgets, group_budgets=group_budgets, warps=4 * len(group_budgets),
         dynamic_smem=max([offsets[k] + sizes[k] for k in offsets], default=0),
-        proven_optimal=smem_proven and warps_proven,
+        proven_optimal=not smem_unproven and warps_proven,
         solve_seconds=time.perf_counter() - t0,
         smem_lower_bound=smem_bound, solver_work=work + warps_work,
         limit=f"{CHECK_RLIMIT:,} Z3 resource units per check, {timeout_ms / 1000:g} s in all",
+        unproven=tuple(smem_unproven) + (() if warps_proven else ("registers",)),
     )
     if p.proven_optimal:
         p.smem_lower_bound = p.dynamic_smem
@@ -308,8 +310,8 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
                   # Tie-break: earlier-declared claims get lower offsets.
                   ("min", z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0, ctx))]
     stats = {}
-    model, proven, status = _optimize(z3, cons, objectives, timeout_ms, ctx=ctx, hints=hints,
-                                      stats=stats)
+    model, _, status = _optimize(z3, cons, objectives, timeout_ms, ctx=ctx, hints=hints,
+                                 stats=stats)
     if status == "unsat":
         raise _infeasible(ch, {"smem"}, cap)
     if model is None:
@@ -319,7 +321,9 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
     offsets = {c.key: val(off[c.key]) for c in claims}
     sizes = {c.key: size[c.key] if isinstance(size[c.key], int) else val(size[c.key]) for c in claims}
     bound = max(smem_lower_bound(claims, sizes), stats["bounds"][1] or 0)
-    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), proven, bound, stats["work"]
+    reached = [val(objectives[0][1]), val(footprint)]
+    unproven = [name for name, b, v in zip(("ring depths", "footprint"), stats["bounds"], reached) if b != v]
+    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), unproven, bound, stats["work"]
 
 
 def _greedy(ch: Checked, cap: int, depths: dict[str, int]) -> dict[str, int] | None:
