@@ -8,7 +8,7 @@ $PIPELINK_BENCH_CACHE, default $TMPDIR/pipelink-bench-cache), the kernel file is
 the limit, the gap between the best shared-memory footprint found and the lower bound.
 
     PYTHONPATH=tools .venv/bin/python benchmarks/solver_scale.py [--sizes 50 100 200 400] [--seed 1]
-        [--limit 60] [--repeat 1] [--digest]
+        [--limit 60] [--repeat 1] [--digest] [--ring-scale 1]
 
 --digest also prints one sha256 per size over the placement map (link.make_map; its effort is
 in Z3 resource units, so it is deterministic), to compare placements across runs and processes.
@@ -69,12 +69,14 @@ def shape(handles: int) -> Shape:
     return Shape(n, rings, barriers, phases, max(n, handles - rings - barriers - phases))
 
 
-def generate(sh: Shape, seed: int) -> list[tuple[str, str]]:
+def generate(sh: Shape, seed: int, ring_scale: int = 1) -> list[tuple[str, str]]:
     """(source, contract) of each component. Sources depend on the shape only (compiled objects
     are shared across seeds); sizes, alignments, phases, depth ranges and registers come from
-    the seed. Both sides of a ring state the same stage size and depth range."""
+    the seed. Both sides of a ring state the same stage size and depth range. `ring_scale`
+    multiplies the stage sizes: large enough, the deepest rings no longer fit together and the
+    depths become a knapsack (--tight)."""
     rng = random.Random(f"solver_scale:{sh.handles}:{seed}")
-    rings = [(rng.choice((512, 1024, 2048)), rng.randint(2, 4)) for _ in range(sh.rings)]
+    rings = [(ring_scale * rng.choice((512, 1024, 2048)), rng.randint(2, 4)) for _ in range(sh.rings)]
     return [component(i, sh, rng, rings) for i in range(sh.components)]
 
 
@@ -137,9 +139,9 @@ def build(name: str, src: str, con: str, cache: Path):
     return read_package(str(pkg_path))
 
 
-def composition(handles: int, seed: int, cache: Path):
+def composition(handles: int, seed: int, cache: Path, ring_scale: int = 1):
     sh = shape(handles)
-    pkgs = [build(f"c{i}", src, con, cache) for i, (src, con) in enumerate(generate(sh, seed))]
+    pkgs = [build(f"c{i}", src, con, cache) for i, (src, con) in enumerate(generate(sh, seed, ring_scale))]
     text = f'[kernel]\nname = "scale{handles}"\narch = "sm_90a"\n' + "".join(
         f'\n[[instance]]\nname = "i{i}"\npackage = "c{i}"\n' for i in range(sh.components))
     return parse_kernel_text(text, f"scale{handles}.kernel.toml", pkgs), sh
@@ -157,22 +159,26 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=60.0, help="solver wall-clock limit per size, seconds")
     ap.add_argument("--repeat", type=int, default=1, help="solves per size (placements must agree)")
     ap.add_argument("--digest", action="store_true", help="print a digest of each size's placement map")
+    ap.add_argument("--ring-scale", type=int, default=1,
+                    help="multiply ring stage sizes (e.g. 4: the deepest rings no longer all fit)")
     args = ap.parse_args(argv)
     cache = Path(os.environ.get("PIPELINK_BENCH_CACHE", Path(tempfile.gettempdir()) / "pipelink-bench-cache"))
     rows, rc = [], 0
     for target in args.sizes:
-        comp, sh = composition(target, args.seed, cache)
+        comp, sh = composition(target, args.seed, cache, args.ring_scale)
         ch = check(comp)
         maps, times = set(), []
-        for _ in range(args.repeat):
-            t0, c0 = time.perf_counter(), time.process_time()
-            try:
+        try:
+            for _ in range(args.repeat):
+                t0, c0 = time.perf_counter(), time.process_time()
                 pl = solve(ch, timeout_ms=int(args.limit * 1000))
-            except Rejected as e:  # e.g. no placement at all within the limit
-                print(f"  [{target}] {e}", file=sys.stderr)
-                return 1
-            times.append((time.perf_counter() - t0, time.process_time() - c0))
-            maps.add(make_map(ch, pl, {}))
+                times.append((time.perf_counter() - t0, time.process_time() - c0))
+                maps.add(make_map(ch, pl, {}))
+        except Rejected as e:  # no placement (or none found within the limit): say so, go on
+            print(f"  [{target}] {e}", file=sys.stderr)
+            rows.append((sh, len(ch.claims), str(e)))
+            rc = max(rc, 1)
+            continue
         if len(maps) != 1:
             print(f"  [{target}] NOT DETERMINISTIC: {len(maps)} different placements", file=sys.stderr)
             rc = 2
@@ -181,10 +187,14 @@ def main(argv=None) -> int:
         print(f"  [{target}] {sh.handles} handles, {len(ch.claims)} claims: {wall:.2f} s", file=sys.stderr, flush=True)
     print(f"{'handles':>7} {'claims':>6} {'bars':>4} {'rings':>5} {'phases':>6} {'wall s':>7} {'cpu s':>7} "
           f"{'smem B':>7} {'bound B':>7}  result")
-    for sh, claims, wall, cpu, pl, digest in rows:
+    for sh, claims, *result in rows:
+        if len(result) == 1:
+            print(f"{sh.handles:>7} {claims:>6} {sh.barriers:>4} {sh.rings:>5} {sh.phases:>6}  {result[0]}")
+            continue
+        wall, cpu, pl, digest = result
         print(f"{sh.handles:>7} {claims:>6} {sh.barriers:>4} {sh.rings:>5} {sh.phases:>6} {wall:>7.2f} {cpu:>7.2f} "
               f"{pl.dynamic_smem:>7} {pl.smem_lower_bound:>7}  {solver_status(pl, wall)}" + (f"  map {digest}" if args.digest else ""))
-    print(f"(seed {args.seed}, limit {args.limit:g} s; wall: the fastest of --repeat solves; claims include each "
+    print(f"(seed {args.seed}, ring scale {args.ring_scale}, limit {args.limit:g} s; wall: the fastest of --repeat solves; claims include each "
           "ring's three; bound: the proven lower bound on the footprint at the chosen ring depths)")
     return rc
 

@@ -43,6 +43,7 @@ class Placement:
     solver_work: int = 0  # Z3 resource units spent (deterministic, unlike seconds)
     limit: str = ""  # what stopped the search short of a proof, when it was not proven
     unproven: tuple[str, ...] = ()  # the objectives not proven optimal, e.g. ("registers",)
+    depth_bound: int = 0  # proven: no placement has a larger total ring depth
 
     @property
     def solver_status(self) -> str:
@@ -72,7 +73,9 @@ def solver_status(p: Placement, seconds: float | None = None) -> str:
         return f"optimal (proven in {effort})"
     gap = p.dynamic_smem - p.smem_lower_bound
     return (f"best found, gap {gap} B to the lower bound {p.smem_lower_bound} B after limit {p.limit or 'none'}"
-            f" ({effort}; not proven: {', '.join(p.unproven) or 'all'})")
+            f" ({effort}; not proven: {', '.join(p.unproven) or 'all'}"
+            + (f"; ring depth total {sum(p.depths.values())}, at most {p.depth_bound}" if "ring depths" in p.unproven else "")
+            + ")")
 
 
 def smem_lower_bound(claims: list[Claim], sizes: dict[str, int]) -> int:
@@ -120,7 +123,7 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
         raise reject("E-TOOLKIT", "z3-solver is not installed", hint="run `bash tools/setup.sh`") from None
     t0 = time.perf_counter()
     cap = dynamic_capacity(ch)
-    smem, smem_unproven, smem_bound, work = _solve_smem(ch, cap, timeout_ms)
+    smem, smem_unproven, (smem_bound, depth_bound), work = _solve_smem(ch, cap, timeout_ms)
     warps, warps_proven, warps_work = _solve_warps(ch, timeout_ms)
     if len(ch.barriers) > 15:
         raise _infeasible(ch, {"barrier"}, cap)
@@ -136,7 +139,7 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
         solve_seconds=time.perf_counter() - t0,
         smem_lower_bound=smem_bound, solver_work=work + warps_work,
         limit=f"{CHECK_RLIMIT:,} Z3 resource units per check, {timeout_ms / 1000:g} s in all",
-        unproven=tuple(smem_unproven) + (() if warps_proven else ("registers",)),
+        unproven=tuple(smem_unproven) + (() if warps_proven else ("registers",)), depth_bound=depth_bound,
     )
     if p.proven_optimal:
         p.smem_lower_bound = p.dynamic_smem
@@ -154,7 +157,8 @@ TIEBREAK_RLIMIT = 1_000_000
 MAX_UNKNOWN = 2  # inconclusive answers tolerated per objective before keeping the best found
 
 
-def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: int = 1, hints=(), stats=None):
+def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: int = 1, hints=(), stats=None,
+              start=()):
     """Lexicographic optimum; returns (model or None, proven, status).
 
     `objectives` holds (sense, expr) or (sense, expr, ideal) in priority order, `ideal` being
@@ -167,7 +171,8 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
     runs out of CHECK_RLIMIT proves nothing: the objective keeps the best value found and
     `proven` is False. `hints` ((variable, value) pairs, e.g. a greedy placement) seed the
     search for the first solution. `stats` (a dict) receives each objective's proven bound
-    ("bounds", None where nothing was proven) and Z3's resource count ("work")."""
+    ("bounds", None where nothing was proven) and Z3's resource count ("work"). `start`
+    (constraints, e.g. a greedy placement's values) gives the first solution when they hold."""
     s = z3.SimpleSolver(ctx=ctx)  # the incremental SMT core (the one that takes initial values)
     s.add(*constraints)
     if hasattr(s, "set_initial_value"):  # z3 >= 4.13
@@ -190,7 +195,9 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
             s.pop()
         return res, model
 
-    res, model = check()
+    res, model = check(z3.And(*start), CHECK_RLIMIT) if start else (z3.unknown, None)
+    if res != z3.sat:
+        res, model = check()
     if res == z3.unsat:
         return None, True, "unsat"
     if res != z3.sat:
@@ -298,12 +305,21 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
     if greedy is not None:
         cons += [depth[name] == d for name, d in deepest.items()]
         floor = smem_lower_bound(claims, {c.key: c.bytes + c.per_depth * deepest.get(c.ring, 0) for c in claims})
-    else:
+    else:  # deepen one ring at a time, in declaration order, while the greedy placement fits
         depths = {r.name: r.depth[0] for r in ch.rings}
         greedy = _greedy(ch, cap, depths) or {}
+        for r in ch.rings if greedy else ():
+            for d in range(r.depth[0] + 1, r.depth[1] + 1):
+                deeper = _greedy(ch, cap, {**depths, r.name: d})
+                if deeper is None:
+                    break
+                depths[r.name], greedy = d, deeper
         deepest = depths if greedy else {}
     hints = [(depth[name], d) for name, d in deepest.items()] + [(kvar[c.key], o // c.align) for c in claims
                                                                   if (o := greedy.get(c.key)) is not None]
+    # Past a few hundred claims Z3 may not find the hinted placement by itself: where the
+    # depths are still open, start from the greedy placement outright.
+    start = [] if floor is not None else [var == v for var, v in hints]
     n = len(claims)
     objectives = [("max", z3.Sum(*depth.values()) if depth else z3.IntVal(0, ctx), sum(r.depth[1] for r in ch.rings)),
                   ("min", footprint, *([floor] if floor is not None else [])),
@@ -311,7 +327,7 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
                   ("min", z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0, ctx))]
     stats = {}
     model, _, status = _optimize(z3, cons, objectives, timeout_ms, ctx=ctx, hints=hints,
-                                 stats=stats)
+                                 stats=stats, start=start)
     if status == "unsat":
         raise _infeasible(ch, {"smem"}, cap)
     if model is None:
@@ -322,8 +338,9 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
     sizes = {c.key: size[c.key] if isinstance(size[c.key], int) else val(size[c.key]) for c in claims}
     bound = max(smem_lower_bound(claims, sizes), stats["bounds"][1] or 0)
     reached = [val(objectives[0][1]), val(footprint)]
-    unproven = [name for name, b, v in zip(("ring depths", "footprint"), stats["bounds"], reached) if b != v]
-    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), unproven, bound, stats["work"]
+    unproven = [name for name, b, v in zip(("ring depths", "footprint"), [stats["bounds"][0], bound], reached) if b != v]
+    depth_bound = stats["bounds"][0] if stats["bounds"][0] is not None else objectives[0][2]
+    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), unproven, (bound, depth_bound), stats["work"]
 
 
 def _greedy(ch: Checked, cap: int, depths: dict[str, int]) -> dict[str, int] | None:
