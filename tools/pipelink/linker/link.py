@@ -190,7 +190,8 @@ def make_report(ch: Checked, pl: Placement, usage: dict, timings: dict) -> dict:
     ff = first_fit(ch, pl.depths)
     return {
         "kernel": ch.comp.name,
-        "solver": {"proven_optimal": pl.proven_optimal, "objectives": pl.objectives,
+        "solver": {"proven_optimal": pl.proven_optimal, "status": pl.solver_status,
+                   "smem_lower_bound": pl.smem_lower_bound, "objectives": pl.objectives,
                    "first_fit_footprint": ff, "solver_footprint": pl.dynamic_smem},
         "smem": [{"claim": k, "offset": pl.offsets[k], "bytes": pl.sizes[k]} for k in sorted(pl.offsets, key=pl.offsets.get)],
         "rings": {r.name: {"depth": pl.depths[r.name], "range": list(r.depth), "stage_bytes": r.stage_bytes,
@@ -213,7 +214,7 @@ def make_map(ch: Checked, pl: Placement, usage: dict) -> str:
     comp = ch.comp
     lines = [f"kernel {comp.name} ({comp.arch}): {pl.threads} threads, {pl.dynamic_smem} B dynamic shared memory "
              f"(+{ch.static_smem} B static), solver {'proven optimal' if pl.proven_optimal else 'NOT proven optimal'}",
-             "", "shared memory:"]
+             f"solver: {pl.solver_status}", "", "shared memory:"]
     for k in sorted(pl.offsets, key=lambda k: (pl.offsets[k], k)):
         lines.append(f"  [{pl.offsets[k]:>7} .. {pl.offsets[k] + pl.sizes[k]:>7})  {k}")
     if ch.rings:

@@ -37,6 +37,16 @@ class Placement:
     proven_optimal: bool
     solve_seconds: float
     objectives: dict[str, int] = field(default_factory=dict)
+    smem_lower_bound: int = 0  # proven: no placement at these ring depths has a smaller footprint
+    solver_work: int = 0  # Z3 resource units spent (deterministic, unlike seconds)
+    limit: str = ""  # what stopped the search short of a proof, when it was not proven
+    unproven: tuple[str, ...] = ()  # the objectives not proven optimal, e.g. ("registers",)
+    depth_bound: int = 0  # proven: no placement has a larger total ring depth
+
+    @property
+    def solver_status(self) -> str:
+        """'optimal (proven ...)' or 'best found, gap G to the lower bound after limit L'."""
+        return solver_status(self)
 
     @property
     def threads(self) -> int:
@@ -50,6 +60,33 @@ class Placement:
     @property
     def uses_setmaxnreg(self) -> bool:
         return any(b != self.entry_regs for b in self.group_budgets)
+
+
+def solver_status(p: Placement, seconds: float | None = None) -> str:
+    """The proof, or the gap left, in words. Without `seconds` the effort is given in Z3's
+    resource units, which (unlike wall time) are the same on every run: the map stays
+    byte-identical across builds."""
+    effort = f"{seconds:.2f} s" if seconds is not None else f"{p.solver_work:,} Z3 resource units"
+    if p.proven_optimal:
+        return f"optimal (proven in {effort})"
+    gap = p.dynamic_smem - p.smem_lower_bound
+    return (f"best found, gap {gap} B to the lower bound {p.smem_lower_bound} B after limit {p.limit or 'none'}"
+            f" ({effort}; not proven: {', '.join(p.unproven) or 'all'}"
+            + (f"; ring depth total {sum(p.depths.values())}, at most {p.depth_bound}" if "ring depths" in p.unproven else "")
+            + ")")
+
+
+def smem_lower_bound(claims: list[Claim], sizes: dict[str, int]) -> int:
+    """A footprint no placement beats: claims alive in one phase (with the kernel-long ones)
+    are pairwise disjoint, and those aligned to A or more start in different A-byte slots.
+    The same bounds are given to Z3 as implied constraints."""
+    best = 0
+    for phase in sorted({c.phase for c in claims if c.phase != "kernel"}) or ["kernel"]:
+        alive = [c for c in claims if c.phase in ("kernel", phase)]
+        best = max(best, sum(sizes[c.key] for c in alive))
+        for a in sorted({c.align for c in alive if c.align > 1}):
+            best = max(best, sum(-(-sizes[c.key] // a) * a for c in alive if c.align >= a) - a + 1)
+    return best
 
 
 def entry_regs(threads: int) -> int:
@@ -84,8 +121,8 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
         raise reject("E-TOOLKIT", "z3-solver is not installed", hint="run `bash tools/setup.sh`") from None
     t0 = time.perf_counter()
     cap = dynamic_capacity(ch)
-    smem, smem_proven = _solve_smem(ch, cap, timeout_ms)
-    warps, warps_proven = _solve_warps(ch, timeout_ms)
+    smem, smem_unproven, (smem_bound, depth_bound), work = _solve_smem(ch, cap, timeout_ms)
+    warps, warps_proven, warps_work = _solve_warps(ch, timeout_ms)
     if len(ch.barriers) > 15:
         raise _infeasible(ch, {"barrier"}, cap)
     # Barrier ids: all different in 1..15; in declaration order is optimal for the tie-break.
@@ -96,9 +133,14 @@ def solve(ch: Checked, *, timeout_ms: int = SOLVER_TIMEOUT_MS) -> Placement:
         offsets=offsets, sizes=sizes, depths=depths, barrier_ids=barrier_ids,
         warp_begin=begin, budgets=budgets, group_budgets=group_budgets, warps=4 * len(group_budgets),
         dynamic_smem=max([offsets[k] + sizes[k] for k in offsets], default=0),
-        proven_optimal=smem_proven and warps_proven,
+        proven_optimal=not smem_unproven and warps_proven,
         solve_seconds=time.perf_counter() - t0,
+        smem_lower_bound=smem_bound, solver_work=work + warps_work,
+        limit=f"{CHECK_RLIMIT:,} Z3 resource units per check, {timeout_ms / 1000:g} s in all",
+        unproven=tuple(smem_unproven) + (() if warps_proven else ("registers",)), depth_bound=depth_bound,
     )
+    if p.proven_optimal:
+        p.smem_lower_bound = p.dynamic_smem
     p.objectives = {"ring_depth_total": sum(depths.values()),
                     "register_total": sum(r.warps * budgets[r.inst.name] for r in ch.roles),
                     "footprint": p.dynamic_smem, "warps": p.warps}
@@ -113,7 +155,8 @@ TIEBREAK_RLIMIT = 1_000_000
 MAX_UNKNOWN = 2  # inconclusive answers tolerated per objective before keeping the best found
 
 
-def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: int = 1, hints=()):
+def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: int = 1, hints=(), stats=None,
+              start=()):
     """Lexicographic optimum; returns (model or None, proven, status).
 
     `objectives` holds (sense, expr) or (sense, expr, ideal) in priority order, `ideal` being
@@ -125,7 +168,9 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
     4-warp ones with free register budgets; these checks take milliseconds.) A check that
     runs out of CHECK_RLIMIT proves nothing: the objective keeps the best value found and
     `proven` is False. `hints` ((variable, value) pairs, e.g. a greedy placement) seed the
-    search for the first solution."""
+    search for the first solution. `stats` (a dict) receives each objective's proven bound
+    ("bounds", None where nothing was proven) and Z3's resource count ("work"). `start`
+    (constraints, e.g. a greedy placement's values) gives the first solution when they hold."""
     s = z3.SimpleSolver(ctx=ctx)  # the incremental SMT core (the one that takes initial values)
     s.add(*constraints)
     if hasattr(s, "set_initial_value"):  # z3 >= 4.13
@@ -148,12 +193,16 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
             s.pop()
         return res, model
 
-    res, model = check()
+    res, model = check(z3.And(*start), CHECK_RLIMIT) if start else (z3.unknown, None)
+    if res != z3.sat:
+        res, model = check()
     if res == z3.unsat:
         return None, True, "unsat"
     if res != z3.sat:
         return None, False, "unknown"
     proven = True
+    if stats is not None:
+        stats["bounds"] = []
     for n, (sense, expr, *ideal) in enumerate(objectives):
         tiebreak = n >= len(objectives) - tiebreaks
         rlimit = TIEBREAK_RLIMIT if tiebreak else CHECK_RLIMIT
@@ -161,6 +210,7 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
         better = (lambda t: expr >= t) if sense == "max" else (lambda t: expr <= t)
         sign = 1 if sense == "max" else -1
         best, bound, unknowns = value(model), None, 0
+        refuted = None  # a bound proven by an unsat check (no solution beats it), for the gap
         if ideal and (ideal[0] - best) * sign <= 0:
             bound = best  # already at the ideal
         elif ideal:  # the ideal (a value nothing beats) is often reachable: try it first
@@ -168,7 +218,7 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
             if res == z3.sat:
                 model, best, bound = m, value(m), ideal[0]
             elif res == z3.unsat:
-                bound = ideal[0] - sign
+                bound = refuted = ideal[0] - sign
             else:
                 unknowns += 1
         step = 1
@@ -179,6 +229,8 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
             else:
                 bound = best + sign * (step - 1)
                 unknowns += res != z3.unsat
+                if res == z3.unsat:
+                    refuted = bound
         while best != bound and unknowns <= MAX_UNKNOWN:  # bisect (best, bound]
             mid = (best + bound + 1) // 2 if sense == "max" else (best + bound) // 2
             res, m = check(better(mid), rlimit)
@@ -189,10 +241,22 @@ def _optimize(z3, constraints, objectives, timeout_ms, *, ctx=None, tiebreaks: i
             else:
                 bound = mid - sign
                 unknowns += res != z3.unsat
+                if res == z3.unsat:
+                    refuted = bound
         if (unknowns or best != bound) and not tiebreak:
             proven = False
+        if stats is not None:  # proven: the value found is itself the bound
+            stats["bounds"].append(best if not (unknowns or best != bound) else refuted)
         s.add(expr == best)
+    if stats is not None:
+        stats["work"] = _work(s)
     return model, proven, "sat"
+
+
+def _work(s) -> int:
+    """Z3's resource counter for this solver's context: deterministic effort."""
+    st = s.statistics()
+    return int(st.get_key_value("rlimit count")) if "rlimit count" in st.keys() else 0
 
 
 def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
@@ -231,12 +295,37 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
             big = [c for c in alive if c.align >= a]
             fixed = sum(-(-c.bytes // a) * a for c in big if not c.ring)
             cons.append(footprint >= z3.Sum(z3.IntVal(fixed - a + 1, ctx), *[size[c.key] for c in big if c.ring]))
+    # A greedy placement with every ring at its deepest proves the depth objective at its
+    # ideal, which fixes every claim's size, and so the footprint's lower bound; it also seeds
+    # Z3's search (finding any placement of ~70 claims from scratch took Z3 13 s).
+    deepest = {r.name: r.depth[1] for r in ch.rings}
+    greedy, floor = _greedy(ch, cap, deepest), None
+    if greedy is not None:
+        cons += [depth[name] == d for name, d in deepest.items()]
+        floor = smem_lower_bound(claims, {c.key: c.bytes + c.per_depth * deepest.get(c.ring, 0) for c in claims})
+    else:  # deepen one ring at a time, in declaration order, while the greedy placement fits
+        depths = {r.name: r.depth[0] for r in ch.rings}
+        greedy = _greedy(ch, cap, depths) or {}
+        for r in ch.rings if greedy else ():
+            for d in range(r.depth[0] + 1, r.depth[1] + 1):
+                deeper = _greedy(ch, cap, {**depths, r.name: d})
+                if deeper is None:
+                    break
+                depths[r.name], greedy = d, deeper
+        deepest = depths if greedy else {}
+    hints = [(depth[name], d) for name, d in deepest.items()] + [(kvar[c.key], o // c.align) for c in claims
+                                                                  if (o := greedy.get(c.key)) is not None]
+    # Past a few hundred claims Z3 may not find the hinted placement by itself: where the
+    # depths are still open, start from the greedy placement outright.
+    start = [] if floor is not None else [var == v for var, v in hints]
     n = len(claims)
     objectives = [("max", z3.Sum(*depth.values()) if depth else z3.IntVal(0, ctx), sum(r.depth[1] for r in ch.rings)),
-                  ("min", footprint),
+                  ("min", footprint, *([floor] if floor is not None else [])),
                   # Tie-break: earlier-declared claims get lower offsets.
                   ("min", z3.Sum(*[(n - i) * off[c.key] for i, c in enumerate(claims)]) if claims else z3.IntVal(0, ctx))]
-    model, proven, status = _optimize(z3, cons, objectives, timeout_ms, ctx=ctx, hints=_greedy_hints(ch, cap, depth, kvar))
+    stats = {}
+    model, _, status = _optimize(z3, cons, objectives, timeout_ms, ctx=ctx, hints=hints,
+                                 stats=stats, start=start)
     if status == "unsat":
         raise _infeasible(ch, {"smem"}, cap)
     if model is None:
@@ -245,30 +334,35 @@ def _solve_smem(ch: Checked, cap: int, timeout_ms: int):
     val = lambda e: model.eval(e, model_completion=True).as_long()  # noqa: E731
     offsets = {c.key: val(off[c.key]) for c in claims}
     sizes = {c.key: size[c.key] if isinstance(size[c.key], int) else val(size[c.key]) for c in claims}
-    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), proven
+    bound = max(smem_lower_bound(claims, sizes), stats["bounds"][1] or 0)
+    reached = [val(objectives[0][1]), val(footprint)]
+    unproven = [name for name, b, v in zip(("ring depths", "footprint"), [stats["bounds"][0], bound], reached) if b != v]
+    depth_bound = stats["bounds"][0] if stats["bounds"][0] is not None else objectives[0][2]
+    return (offsets, sizes, {k: val(v) for k, v in depth.items()}), unproven, (bound, depth_bound), stats["work"]
 
 
-def _greedy_hints(ch: Checked, cap: int, depth: dict, kvar: dict) -> list:
-    """A first-fit placement (largest alignment, then size, first) as starting values: finding
-    any placement of ~70 claims from scratch took Z3 13 s; from these values it is immediate."""
-    for pick in (1, 0):  # deepest rings first, else the shallowest
-        depths = {r.name: r.depth[pick] for r in ch.rings}
-        placed, ok = [], True
-        for c in sorted(ch.claims, key=lambda c: (-c.align, -(c.bytes + c.per_depth * depths.get(c.ring, 0)))):
-            sz = c.bytes + (c.per_depth * depths[c.ring] if c.ring else 0)
-            o = 0
-            while True:
-                o = -(-o // c.align) * c.align
-                clash = next((e for (s, e, other) in placed if _phases_meet(c, other) and o < e and s < o + sz), None)
-                if clash is None:
-                    break
-                o = clash
-            ok &= o + sz <= cap
-            placed.append((o, o + sz, c))
-        if ok:
-            return ([(depth[n], d) for n, d in depths.items()] +
-                    [(kvar[c.key], o // c.align) for o, _, c in placed])
-    return []
+def _greedy(ch: Checked, cap: int, depths: dict[str, int]) -> dict[str, int] | None:
+    """A first-fit placement at the given ring depths, or None where it does not fit: the
+    kernel-long claims first, then each phase's, each group by largest alignment, then size.
+    Claims whose sizes are multiples of their alignment pack without padding, so each phase
+    sits right on top of the kernel-long claims and the footprint often meets the lower bound."""
+    def size(c):
+        return c.bytes + (c.per_depth * depths[c.ring] if c.ring else 0)
+
+    placed, offsets = [], {}
+    for c in sorted(ch.claims, key=lambda c: (c.phase != "kernel", c.phase, -c.align, -size(c))):
+        o, sz = 0, size(c)
+        while True:
+            o = -(-o // c.align) * c.align
+            clash = next((e for (s, e, other) in placed if _phases_meet(c, other) and o < e and s < o + sz), None)
+            if clash is None:
+                break
+            o = clash
+        if o + sz > cap:
+            return None
+        placed.append((o, o + sz, c))
+        offsets[c.key] = o
+    return offsets
 
 
 def _solve_warps(ch: Checked, timeout_ms: int):
@@ -286,7 +380,7 @@ def _solve_warps(ch: Checked, timeout_ms: int):
     # No block size can give the roles more than their maxima, nor more than 4 warps x the
     # pool's registers per warp group: stop once the best found reaches that.
     ceiling = sum(r.warps * r.regs[1] for r in roles)
-    best, any_layout, proven_all = None, False, True
+    best, any_layout, proven_all, work = None, False, True, 0
     for groups in range(g_min, MAX_WARPS // 4 + 1):
         if groups < g_aligned:
             continue
@@ -304,6 +398,15 @@ def _solve_warps(ch: Checked, timeout_ms: int):
             for j in range(i + 1, len(roles)):
                 a, b = roles[i].inst.name, roles[j].inst.name
                 layout.append(z3.Or(begin[a] + roles[i].warps <= begin[b], begin[b] + roles[j].warps <= begin[a]))
+        # Symmetry breaking: interchangeable roles (same warps, alignment and register range)
+        # take their warps in listed order. Swapping two of them changes nothing but the
+        # tie-break, whose optimum already puts the earlier-listed one first.
+        last_of_kind = {}
+        for r in roles:
+            kind = (r.warps, r.aligned, tuple(r.regs))
+            if kind in last_of_kind:
+                layout.append(begin[last_of_kind[kind]] + r.warps <= begin[r.inst.name])
+            last_of_kind[kind] = r.inst.name
         probe = z3.Solver(ctx=ctx)
         probe.set("timeout", timeout_ms)
         probe.add(*layout)
@@ -334,7 +437,9 @@ def _solve_warps(ch: Checked, timeout_ms: int):
                       # Tie-break: earlier-listed roles get lower warps.
                       ("min", z3.Sum(*[(len(roles) - i) * begin[r.inst.name] for i, r in enumerate(roles)])
                        if roles else z3.IntVal(0, ctx))]
-        model, proven, status = _optimize(z3, layout + regs, objectives, timeout_ms, ctx=ctx)
+        stats = {}
+        model, proven, status = _optimize(z3, layout + regs, objectives, timeout_ms, ctx=ctx, stats=stats)
+        work = max(work, stats.get("work", 0))  # one context: its counter only grows
         if model is None:
             proven_all &= status == "unsat"
             continue
@@ -348,7 +453,7 @@ def _solve_warps(ch: Checked, timeout_ms: int):
             break
     if best is None:
         raise _infeasible(ch, {"regs"} if any_layout else {"warps"}, 0)
-    return best[1], proven_all
+    return best[1], proven_all, work
 
 
 def _infeasible(ch: Checked, core: set[str], cap: int) -> Rejected:
