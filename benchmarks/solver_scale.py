@@ -35,13 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from pipelink.check import check  # noqa: E402
-from pipelink.compose import parse_kernel_text  # noqa: E402
-from pipelink.diagnostics import Rejected  # noqa: E402
-from pipelink.link import make_map  # noqa: E402
-from pipelink.package import pack, read_package, write_package  # noqa: E402
-from pipelink.solve import solve, solver_status  # noqa: E402
-from pipelink.toolkit import find_toolkit  # noqa: E402
+from pipelink.linker.check import check  # noqa: E402
+from pipelink.linker.compose import parse_kernel_text  # noqa: E402
+from pipelink.common.diagnostics import Rejected  # noqa: E402
+from pipelink.linker.link import make_map  # noqa: E402
+from pipelink.linker.package import pack  # noqa: E402
+from pipelink.linker.package_io import read_package, write_package  # noqa: E402
+from pipelink.linker.solve import solve, solver_status  # noqa: E402
+from pipelink.linker.toolkit import find_toolkit  # noqa: E402
 
 INCLUDE = ROOT / "tools" / "pipelink" / "include"
 COMPONENTS = 8  # one-warp roles (fewer in small compositions), as many as real kernels have (the handles grow, the roles do not)

@@ -17,6 +17,7 @@ from conftest import ROOT, kernel_text
 from pipelink.linker.check import check
 from pipelink.common.diagnostics import Rejected
 from pipelink.linker.link import link, plan
+from pipelink.linker.sass import disassemble
 from pipelink.linker.solve import MIN_BUDGET, REGISTER_FILE, _phases_meet, dynamic_capacity, first_fit, register_pool
 
 CAP = 232448  # sm_90a dynamic shared memory (no static)
@@ -173,7 +174,7 @@ def test_two_instances_link_and_match_control(two_workers):
     res = link(comp, control=True)
     cmp = compare(res.cubin, res.control_cubin, "twice")
     assert cmp["identical"], "\n".join(cmp["functions"]["twice"]["diff"][:60])
-    assert not any(i.startswith("CALL") for i in __import__("pipelink.linker.sass").sass.disassemble(res.cubin)["twice"])
+    assert not any(i.startswith("CALL") for i in disassemble(res.cubin)["twice"])
 
 
 # ---- (c) determinism -------------------------------------------------------------------------------

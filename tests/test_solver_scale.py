@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelink.solve import Placement, solver_status
+from pipelink.linker.solve import Placement, solver_status
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\d+\s+\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+(\d+)\s+(\d+)\s+(.*)  map ([0-9a-f]{16})$")
