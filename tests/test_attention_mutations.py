@@ -1,10 +1,10 @@
-"""Attention's geometry mutations (kernels/attention/attention_mutations.bzl, the rule of
-kernels/counterexample.bzl): one owner of attn_causal / attn_decode changes a block, head dim,
+"""Attention's geometry mutations (experiments/symbol_link/attention_mutations.bzl, the rule of
+experiments/symbol_link/counterexample.bzl): one owner of attn_causal / attn_decode changes a block, head dim,
 ring depth, stage size or tile shape; pipelink must propagate it (every part agrees) or reject
 it with a coded diagnostic (clause, both sides' file:line, a hint) and leave no output.
 
 CPU: each row's outcome from the built results (skipped until
-`tools/bazel build //kernels/attention:attn_causal_mutations //kernels/attention:attn_decode_mutations`),
+`tools/bazel build //experiments:attn_causal_mutations //experiments:attn_decode_mutations`),
 and the rule that keeps a mismatch from linking silently: only the core (the owner of block_q
 and head_dim) names its build constants; every other attention component reads the linked facts
 and declares what it accepts. The GPU run (plain links vs pipelink's) is
@@ -21,8 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "kernels" / "attention"
-BIN = ROOT / "bazel-bin" / "kernels" / "attention"
-TARGETS = "//kernels/attention:attn_causal_mutations //kernels/attention:attn_decode_mutations"
+BIN = ROOT / "bazel-bin" / "experiments"
+TARGETS = "//experiments:attn_causal_mutations //experiments:attn_decode_mutations"
 
 # row -> ("linked", facts, ring depths) or ("rejected", the codes, who is named). Before the
 # readers took block_q / head_dim from the link, mask_block64 (both kernels) and combine_d64

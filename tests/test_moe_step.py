@@ -4,7 +4,7 @@ CPU: //kernels:moe_step and its swiglu2 build link (bazel-bin), facts, roles and
 kernel-scope workspaces are in the manifest, the report's shared-memory footprint.
 GPU (skipped without one): against an f64 reference on fresh random inputs, output
 poisoned with NaN first, T = 1, 16, 128, 1024, 4096, 8192 (and 3, 200, 9000; the expert's team
-mode from T = 4096, and at every T in moe_step_team), linked and control, graph
+mode from T = 4096, and at every T in //experiments:moe_step_team), linked and control, graph
 replays of an opened session; tolerance |out - ref| <= 2e-2 + 2e-2 |ref| on tokens whose
 8th/9th routing probabilities differ by more than 1e-4 (near-ties may route differently).
 """
@@ -21,12 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "bazel-bin" / "kernels"
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 KERNELS = ["moe_step", "moe_step_swiglu2"]
+# Builds outside //kernels: the team-mode build is an experiment target.
+PACKAGES = {"moe_step_team": "experiments"}
+
+
+def _bin(name):
+    return ROOT / "bazel-bin" / PACKAGES.get(name, "kernels")
 
 
 def _manifest(name):
-    p = BIN / f"{name}.manifest.json"
+    p = _bin(name) / f"{name}.manifest.json"
     if not p.is_file():
-        pytest.skip(f"{p} not built (tools/bazel build //kernels:{name} --output_groups=+control)")
+        pytest.skip(f"{p} not built (tools/bazel build //{PACKAGES.get(name, 'kernels')}:{name} --output_groups=+control)")
     return json.loads(p.read_text())
 
 
@@ -81,7 +87,8 @@ def test_matches_f64_reference(name, T, control, weights):
     rw, w13, w2 = weights
     x = _inputs(torch, T, 99 + T)[0]
     out = torch.full((T, 2048), float("nan"), dtype=torch.bfloat16, device="cuda")
-    ms.moe_step(x, rw, w13, w2, out, control=control, name=name)
+    ms.moe_step(x, rw, w13, w2, out, control=control, name=name,
+                kernel_dir=_bin(name) if name in PACKAGES else None)
     torch.cuda.synchronize()
     ref, gap = ms.reference(x, rw, w13, w2)
     ok = gap > 1e-4

@@ -1,6 +1,7 @@
 """The symbol-linking counterexample (issue 9): plain-link generation (CPU), the watchdog
 (CPU, with a stand-in child), and the GPU run over bazel-bin (skipped without a GPU or
-without `tools/bazel build //kernels:gemm_swiglu_tma_mutations` / `:moe_step_mutations`)."""
+without `tools/bazel build //experiments:gemm_swiglu_tma_mutations` / `:moe_step_mutations`).
+The experiment's code lives in experiments/symbol_link/ (plainlink.py, symbol_link_counterexample.py)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,25 @@ from pathlib import Path
 import pytest
 
 from pipelink.diagnostics import Rejected
-from pipelink.plainlink import contracted_link, main as plainlink_main, plain_link
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "examples" / "toy"
+EXPERIMENT = ROOT / "experiments" / "symbol_link"
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("symbol_link_counterexample",
-                                                  ROOT / "benchmarks" / "symbol_link_counterexample.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXPERIMENT / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _harness():
+    return _load("symbol_link_counterexample")
+
+
+_plainlink = _load("plainlink")
+contracted_link, plainlink_main, plain_link = _plainlink.contracted_link, _plainlink.main, _plainlink.plain_link
 
 
 def _mutant_consumer(lto, packer, tile: int):

@@ -2,7 +2,7 @@
 
     symbol_link_mutations(
         name = "gemm_swiglu_tma_mutations",
-        kernel = ":gemm_swiglu_tma",              # the ORIGINAL composition (a fused_kernel)
+        kernel = "//kernels:gemm_swiglu_tma",     # the ORIGINAL composition (a fused_kernel)
         mutations = [
             mutation("consumer_bn32", owner = "main", what = "CONSUMER_BLOCK_N=32",
                      component = dict(component = "wgmma_consumer", srcs = [...], defines = [...], ...)),
@@ -12,14 +12,15 @@
 
 Each mutation is one owner's component rebuilt with a different tile define (a cuda_component
 this macro declares from `component`, or an existing `target`). For each, two Bazel actions
-(tools/pipelink/plainlink.py, an experiment path, not a user feature):
+(experiments/symbol_link/plainlink.py, an experiment path, not a user feature):
   PlainLink      the ORIGINAL composition's glue (old facts, smem placement, ring sizes baked
                  in) + the mutant's LTO-IR, nvJitLink, no contract check
                  -> <name>/<m>.plain.cubin, <name>/<m>.plain.manifest.json
   MutantLink     pipelink on the MUTATED composition: propagated (a normal link) or rejected,
                  recorded as data so the build succeeds either way
                  -> <name>/<m>.pipelink.json (+ .cubin/.manifest.json, empty when rejected)
-and one index <name>.json that benchmarks/symbol_link_counterexample.py reads from bazel-bin.
+and one index <name>.json that benchmarks/symbol_link_counterexample.py reads from
+bazel-bin/experiments.
 Adding a kernel's mutations is one more call with its table.
 """
 
@@ -86,7 +87,8 @@ def _impl(ctx):
                 'set arch = "%s" (the kernel\'s)' % info.arch)
     toolchain = cuda_toolchain(ctx)
     argv, linker_files, pythonpath, _ = linker_invocation(ctx)
-    argv = argv[:-1] + ["pipelink.plainlink"]  # the experiment's module, not the CLI
+    plainlink = ctx.file._plainlink
+    argv = argv[:-2] + [plainlink.path]  # the experiment's script (pipelink on PYTHONPATH), not the CLI
     env = dict(pipelink_action_env(toolchain))
     env["PYTHONPATH"] = pythonpath
     n = len(ctx.attr.mutation_names)
@@ -94,7 +96,7 @@ def _impl(ctx):
         pl_fail(ctx, "B-MUTATION", "mutants, mutation_names, owners and whats have %d, %d, %d and %d entries" %
                 (len(ctx.attr.mutants), n, len(ctx.attr.owners), len(ctx.attr.whats)),
                 "declare the rows through symbol_link_mutations(mutations = [mutation(...), ...])")
-    inputs = depset([info.kernel], transitive = [info.packages, toolchain.nvcc_files, linker_files])
+    inputs = depset([info.kernel, plainlink], transitive = [info.packages, toolchain.nvcc_files, linker_files])
     rows = []
     outs_all = []
     for i in range(n):
@@ -165,6 +167,7 @@ _symbol_link_mutations = rule(
         "whats": attr.string_list(),
         "arch": attr.string(default = "sm_90a"),
         "_linker": attr.label(default = Label("//tools:pipelink_linker_files"), cfg = "exec"),
+        "_plainlink": attr.label(default = Label("//experiments/symbol_link:plainlink.py"), allow_single_file = True, cfg = "exec"),
         "_allowlist_function_transition": attr.label(
             default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
         ),
@@ -179,10 +182,10 @@ def _consumer(block_n, parts):
         subs["own = 2\n"] = "own = %d\n" % parts
     return dict(
         component = "wgmma_consumer",
-        srcs = ["gemm/wgmma_consumer.cu"],
-        hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"],
+        srcs = ["//kernels:gemm/wgmma_consumer.cu"],
+        hdrs = ["//kernels:gemm/stream_k.h", "//kernels:gemm/tma_gemm.h", "//kernels:gemm/wgmma.h"],
         cutlass = True,
-        contract = "gemm/wgmma_consumer.contract.toml",
+        contract = "//kernels:gemm/wgmma_consumer.contract.toml",
         contract_substitutions = subs,
         copts = ["-O3"],
         defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=%d" % parts],
@@ -192,7 +195,7 @@ def _consumer(block_n, parts):
 # five mutations, one owner each.
 GEMM_SWIGLU_TMA_MUTATIONS = [
     mutation("consumer_bn64", owner = "main", what = "wgmma_consumer CONSUMER_BLOCK_N 128 -> 64",
-             target = ":gemm_swiglu_tma_bn64_consumer"),
+             target = "//kernels:gemm_swiglu_tma_bn64_consumer"),
     mutation("consumer_bn32", owner = "main", what = "wgmma_consumer CONSUMER_BLOCK_N 128 -> 32",
              component = _consumer(32, 2)),
     mutation("consumer_parts1", owner = "main", what = "wgmma_consumer CONSUMER_B_PARTS 2 -> 1",
@@ -201,7 +204,7 @@ GEMM_SWIGLU_TMA_MUTATIONS = [
              what = "wgmma_consumer CONSUMER_BLOCK_N 128 -> 256, CONSUMER_B_PARTS 2 -> 1 (same stage bytes)",
              component = _consumer(256, 1)),
     mutation("scheduler_group4", owner = "sched", what = "tile_scheduler TILE_SCHEDULER_GROUP_M 8 -> 4",
-             component = dict(component = "tile_scheduler", srcs = ["gemm/tile_scheduler.cu"],
-                              contract = "gemm/tile_scheduler.contract.toml", copts = ["-O3"],
+             component = dict(component = "tile_scheduler", srcs = ["//kernels:gemm/tile_scheduler.cu"],
+                              contract = "//kernels:gemm/tile_scheduler.contract.toml", copts = ["-O3"],
                               defines = ["TILE_SCHEDULER_GROUP_M=4"])),
 ]

@@ -6,10 +6,10 @@
 #   V2=dir       an earlier build's cubins (column pipelink_v2)
 #   FLEXCACHE=f  a flexcache.tgz an earlier call brought back (warm inductor/triton caches)
 #   STEPS="check sanitize pair masks ncu cache"   (default), or add `cx`: the geometry mutations
-#   (bazel-bin/kernels/attention/attn_{causal,decode}_mutations*, plain link vs pipelink, watchdog)
+#   (bazel-bin/experiments/attn_{causal,decode}_mutations*, plain link vs pipelink, watchdog)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source benchmarks/device_env.sh
+cd "$(dirname "$0")/../.."
+source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/attn_out}; mkdir -p "$OUT"
 STEPS=${STEPS:-check sanitize pair masks ncu cache}
 CACHE=/tmp/flexcache; mkdir -p $CACHE
@@ -40,7 +40,7 @@ if has ncu; then
 fi
 if has cx; then
   for k in attn_causal attn_decode; do
-    timeout ${CX_TIMEOUT:-240} python3 benchmarks/symbol_link_counterexample.py --kernel $k --watchdog 5 \
+    timeout ${CX_TIMEOUT:-240} python3 experiments/symbol_link/symbol_link_counterexample.py --kernel $k --watchdog 5 \
       --json "$OUT/cx_$k.json" > "$OUT/cx_$k.log" 2>&1 || rc=1
     tail -14 "$OUT/cx_$k.log"
   done

@@ -1,10 +1,10 @@
 """Attention's geometry mutations for the symbol-linking counterexample (issue 9's rule,
-kernels/counterexample.bzl): one owner of a fused attention kernel changes a tile/geometry
+experiments/symbol_link/counterexample.bzl): one owner of a fused attention kernel changes a tile/geometry
 constant (a define, a fact, a ring depth, a stage size, a tile shape) and is rebuilt; the
 rule plain-links the mutant against the ORIGINAL kernel's glue and links it with pipelink,
 which must propagate the change or reject it with a coded diagnostic.
 
-    tools/bazel build //kernels/attention:attn_causal_mutations //kernels/attention:attn_decode_mutations
+    tools/bazel build //experiments:attn_causal_mutations //experiments:attn_decode_mutations
     python3 benchmarks/symbol_link_counterexample.py --kernel attn_causal     # GPU
     python3 benchmarks/symbol_link_counterexample.py --kernel attn_decode     # GPU
 
@@ -16,21 +16,29 @@ Geometry each owner holds (attn.h; the contracts say which are facts):
   variant  (attn_mask) reads block_q (accept [128]) for its tile / kv_count / kv_block math
   store    reads block_q, head_dim; imports `out` of shape [block_q, head_dim]
   combine  reads block_q, head_dim (accept [128]): its partials' row stride is head_dim
-Each row's `what` says what changed; tests/test_attention_mutations.py holds the expected
+Each row's `what` says what changed; tests/kernels/test_attention_mutations.py holds the expected
 outcome of each (a code, or propagated facts).
 """
 
-load("//kernels:counterexample.bzl", "mutation", "symbol_link_mutations")
-load(":attention_variants.bzl", "LOADER_FILES")
+load("//kernels/attention:attention_variants.bzl", "LOADER_FILES")
+load(":counterexample.bzl", "mutation", "symbol_link_mutations")
 
-_CORE = dict(srcs = ["attn_core.cu"], hdrs = ["attn.h", "attn_wgmma.h"], contract = "attn_core.contract.toml",
-             cutlass = True)
-_LOADER = LOADER_FILES
-_STORE = dict(srcs = ["attn_store.cu"], hdrs = ["attn.h"], contract = "attn_store.contract.toml", host_provider = "attn_store_host.py")
-_COMBINE = dict(srcs = ["attn_combine.cu"], hdrs = ["attn.h"], contract = "attn_combine.contract.toml")
+_ATTN = "//kernels/attention:"
+
+def _files(srcs, hdrs, contract, host_provider = None, **kwargs):
+    """cuda_component file kwargs named in kernels/attention (these targets live elsewhere)."""
+    kw = dict(srcs = [_ATTN + f for f in srcs], hdrs = [_ATTN + f for f in hdrs], contract = _ATTN + contract, **kwargs)
+    if host_provider:
+        kw["host_provider"] = _ATTN + host_provider
+    return kw
+
+_CORE = _files(["attn_core.cu"], ["attn.h", "attn_wgmma.h"], "attn_core.contract.toml", cutlass = True)
+_LOADER = _files(**LOADER_FILES)
+_STORE = _files(["attn_store.cu"], ["attn.h"], "attn_store.contract.toml", "attn_store_host.py")
+_COMBINE = _files(["attn_combine.cu"], ["attn.h"], "attn_combine.contract.toml")
 
 def _mask(src):
-    return dict(srcs = [src], hdrs = ["attn.h", "attn_variant.h"], contract = "attn_mask.contract.toml")
+    return _files([src], ["attn.h", "attn_variant.h"], "attn_mask.contract.toml")
 
 def _comp(component, files, defines = [], subs = {}):
     """cuda_component kwargs of `component` rebuilt with `defines`, its contract edited by `subs`
@@ -48,7 +56,7 @@ _MASK_BLOCK64 = {'[fact.block_q]\ntype = "u32"\naccept = [128]': '[fact.block_q]
 
 ATTN_CAUSAL_MUTATIONS = [
     mutation("core_d64", owner = "core", what = "attn_core ATTN_HEAD_DIM 128 -> 64 (own head_dim = 64)",
-             target = ":attn_core_d64"),
+             target = _ATTN + "attn_core_d64"),
     mutation("core_block64", owner = "core", what = "attn_core ATTN_BLOCK_Q 128 -> 64 (own block_q = 64)",
              component = _comp("attn_core", _CORE, ["ATTN_BLOCK_Q=64"], _CORE_BLOCK64)),
     mutation("loader_qdepth3", owner = "load", what = "attn_loader ring q depth [2, 2] -> [3, 3]",
@@ -69,7 +77,7 @@ ATTN_CAUSAL_MUTATIONS = [
 
 ATTN_DECODE_MUTATIONS = [
     mutation("core_d64", owner = "core", what = "attn_core ATTN_HEAD_DIM 128 -> 64 (own head_dim = 64)",
-             target = ":attn_core_d64"),
+             target = _ATTN + "attn_core_d64"),
     mutation("combine_d64", owner = "epi", what = "attn_combine ATTN_HEAD_DIM 128 -> 64 (define only)",
              component = _comp("attn_combine", _COMBINE, ["ATTN_HEAD_DIM=64"])),
     mutation("mask_block64", owner = "mask", what = "attn_decode_split.cu (variant) ATTN_BLOCK_Q 128 -> 64",
@@ -77,5 +85,5 @@ ATTN_DECODE_MUTATIONS = [
 ]
 
 def attention_mutations():
-    symbol_link_mutations(name = "attn_causal_mutations", kernel = ":attn_causal", mutations = ATTN_CAUSAL_MUTATIONS)
-    symbol_link_mutations(name = "attn_decode_mutations", kernel = ":attn_decode", mutations = ATTN_DECODE_MUTATIONS)
+    symbol_link_mutations(name = "attn_causal_mutations", kernel = _ATTN + "attn_causal", mutations = ATTN_CAUSAL_MUTATIONS)
+    symbol_link_mutations(name = "attn_decode_mutations", kernel = _ATTN + "attn_decode", mutations = ATTN_DECODE_MUTATIONS)

@@ -13,10 +13,10 @@ such a team would.
 
 The same mutation also goes through the real linker (`contracted`), which either propagates
 the owner's new value (a normal link) or rejects the composition with its code. Both are
-run as Bazel actions by kernels/counterexample.bzl, so a rejection is data, not a failed build:
+run as Bazel actions by experiments/symbol_link/counterexample.bzl, so a rejection is data, not a failed build:
 
-    python -m pipelink.plainlink plain --kernel K --package P... --mutant M --cubin C --manifest J
-    python -m pipelink.plainlink contracted --kernel K --package P... --mutant M --cubin C
+    PYTHONPATH=tools python experiments/symbol_link/plainlink.py plain --kernel K --package P... --mutant M --cubin C --manifest J
+    PYTHONPATH=tools python experiments/symbol_link/plainlink.py contracted --kernel K --package P... --mutant M --cubin C
         --manifest J --result R.json
 """
 
@@ -96,7 +96,7 @@ def _write(path: str, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipelink.plainlink", description=__doc__,
+    ap = argparse.ArgumentParser(prog="plainlink.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["plain", "contracted"])
     ap.add_argument("--kernel", required=True)

@@ -1,7 +1,7 @@
 """The symbol-linking counterexample (issue 9) on the GPU, bounded by a watchdog.
 
-For a kernel and its one-owner geometry mutations (kernels/counterexample.bzl; Bazel builds
-both links of each into bazel-bin), runs
+For a kernel and its one-owner geometry mutations (experiments/symbol_link/counterexample.bzl;
+Bazel builds both links of each into bazel-bin/experiments), runs
   (a) the PLAIN link: the mutant's LTO-IR + the ORIGINAL composition's glue and manifest
       (old facts, smem placement, ring sizes), no contract check -- as teams link today;
   (b) the pipelink link of the mutated composition: propagated, or rejected with its code;
@@ -9,9 +9,9 @@ and classifies each (a) as hang (killed by the watchdog) / fault (the launch or 
 failed) / unwritten (the NaN poison left in every element) / partly unwritten / wrong /
 correct, and each (b) as propagated-and-correct or rejected <codes>.
 
-    tools/bazel build //kernels:gemm_swiglu_tma_mutations          # CPU machine
-    python3 benchmarks/symbol_link_counterexample.py --kernel gemm_swiglu_tma [--json out.json]
-    (attention: //kernels/attention:attn_causal_mutations, --kernel attn_causal; attn_decode likewise)
+    tools/bazel build //experiments:gemm_swiglu_tma_mutations      # CPU machine
+    python3 experiments/symbol_link/symbol_link_counterexample.py --kernel gemm_swiglu_tma [--json out.json]
+    (attention: //experiments:attn_causal_mutations, --kernel attn_causal; attn_decode likewise)
 
 Every launch runs in a child process (torch-free: numpy + the pipelink runtime over
 cuda.bindings) in its own process session; a job that does not finish within --watchdog
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 BIN = ROOT / "bazel-bin"
 BF16_NAN = 0x7FC0
@@ -142,7 +142,7 @@ CASES = {
 # Kernel name -> the facts its problem depends on: each launch gets the problem of its manifest's
 # facts (a plain link runs with the original's; a propagated head_dim = 64 link with d = 64 data).
 PROBLEM_FACTS = {"attn_causal": ("head_dim",), "attn_decode": ("head_dim",)}
-INDEX_DIRS = ("kernels", "kernels/attention")  # where symbol_link_mutations targets live in bazel-bin
+INDEX_DIRS = ("experiments",)  # where symbol_link_mutations targets live in bazel-bin
 
 
 def classify(out, ref, tol, floor=0.01) -> tuple[str, str]:
@@ -379,7 +379,7 @@ def main() -> int:
     ap.add_argument("cmd", nargs="?", default="run", choices=["run", "worker", "target"])
     ap.add_argument("jobfile", nargs="?")
     ap.add_argument("--kernel", default="gemm_swiglu_tma")
-    ap.add_argument("--index", help="default: bazel-bin/kernels/<kernel>_mutations.json")
+    ap.add_argument("--index", help="default: bazel-bin/experiments/<kernel>_mutations.json")
     ap.add_argument("--watchdog", type=float, default=8.0, help="seconds a launch may take before it is a hang")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--json")

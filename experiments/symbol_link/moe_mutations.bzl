@@ -1,13 +1,13 @@
 """moe_step's geometry mutations for the symbol-linking counterexample (issue 9).
 
 Each row rebuilds one owner with other tile defines through that owner's own macro; the rule
-in counterexample.bzl then plain-links it against the original moe_step glue and links it with
-pipelink. In kernels/BUILD.bazel (next to `moe_step(name = "moe_step")`):
+in counterexample.bzl then plain-links it against the original moe_step glue (//kernels:moe_step)
+and links it with pipelink. In experiments/BUILD.bazel:
 
-    load(":moe_mutations.bzl", "moe_step_mutations")
+    load("//experiments/symbol_link:moe_mutations.bzl", "moe_step_mutations")
     moe_step_mutations()
 
-    tools/bazel build //kernels:moe_step_mutations
+    tools/bazel build //experiments:moe_step_mutations
     python3 benchmarks/symbol_link_counterexample.py --kernel moe_step
 
 `moe_step_geometries()` links moe_step at more expert geometries, with no spill allowed (a
@@ -15,7 +15,7 @@ regression guard for the expert's register budget; manual, not in CI's `//...`).
 """
 
 load(":counterexample.bzl", "mutation", "symbol_link_mutations")
-load(":moe.bzl", "moe_expert", "moe_step")
+load("//kernels:moe.bzl", "moe_expert", "moe_step")
 
 # (mutation, owner instance in moe_step.kernel.toml, what changed, the owner's macro, its kwargs)
 # The expert owner (X) owns block_m / block_h / block_n (defaults 64 / 64 / 128); dispatch,
@@ -29,7 +29,7 @@ MOE_STEP_MUTATIONS = [
      {"block_m": 32, "block_h": 32}),
 ]
 
-def moe_step_mutations(name = "moe_step_mutations", kernel = ":moe_step", rows = MOE_STEP_MUTATIONS):
+def moe_step_mutations(name = "moe_step_mutations", kernel = "//kernels:moe_step", rows = MOE_STEP_MUTATIONS):
     muts = []
     for m, owner, what, macro, kwargs in rows:
         target = name + "__" + m
