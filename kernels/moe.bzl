@@ -20,7 +20,7 @@ MOE_HDRS = ["moe/moe_shapes.h", "moe/warp_mma.h"]
 def moe_components():
     """The packages of the owners other than the expert: router (R), dispatch (D), combine
     (C) and the two SwiGLU builds (G, G2). One macro, so a workspace that mutates the expert
-    (tests/test_moe_relink.py) builds exactly these."""
+    (tests/e2e/test_moe_relink.py) builds exactly these."""
     _moe_roles("")
     cuda_component(
         name = "moe_swiglu",

@@ -28,8 +28,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
+TESTS = ROOT / "tests"  # `helpers` (tests/helpers/) is imported from here
+for _path in (TESTS, TOOLS):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from pipelink.compose import Composition, parse_kernel  # noqa: E402
 from pipelink.contract import parse_contract_text  # noqa: E402
