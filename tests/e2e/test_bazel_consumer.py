@@ -134,7 +134,7 @@ def test_builds_from_git_archive(consumer):
     assert "Build completed successfully" in res.stderr, res.stderr[-3000:]
 
 
-def test_query_deps(consumer):
+def test_query_deps_reach_the_owner_and_the_linker_files(consumer):
     _ws, bazel = consumer
     res = bazel("query", "deps(//:k1)")
     assert "//:owner" in res.stdout and "@pipelink//tools:pipelink_linker_files" in res.stdout.replace("@@pipelink~", "@pipelink"), res.stdout[-2000:]

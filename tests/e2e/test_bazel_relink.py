@@ -174,7 +174,7 @@ def ws():
     print("\nrelink e2e timings (s):", json.dumps(w.timings, sort_keys=True))
 
 
-def test_cold_then_noop(ws):
+def test_cold_build_runs_each_action_once_and_a_noop_build_none(ws):
     t0 = time.monotonic()
     ws.bazel("build", "--nobuild", *TARGETS)  # start the server, fetch the toolchain repos, analyse
     ws.timings["cold_server_and_analysis"] = round(time.monotonic() - t0, 2)
@@ -190,7 +190,7 @@ def test_cold_then_noop(ws):
     assert ws.spawns("noop") == [], "a no-op build ran actions"
 
 
-def test_sass_diff(ws):
+def test_sass_test_reports_identical(ws):
     res = ws.bazel("test", "//:k1_sass_test", "--test_output=all")
     assert "identical" in res.stdout + res.stderr
 

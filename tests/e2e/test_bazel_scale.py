@@ -6,16 +6,15 @@ kernels' links only. The full size (40 components, 20 kernels) is recorded in BE
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.scripts import load_script
 from test_bazel_relink import _skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import bazel_scale  # noqa: E402
+bazel_scale = load_script("benchmarks/bazel_scale.py")
 
 _REASON = _skip_reason()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
@@ -121,15 +120,13 @@ def test_kernel_without_a_variant_is_refused(built, tmp_path):
     assert {d.code for d in e.value.diagnostics} & {"L-INSTANCE", "L-CALL-UNBOUND"}
 
 
-def _gpu_reason():
-    return torch_gpu_reason([BIN / "attn_causal.cubin"], not_built="bazel-bin/kernels/attention is not built")
-
-
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_causal.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_variant_matches_fp32_reference(kernel):
-    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "kernels" / "attention"), str(ROOT / "tools")]
-    import attention_bench as ab
+    pytest.importorskip("torch")
+    from helpers.scripts import load_script
+    ab = load_script("benchmarks/attention_bench.py")
     variant, D = kernel.removeprefix("attn_").removesuffix("_d64"), 64 if kernel.endswith("_d64") else 128
     variant = "decode_uniform" if variant == "decode" else variant  # the bench's names: each schedule forced
     shapes = ([(2, 3, 16, 8192), (3, 2, 5, 384), (5, 32, 1, 4096)] if variant.startswith("decode")

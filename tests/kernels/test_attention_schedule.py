@@ -182,5 +182,5 @@ def test_streamk_covers_every_block_once(bh, kv_len, grid):
     (256, 32768, 132, "uniform", None, (True, 1)),
     (256, 32768, 132, None, 3, (True, 3)),          # splits= is the uniform schedule's
 ])
-def test_decode_schedule(bh, kv_len, sms, schedule, splits, want):
+def test_decode_schedule_gives_the_expected_splits(bh, kv_len, sms, schedule, splits, want):
     assert A.decode_schedule(bh, kv_len, sms, schedule, splits) == want

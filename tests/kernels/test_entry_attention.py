@@ -96,7 +96,7 @@ def test_decode_schedules(kern):
 @pytest.mark.parametrize("bh, kv_len, splits", [
     (32, 4096, 4), (32, 131072, 4), (1, 256, 2), (200, 8192, 2), (1024, 8192, 2), (512, 16384, 1),
     (256, 32768, 1), (2048, 4096, 1), (132, 128, 1)])
-def test_default_splits(bh, kv_len, splits):
+def test_default_splits_fill_one_wave_or_give_mid_length_heads_two(bh, kv_len, splits):
     """One wave while the heads are fewer than the SMs; at several waves, two splits of heads of 64..127 blocks."""
     assert A.default_splits(bh, kv_len, 132) == splits
 

@@ -65,7 +65,7 @@ def test_linked_sass_equals_control(tmp_path, tiles):
     assert any("HMMA" in i for i in sass)
 
 
-def test_pinned_ring_depth_changes_only_placement(tmp_path):
+def test_pinned_ring_depth_is_honoured_and_sass_equals_control(tmp_path):
     """Pinning the ring depth (what the benchmark's configurations do) is honoured."""
     pkgs = [_package(tmp_path, n, TILES[0], depth=(3, 3) if n != "swiglu" else None) for n in ("loader", "mainloop", "swiglu")]
     res = link(parse_kernel(str(KDIR / "gemm_swiglu.kernel.toml"), pkgs), control=True)

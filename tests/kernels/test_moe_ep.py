@@ -20,7 +20,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bazel-bin" / "kernels"
@@ -153,13 +152,11 @@ def test_owner_layout_is_disjoint_and_padded(world):
         assert len(set(used)) == len(used) and max(used) < capacity_rows(world, T, bm)
 
 
-def _gpu_reason():
-    return torch_gpu_reason([BIN / "moe_step.cubin"], not_built="bazel-bin/kernels/moe_step.cubin is not built")
-
-
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "moe_step.cubin").exists(), reason="bazel-bin/kernels/moe_step.cubin is not built")
 @pytest.mark.parametrize("world, T", [(1, 64), (2, 16), (2, 300), (2, 2048)])
 def test_ep_matches_reference_on_every_rank(world, T):
+    pytest.importorskip("torch")
     from helpers.cp_worker import run_ranks
     res = run_ranks("moe", world, uuid.uuid4().hex, T, 4321, BIN)
     for r in res:

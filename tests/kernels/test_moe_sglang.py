@@ -1,13 +1,11 @@
 """benchmarks/moe_sglang.py: the slot alignment SGLang's kernels read, built in torch (CPU here)."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
+from helpers.scripts import load_script
+
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import moe_sglang  # noqa: E402
+moe_sglang = load_script("benchmarks/moe_sglang.py")
 
 
 def reference_align(ei, experts, block_m):

@@ -55,11 +55,8 @@ def test_links_with_four_owners_and_shared_workspaces(name):
     assert "first_fit" in text or "first-fit" in text or "proven" in text
 
 
-def _gpu():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    return torch
+def _torch():
+    return pytest.importorskip("torch")  # (the GPU itself: the requires_gpu marker)
 
 
 def _inputs(torch, T, seed):
@@ -71,16 +68,17 @@ def _inputs(torch, T, seed):
 
 @pytest.fixture(scope="module")
 def weights():
-    torch = _gpu()
+    torch = _torch()
     _, rw, w13, w2 = _inputs(torch, 1, 1234)
     return rw, w13, w2
 
 
+@pytest.mark.requires_gpu
 @pytest.mark.parametrize("control", [False, True])
 @pytest.mark.parametrize("T", [1, 3, 16, 128, 200, 1024, 4096, 8192, 9000])
 @pytest.mark.parametrize("name", KERNELS + ["moe_step_team"])
 def test_matches_f64_reference(name, T, control, weights):
-    torch = _gpu()
+    torch = _torch()
     _manifest(name)
     import moe_step as ms
 
@@ -100,8 +98,9 @@ def test_matches_f64_reference(name, T, control, weights):
     assert not bad.any(), f"T={T}: {int(bad.sum())} elements off, max err {err[ok].max().item():.3e}"
 
 
+@pytest.mark.requires_gpu
 def test_graph_replays_without_memset(weights):
-    torch = _gpu()
+    torch = _torch()
     _manifest("moe_step")
     import moe_step as ms
 
@@ -127,8 +126,9 @@ def test_graph_replays_without_memset(weights):
         assert not torch.isnan(s.out).any() and (err <= 2e-2 + 2e-2 * ref.abs()[ok]).all()
 
 
+@pytest.mark.requires_gpu
 def test_bad_inputs_are_coded(weights):
-    torch = _gpu()
+    torch = _torch()
     _manifest("moe_step")
     import moe_step as ms
     from pipelink.runtime import LaunchError

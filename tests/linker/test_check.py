@@ -53,7 +53,7 @@ def toy_with(parts, **replace):
 
 # ---- the toy passes --------------------------------------------------------------------------
 
-def test_toy_checks(toy, packer):
+def test_toy_check_derives_facts_rings_transfers_claims_and_roles(toy, packer):
     ch = check(parse_kernel(str(toy.kernel), toy.packages))
     assert ch.facts == {"tile": 256} and ch.fact_owner["tile"].name == "cons"
     (ring,) = ch.rings

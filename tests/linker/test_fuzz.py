@@ -13,7 +13,6 @@ GEMM) with their built packages from bazel-bin (skipped when they are not built)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from helpers.scripts import load_script
 
 CASES = 220  # about 40 s on an idle 2-core machine, 70 s on a loaded one
 SEED = 11
@@ -30,10 +30,7 @@ REAL_SEED = 5
 
 
 def _fuzz_module():
-    spec = importlib.util.spec_from_file_location("fuzz_cli", ROOT / "benchmarks" / "fuzz_cli.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/fuzz_cli.py")
 
 
 def _run(fz, cases: int, seed: int) -> tuple[dict, float]:
@@ -60,7 +57,7 @@ def test_fuzz_cli_seeded(tmp_path, packer, toy):
 
 def test_fuzz_real_corpora_seeded(tmp_path):
     fz_mod = _fuzz_module()
-    import fuzz_corpora  # on sys.path once fuzz_cli is loaded
+    fuzz_corpora = load_script("benchmarks/fuzz_corpora.py")
 
     corpora = fuzz_corpora.load_corpora(Path(os.environ.get("PIPELINK_FUZZ_BIN", ROOT / "bazel-bin" / "kernels")), tmp_path)
     if not corpora:
@@ -80,9 +77,7 @@ def test_fuzz_real_corpora_seeded(tmp_path):
 def test_fuzz_manifest_slice():
     """3,000 damaged manifests of the built kernels through Manifest.from_dict and plan_launch
     (no GPU): each plans or is refused with a code and a hint (R-MANIFEST, R-PARAM, R-HOST, ...)."""
-    spec = importlib.util.spec_from_file_location("fuzz_manifest", ROOT / "benchmarks" / "fuzz_manifest.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/fuzz_manifest.py")
     if not (ROOT / "bazel-bin" / "examples" / "toy" / "toy.manifest.json").exists():
         pytest.skip("no manifests in bazel-bin (tools/bazel build //...)")
     res = mod.run(3000, 21, ROOT / "bazel-bin")

@@ -632,9 +632,9 @@ def test_gemm_bench_refuses_kernels_it_cannot_find(kernels, tmp_path):
 
 
 def test_bench_builds_option_accepts_a_build(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import argparse
 
-    from gpu_bench import parse_builds
+    from helpers.scripts import load_script
+    parse_builds = load_script("benchmarks/gpu_bench.py").parse_builds
     (tmp_path / "moe_step.manifest.json").write_text("{}")
     assert parse_builds(argparse.ArgumentParser(), f"a={tmp_path},", "moe_step.manifest.json") == [("a", str(tmp_path))]

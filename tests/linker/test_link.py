@@ -61,7 +61,7 @@ def test_toy_manifest(toy_linked):
     json.dumps(m)  # JSON-serialisable as written
 
 
-def test_toy_report_and_map(toy_linked):
+def test_toy_report_and_map_record_the_solved_placement(toy_linked):
     r = toy_linked.report
     assert r["solver"]["proven_optimal"] is True
     assert r["rings"]["work"] == {"depth": 6, "range": [2, 6], "stage_bytes": 1024, "producer": "prod", "consumer": "cons"}
@@ -142,7 +142,7 @@ def called(packer, component):
     return link(packer.compose(kernel_text("calls", ("c", "caller"), ("lib", "callee")), pkgs), control=True)
 
 
-def test_callable_links(called):
+def test_callable_is_bound_inlined_and_sass_equals_control(called):
     (cb,) = called.checked.calls
     assert (cb.importer.name, cb.exporter.name, cb.imp.signature) == ("c", "lib", "void(float*,unsigned)")
     assert "pl_caller__call__scale(unsigned i, float* a0, unsigned a1)" in called.source

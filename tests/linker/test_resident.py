@@ -44,7 +44,7 @@ def test_unbounded_grid_is_l_resident(packer, toy, waiting_consumer):
     assert "L-RESIDENT" in CODES
 
 
-def test_bounded_grid_links_and_the_manifest_names_the_waiters(packer, toy, waiting_consumer):
+def test_bounded_grid_links_and_the_plain_toy_needs_no_bound(packer, toy, waiting_consumer):
     comp = packer.compose(_kernel('"min(resident_ctas, blocks)"'), [toy.producer, waiting_consumer, toy.sink],
                           name="bounded")
     plan(comp)  # accepted

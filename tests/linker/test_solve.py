@@ -132,7 +132,7 @@ def test_disjoint_phases_share_bytes(packer, worker):
     check_invariants(ch, pl)
 
 
-def test_toy_report_compares_with_first_fit(toy_linked):
+def test_toy_solver_footprint_is_at_most_first_fits(toy_linked):
     rep = toy_linked.report["solver"]
     assert rep["proven_optimal"] is True
     assert rep["first_fit_footprint"] >= rep["solver_footprint"] == toy_linked.placement.dynamic_smem

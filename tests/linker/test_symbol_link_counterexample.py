@@ -5,7 +5,6 @@ The experiment's code lives in experiments/symbol_link/ (plainlink.py, symbol_li
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -14,25 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from helpers.scripts import load_script
 from pipelink.diagnostics import Rejected
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "examples" / "toy"
-EXPERIMENT = ROOT / "experiments" / "symbol_link"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENT / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _harness():
-    return _load("symbol_link_counterexample")
+    return load_script("experiments/symbol_link/symbol_link_counterexample.py")
 
 
-_plainlink = _load("plainlink")
+_plainlink = load_script("experiments/symbol_link/plainlink.py")
 contracted_link, plainlink_main, plain_link = _plainlink.contracted_link, _plainlink.main, _plainlink.plain_link
 
 
@@ -141,7 +133,7 @@ def _live_in_groups(groups: set[int]) -> list[int]:
     return live
 
 
-def test_classify():
+def test_classify_tells_correct_unwritten_partly_unwritten_wrong_and_undetermined():
     import numpy as np
     h = _harness()
     ref = np.linspace(-1, 1, 64).reshape(8, 8)

@@ -107,7 +107,7 @@ def test_real_takes_finite_float32_numbers_only(v, positive):
 
 @settings(max_examples=200, deadline=None)
 @given(ANY)
-def test_flag_and_dir(v):
+def test_flag_and_optional_dir_take_their_types_or_are_r_param(v):
     try:
         assert flag("c", v) is bool(v) and isinstance(v, (bool, np.bool_))
     except LaunchError as e:

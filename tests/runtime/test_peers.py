@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import torch_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -40,7 +39,7 @@ def test_bad_size(n):
     assert e.value.code == "R-PEER"
 
 
-def test_agreement():
+def test_ranks_that_disagree_are_r_peer_or_r_rank():
     infos = [RankInfo(0, 2, 100, 2 << 20), RankInfo(1, 2, 100, 2 << 20)]
     check_agreement(infos, 2)
     with pytest.raises(PeerError) as e:
@@ -250,13 +249,10 @@ def test_open_and_close_with_fake_driver():
     assert e.value.code == "R-RANK"  # the exchange is rank 1
 
 
-def _gpu_reason():
-    return torch_gpu_reason(sm90=False)
-
-
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.requires_gpu
 @pytest.mark.parametrize("world", [1, 2])
 def test_processes_share_buffers_on_one_gpu(world):
+    pytest.importorskip("torch")
     from helpers.cp_worker import run_ranks
     res = run_ranks("peers", world, uuid.uuid4().hex)
     for r in res:

@@ -219,7 +219,7 @@ def test_unknown_parameter_suggests(gsw):
     ("m", 3.0, "got float"), ("m", True, "got bool"), ("m", "256", "got str"),
     ("m", FakeTensor(), "got FakeTensor"), ("x", 1.5, "(ptr) got float"), ("x", -8, "not a 64-bit address"),
     ("x", None, "(ptr) got NoneType"), ("x", False, "got a bool")])
-def test_wrong_values(gsw, name, value, needle):
+def test_wrong_parameter_values_are_r_param(gsw, name, value, needle):
     e = err(plan_launch, gsw, good(**{name: value}))
     assert e.code == "R-PARAM" and needle in str(e), str(e)
 
@@ -283,7 +283,7 @@ def test_grid_only_names(toy_m):
     assert err(plan_launch, toy_m, {"in": 1, "out": 2, "tiles": 3}, grid=(1.5,)).code == "R-PARAM"
 
 
-def test_requires():
+def test_unmet_requirement_is_r_shape():
     m = Manifest.from_dict(manifest_dict([("a", [("k", "u32")])], facts={"block_k": 64},
                                          requires=["1 - min(k % block_k, 1)", "k"]))
     assert plan_launch(m, {"k": 128}).grid == (1, 1, 1)
@@ -323,14 +323,14 @@ def test_coerce_does_not_need_grid_names_with_explicit_grid(toy_m):
     (lambda d: d.update(facts={"n": 3}), "both parameters and facts"),
     (lambda d: d.pop("kernel") and d.pop("entry"), "malformed"),
 ])
-def test_bad_manifests(mutate, needle):
+def test_bad_manifests_are_r_manifest(mutate, needle):
     d = manifest_dict([("a", [("n", "u32"), ("x", "ptr")])])
     mutate(d)
     e = err(Manifest.from_dict, d, "bad.json")
     assert e.code == "R-MANIFEST" and needle in str(e), str(e)
 
 
-def test_manifest_files(tmp_path):
+def test_manifest_path_defaults_and_bad_files_are_r_manifest(tmp_path):
     assert default_manifest_path("out/toy.cubin") == Path("out/toy.manifest.json")
     assert default_manifest_path("out/toy.control.cubin") == Path("out/toy.manifest.json")
     e = err(Manifest.from_file, tmp_path / "nope.manifest.json")
