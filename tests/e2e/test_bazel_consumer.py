@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from test_bazel_relink import SRC_WS, _bazel_cmd, _rmtree, _skip_reason
+from helpers.bazel import SRC_WS, bazel_cmd, bazel_skip_reason, rmtree
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PY = REPO / ".venv" / "bin" / "python"
 
 
 def _reason() -> str | None:
-    r = _skip_reason()
+    r = bazel_skip_reason()
     if r:
         return r
     if not (REPO / ".git").exists():
@@ -113,7 +113,7 @@ def consumer(tmp_path_factory):
         env.pop(v, None)  # detection must come from the tags and the interpreter alone
 
     def bazel(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = _bazel_cmd() + [f"--output_base={ob}", args[0], "--color=no", "--curses=no", *args[1:]]
+        cmd = bazel_cmd() + [f"--output_base={ob}", args[0], "--color=no", "--curses=no", *args[1:]]
         res = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=900)
         if check and res.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-6000:]}")
@@ -123,7 +123,7 @@ def consumer(tmp_path_factory):
         yield ws, bazel
     finally:
         bazel("shutdown", check=False)
-        _rmtree(top)
+        rmtree(top)
 
 
 def test_builds_from_git_archive(consumer):

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from test_bazel_consumer import _REASON
-from test_bazel_relink import _bazel_cmd, _rmtree
+from helpers.bazel import bazel_cmd, bazel_skip_reason, rmtree
 
 REPO = Path(__file__).resolve().parents[2]
+_REASON = bazel_skip_reason()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 MODULE = """\
@@ -78,7 +78,7 @@ def test_py_test_runs_on_an_interpreter_whose_path_has_a_space(tmp_path):
     env = dict(os.environ, PIPELINK_EXTRA_MOUNTS=str(tmp_path))
     for v in ("PIPELINK_PYTHON", "PIPELINK_CUDA_HOME", "PIPELINK_CUTLASS_INCLUDE", "VIRTUAL_ENV"):
         env.pop(v, None)
-    base = _bazel_cmd() + [f"--output_base={tmp_path / 'ob'}"]
+    base = bazel_cmd() + [f"--output_base={tmp_path / 'ob'}"]
     try:
         res = subprocess.run(base + ["test", "--color=no", "--curses=no", "--test_output=all", "//:venv_test"],
                              cwd=ws, env=env, capture_output=True, text=True, timeout=900)
@@ -87,4 +87,4 @@ def test_py_test_runs_on_an_interpreter_whose_path_has_a_space(tmp_path):
         assert f"PYTHON={python}" in out, out[-3000:]
     finally:
         subprocess.run(base + ["shutdown"], cwd=ws, env=env, capture_output=True, timeout=300)
-        _rmtree(tmp_path)
+        rmtree(tmp_path)

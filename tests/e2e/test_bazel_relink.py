@@ -26,78 +26,25 @@ import collections
 import hashlib
 import json
 import re
-import os
 import shutil
-import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from helpers.bazel import COUNTED, LINKS, SRC_WS, TARGETS, bazel_cmd, bazel_skip_reason, rmtree, venv_paths
 
 from pipelink.execlog import read_spawns
 
 REPO = Path(__file__).resolve().parents[2]
-SRC_WS = REPO / "tests" / "e2e" / "relink"
 E2E = REPO / ".pipelink" / "e2e"
 WS = E2E / "relink"  # same depth as tests/e2e/relink
 
-SM90_KERNELS = ["//:k1", "//:k2", "//:k3"]
-TARGETS = SM90_KERNELS + ["//:k1_sm100a", "//:k1_sm120a"]
-LINKS = {"//:k1", "//:k2", "//:k3", "//:k1_sm100a", "//:k1_sm120a"}
-COUNTED = {"CudaCompile", "PipelinkPack", "PipelinkLink", "PipelinkControlLink", "PipelinkContractArch"}
-
-
-def _bazel_cmd() -> list[str]:
-    env = os.environ.get("PIPELINK_BAZEL")
-    return [env] if env else [str(REPO / "tools" / "bazel")]
-
-
-def _venv_paths() -> dict[str, str] | None:
-    venv = REPO / ".venv"
-    for sp in sorted((venv / "lib").glob("python3*/site-packages"), reverse=True):
-        if (sp / "nvidia" / "cu13" / "bin" / "nvcc").exists():
-            out = {"PIPELINK_PYTHON": str(venv / "bin" / "python"), "PIPELINK_CUDA_HOME": str(sp / "nvidia" / "cu13")}
-            cutlass = sp / "cutlass_library" / "source" / "include"
-            if (cutlass / "cutlass").exists():
-                out["PIPELINK_CUTLASS_INCLUDE"] = str(cutlass)
-            return out
-    return None
-
-
-def _skip_reason() -> str | None:
-    cmd = _bazel_cmd()
-    if not os.environ.get("PIPELINK_BAZEL") and not os.access(cmd[0], os.X_OK):
-        return f"{cmd[0]} is missing"
-    try:
-        res = subprocess.run(cmd + ["--version"], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"bazel unavailable: {e}"
-    if res.returncode != 0 or "bazel 7" not in res.stdout + res.stderr:
-        return "bazel unavailable (run `bash tools/setup.sh`): " + (res.stderr or res.stdout).strip()[-300:]
-    if _venv_paths() is None:
-        return "no CUDA wheels in .venv (run `bash tools/setup.sh`)"
-    return None
-
-
-_REASON = _skip_reason()
+_REASON = bazel_skip_reason()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
-def _rmtree(path: Path) -> None:
-    def onerror(func, p, _exc):
-        os.chmod(p, stat.S_IRWXU)
-        func(p)
 
-    if path.exists():
-        # Bazel output bases hold read-only directories.
-        for root, dirs, _files in os.walk(path):
-            for d in dirs:
-                try:
-                    os.chmod(os.path.join(root, d), stat.S_IRWXU)
-                except OSError:
-                    pass
-        shutil.rmtree(path, onerror=onerror)
 
 
 class Workspace:
@@ -113,7 +60,7 @@ class Workspace:
               disk_cache: bool = True) -> subprocess.CompletedProcess:
         ob = ob or self.ob1
         self.used.add(ob)
-        cmd = _bazel_cmd() + [f"--output_base={ob}", args[0], "--color=no", "--curses=no"]
+        cmd = bazel_cmd() + [f"--output_base={ob}", args[0], "--color=no", "--curses=no"]
         if args[0] in ("build", "test"):
             if disk_cache:
                 cmd.append(f"--disk_cache={self.disk_cache}")
@@ -159,17 +106,17 @@ def ws():
     E2E.mkdir(parents=True, exist_ok=True)
     for ob in (E2E / "ob1", E2E / "ob2"):  # a server left by an earlier run
         if (ob / "server").exists() and WS.exists():
-            subprocess.run(_bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
+            subprocess.run(bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
     for d in ("relink", "ob1", "ob2", "disk_cache", "logs"):
-        _rmtree(E2E / d)
+        rmtree(E2E / d)
     shutil.copytree(SRC_WS, WS, ignore=shutil.ignore_patterns("bazel-*", "user.bazelrc"))
     (E2E / "logs").mkdir()
-    env = _venv_paths()
+    env = venv_paths()
     (WS / "user.bazelrc").write_text("".join(f"common --repo_env={k}={v}\n" for k, v in sorted(env.items())))
     w = Workspace()
     yield w
     for ob in sorted(w.used):
-        subprocess.run(_bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
+        subprocess.run(bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
     (E2E / "relink_timings.json").write_text(json.dumps(w.timings, indent=2, sort_keys=True) + "\n")
     print("\nrelink e2e timings (s):", json.dumps(w.timings, sort_keys=True))
 

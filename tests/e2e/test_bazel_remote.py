@@ -33,7 +33,7 @@ import pytest
 
 from pipelink.execlog import read_spawns
 
-from test_bazel_relink import COUNTED, LINKS, SRC_WS, TARGETS, _bazel_cmd, _rmtree, _skip_reason, _venv_paths
+from helpers.bazel import COUNTED, LINKS, SRC_WS, TARGETS, bazel_cmd, bazel_skip_reason, rmtree, venv_paths
 
 REPO = Path(__file__).resolve().parents[2]
 BG_SITE = REPO / ".pipelink" / "buildgrid-py3.14"
@@ -43,7 +43,7 @@ BUILD_TIMEOUT_S = 900
 
 
 def _reason() -> str | None:
-    r = _skip_reason()
+    r = bazel_skip_reason()
     if r:
         return r
     if not (BG_SITE / "buildgrid" / "server").is_dir():
@@ -116,7 +116,7 @@ class BuildGrid:
             cas.mkdir(parents=True, exist_ok=True)
             cfg = self.workdir / "bgd.yml"
             cfg.write_text(BGD_CONFIG.format(port=self.port, cas=cas))
-            cmd = _bazel_cmd() + [
+            cmd = bazel_cmd() + [
                 "--pipelink-exec", "env", f"PYTHONPATH={BG_SITE}", "python3", "-c",
                 "import sys; from buildgrid.server.app import cli; sys.argv[0] = 'bgd'; cli()",
                 "server", "start", str(cfg)]
@@ -193,9 +193,9 @@ def remote():
     for d in ("a", "b"):  # servers left by an earlier run
         ob = ROOT / d / "ob"
         if (ob / "server").exists() and (ROOT / d / "ws").exists():
-            subprocess.run(_bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=ROOT / d / "ws",
+            subprocess.run(bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=ROOT / d / "ws",
                            capture_output=True, timeout=300)
-    _rmtree(ROOT)
+    rmtree(ROOT)
     ROOT.mkdir(parents=True)
     bg = BuildGrid(ROOT / "buildgrid")
     (ROOT / "buildgrid").mkdir()
@@ -205,13 +205,13 @@ def remote():
         yield bg, used
     finally:
         for ws, ob in used:
-            subprocess.run(_bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=ws, capture_output=True,
+            subprocess.run(bazel_cmd() + [f"--output_base={ob}", "shutdown"], cwd=ws, capture_output=True,
                            timeout=300)
         bg.stop()
 
 
 def _build(ws: Path, ob: Path, url: str, log: Path) -> float:
-    cmd = _bazel_cmd() + [f"--output_base={ob}", "build", "--color=no", "--curses=no",
+    cmd = bazel_cmd() + [f"--output_base={ob}", "build", "--color=no", "--curses=no",
                           f"--remote_cache={url}", "--remote_timeout=120",
                           f"--execution_log_json_file={log}", *TARGETS]
     t0 = time.monotonic()
@@ -231,7 +231,7 @@ def _top_outputs(ws: Path) -> dict[str, str]:
 
 def test_second_checkout_gets_every_action_from_the_remote_cache(remote):
     bg, used = remote
-    env = _venv_paths()
+    env = venv_paths()
     assert env is not None
 
     # Checkout A: this repo. Cold: everything runs here and is uploaded to BuildGrid.

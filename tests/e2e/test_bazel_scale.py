@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers.bazel import bazel_skip_reason
 from helpers.scripts import load_script
-from test_bazel_relink import _skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 bazel_scale = load_script("benchmarks/bazel_scale.py")
 
-_REASON = _skip_reason()
+_REASON = bazel_skip_reason()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from pipelink.execlog import read_spawns
 
-import test_bazel_relink as relink  # its Bazel/venv discovery and skip logic
+from helpers.bazel import bazel_cmd, bazel_skip_reason, rmtree, venv_paths
 
 REPO = Path(__file__).resolve().parents[2]
 E2E = REPO / ".pipelink" / "e2e"
@@ -33,7 +33,8 @@ OB = E2E / "moe_ob"
 COUNTED = {"CudaCompile", "PipelinkPack", "PipelinkLink", "PipelinkControlLink", "PipelinkContractArch"}
 EXPERT_LINE = 'moe_expert(name = "moe_expert")'
 
-pytestmark = pytest.mark.skipif(relink._REASON is not None, reason=relink._REASON or "")
+_REASON = bazel_skip_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 BUILD = f'''load("@pipelink//kernels:moe.bzl", "moe_components", "moe_expert", "moe_step")
 
@@ -46,7 +47,7 @@ moe_step(name = "moe_step", sass_test = False)
 
 
 def _bazel(log_dir: Path, *args: str, log: str | None = None) -> None:
-    cmd = relink._bazel_cmd() + [f"--output_base={OB}", args[0], "--color=no", "--curses=no"]
+    cmd = bazel_cmd() + [f"--output_base={OB}", args[0], "--color=no", "--curses=no"]
     if log:  # outside the workspace and the sandbox: an absolute path under .pipelink/e2e
         cmd.append(f"--execution_log_json_file={log_dir / (log + '.json')}")
     cmd += list(args[1:])
@@ -67,10 +68,10 @@ def _ran(path: Path) -> dict[str, dict[str, int]]:
 def ws():
     E2E.mkdir(parents=True, exist_ok=True)
     if (OB / "server").exists() and WS.exists():
-        subprocess.run(relink._bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True,
+        subprocess.run(bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True,
                        timeout=300)
     for d in (WS, OB):
-        relink._rmtree(d)
+        rmtree(d)
     (WS / "kernels").mkdir(parents=True)
     shutil.copytree(REPO / "kernels" / "moe", WS / "kernels" / "moe")
     (WS / "kernels" / "gemm").mkdir()
@@ -80,13 +81,13 @@ def ws():
     (WS / "MODULE.bazel").write_text('module(name = "pipelink_e2e_moe_relink")\n\nbazel_dep(name = "pipelink")\n'
                                      'local_path_override(\n    module_name = "pipelink",\n    path = "../../..",\n)\n')
     shutil.copy(REPO / "tests" / "e2e" / "relink" / ".bazelrc", WS / ".bazelrc")
-    env = relink._venv_paths()
+    env = venv_paths()
     (WS / "user.bazelrc").write_text("".join(f"common --repo_env={k}={v}\n" for k, v in sorted(env.items())))
     logs = E2E / "moe_logs"
-    relink._rmtree(logs)
+    rmtree(logs)
     logs.mkdir()
     yield logs
-    subprocess.run(relink._bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
+    subprocess.run(bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
 
 
 def test_expert_geometry_change_relinks_without_recompiling_readers(ws):
