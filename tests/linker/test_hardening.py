@@ -468,7 +468,7 @@ def test_every_code_used_in_the_sources_is_explained(capsys):
     assert {"B-COPT", "B-ARCH"} <= set(known), "explain reads the rules' B_CODES (errors.bzl)"
     pattern = re.compile(r"[\"']([CPLERB]-[A-Z0-9][A-Z0-9-]*)[\"']")
     used = {}
-    for folder in ("tools/pipelink", "kernels", "pipelink_rules", "examples"):
+    for folder in ("tools/pipelink", "kernels", "pipelink_rules", "examples", "experiments"):
         for f in sorted((root / folder).rglob("*")):
             if f.suffix in (".py", ".bzl") and "__pycache__" not in f.parts:
                 for code in pattern.findall(f.read_text()):
@@ -487,8 +487,9 @@ def test_every_refusal_in_the_sources_has_a_hint():
 
     root = Path(__file__).resolve().parents[2]
     missing = []
+    plain_linker = root / "experiments" / "symbol_link" / "plainlink.py"  # runs the linker's passes
     for folder in ("tools/pipelink", "kernels", "examples"):
-        for f in sorted((root / folder).rglob("*.py")):
+        for f in sorted((root / folder).rglob("*.py")) + ([plain_linker] if folder == "tools/pipelink" else []):
             for node in ast.walk(ast.parse(f.read_text())):
                 name = getattr(node, "func", None)
                 name = getattr(name, "id", getattr(name, "attr", None))
