@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-tool call for issue 10's attention variants (d = 128 and the d = 64 builds):
 #   check + sanitize + pair + masked variants vs FlexAttention compiled / SDPA (+ ncu), logs in $OUT.
-# The tree it runs from holds tools/pipelink, kernels/attention, benchmarks and the built kernels
+# The tree it runs from holds tools/pipelink, kernels/attention, benchmarks, experiments and the built kernels
 # in $PIPELINK_ATTENTION_DIR (default bazel-bin/kernels/attention); optional:
 #   V2=dir       an earlier build's cubins (column pipelink_v2)
 #   FLEXCACHE=f  a flexcache.tgz an earlier call brought back (warm inductor/triton caches)
