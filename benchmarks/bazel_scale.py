@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from pipelink.execlog import read_spawns  # noqa: E402
+from pipelink.linker.execlog import read_spawns  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 COUNTED = ("CudaCompile", "PipelinkPack", "PipelinkLink")

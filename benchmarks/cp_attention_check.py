@@ -40,7 +40,7 @@ def bench1(S: int = 8192, H: int = 32) -> int:
     import torch
     from attention import attention
     from attention_cp import CpAttention
-    from pipelink.peers import UnixExchange
+    from pipelink.runtime.peers import UnixExchange
     ex = UnixExchange(uuid.uuid4().hex, 1, 0)
     cp = CpAttention(ex, B=1, H=H, seq_len=S, kernel_dir=BIN)
     q, k, v = (torch.randn(1, H, S, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))

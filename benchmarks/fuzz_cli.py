@@ -6,7 +6,7 @@
 Each case damages one input of a command that works: a contract (packed, or injected into a
 package so that `plan`/`link` read it), a kernel file, a package's bytes (zip headers,
 compression, JSON types, contract.toml), an output or input path, or the argument list. The
-command runs in-process (`pipelink.cli.main`, fast); every `--link-every`-th case that reaches
+command runs in-process (`pipelink.linker.cli.main`, fast); every `--link-every`-th case that reaches
 a link runs `python -m pipelink link` in a subprocess, so a crash in native code (nvJitLink,
 nvcc) is seen as a signal instead of killing the fuzzer. Counted per case:
 
@@ -44,8 +44,8 @@ for _p in (TOOLS, ROOT / "benchmarks"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from pipelink import cli  # noqa: E402
-from pipelink.diagnostics import CODES  # noqa: E402
+from pipelink.linker import cli  # noqa: E402
+from pipelink.common.diagnostics import CODES  # noqa: E402
 
 NAMES = ("producer", "consumer", "sink")
 # Codes of a native step (nvcc, nvJitLink) refusing what every check accepted: not failures,
@@ -73,8 +73,8 @@ class Fuzzer:
     def _memoize_measure():
         """Pack's trial measurement is a pure function of (trial source, arch, objects): cache it,
         so a contract case costs a parse + verify, not an nvcc run."""
-        from pipelink import package
-        from pipelink.package import trial_source
+        from pipelink.linker import package
+        from pipelink.linker.trial import trial_source
 
         if getattr(package.measure, "fuzz_cached", False):
             return
@@ -288,8 +288,9 @@ class Fuzzer:
 
 def build_toy(work: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     """Compile and pack the toy's three components (the inputs every case damages)."""
-    from pipelink.package import pack, write_package
-    from pipelink.toolkit import find_toolkit
+    from pipelink.linker.package import pack
+    from pipelink.linker.package_io import write_package
+    from pipelink.linker.toolkit import find_toolkit
 
     tk = find_toolkit()
     objects, packages = {}, {}

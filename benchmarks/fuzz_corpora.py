@@ -180,8 +180,8 @@ def forge_consistent(manifest: dict, text: str) -> dict:
     """The measurement a correct object for the damaged contract would have: every declared
     handle used, every definition measured, every owned fact recorded (so the package passes
     its re-verification and check/solve/generate judge the damage). Unparseable: unchanged."""
-    from pipelink.contract import parse_contract_text
-    from pipelink.diagnostics import Rejected
+    from pipelink.linker.contract import parse_contract_text
+    from pipelink.common.diagnostics import Rejected
 
     try:
         c = parse_contract_text(text, "fuzz.contract.toml")

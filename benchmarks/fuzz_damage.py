@@ -62,7 +62,7 @@ def rezip(data: bytes, *, manifest=None, contract: bytes | None = None, forge: b
           parts: dict[str, bytes] | None = None) -> bytes:
     """The package with an edited manifest or contract.toml. forge=True records the edited
     parts' digests (as if packed that way), so the checks behind the digests are reached."""
-    from pipelink.package_io import package_digests
+    from pipelink.linker.package_io import package_digests
 
     src = zipfile.ZipFile(io.BytesIO(data))
     entries = {info.filename: src.read(info) for info in src.infolist()}

@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from pipelink.diagnostics import Rejected  # noqa: E402
-from pipelink.host import HostEncoder  # noqa: E402
-from pipelink.launch_plan import plan_launch  # noqa: E402
-from pipelink.manifest import Manifest  # noqa: E402
+from pipelink.common.diagnostics import Rejected  # noqa: E402
+from pipelink.runtime.host import HostEncoder  # noqa: E402
+from pipelink.runtime.launch_plan import plan_launch  # noqa: E402
+from pipelink.runtime.manifest import Manifest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_damage import like, pool  # noqa: E402  (the CLI fuzzer's value pools)

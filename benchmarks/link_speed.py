@@ -1,4 +1,4 @@
-"""Link speed: check + solve + generate time (`pipelink.link.plan`) against composition size.
+"""Link speed: check + solve + generate time (`pipelink.linker.link.plan`) against composition size.
 
 Synthesizes compositions of N one-warp role components. Component i has S shared-memory claims
 (mixed sizes, alignments and phases), a named barrier (the first 12 components: ids 1..15 are
@@ -27,10 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from pipelink.compose import parse_kernel_text  # noqa: E402
-from pipelink.link import plan  # noqa: E402
-from pipelink.package import pack, read_package, write_package  # noqa: E402
-from pipelink.toolkit import find_toolkit  # noqa: E402
+from pipelink.linker.compose import parse_kernel_text  # noqa: E402
+from pipelink.linker.link import plan  # noqa: E402
+from pipelink.linker.package import pack  # noqa: E402
+from pipelink.linker.package_io import read_package, write_package  # noqa: E402
+from pipelink.linker.toolkit import find_toolkit  # noqa: E402
 
 INCLUDE = ROOT / "tools" / "pipelink" / "include"
 SMEM_PER_COMPONENT = 2

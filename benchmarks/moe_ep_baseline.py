@@ -89,7 +89,7 @@ def _rank_main(rank, world, T, iters, port):
     res = {"nccl_all_to_all_us": _time(lambda: ep_step(x, rw, w13_r, w2_r, rank, world), iters)}
     try:
         from moe_ep import EpStep
-        from pipelink.peers import UnixExchange
+        from pipelink.runtime.peers import UnixExchange
         ex = UnixExchange(f"moe-ep-baseline-{port}", world, rank)
         ep = EpStep(ex, max_tokens=T, device=rank)
         s = ep.open(x, rw, w13_r, w2_r)

@@ -4,7 +4,7 @@
   are cached under a temporary folder keyed by the hash of the source, the headers it can see,
   the defines and the arch (set PIPELINK_TEST_CACHE=<dir> to keep them across runs).
 * `packer`: writes contracts and kernel files from strings and packs them for real through
-  `pipelink.package.pack` (also cached by content), and makes contract *variants* of a real
+  `pipelink.linker.package.pack` (also cached by content), and makes contract *variants* of a real
   package for check-level tests (a variant is re-verified against the package's measurement,
   so it is a contract pack would accept for that very object).
 * `toy`: the examples/toy packages (producer -> ring -> consumer -> sink).
@@ -35,11 +35,12 @@ for _path in (TESTS, TOOLS):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from pipelink.compose import Composition, parse_kernel  # noqa: E402
-from pipelink.contract import parse_contract_text  # noqa: E402
-from pipelink.diagnostics import Diagnostic, Rejected, render_all  # noqa: E402
-from pipelink.package import Package, pack, verify, write_package  # noqa: E402
-from pipelink.toolkit import find_toolkit  # noqa: E402
+from pipelink.linker.compose import Composition, parse_kernel  # noqa: E402
+from pipelink.linker.contract import parse_contract_text  # noqa: E402
+from pipelink.common.diagnostics import Diagnostic, Rejected, render_all  # noqa: E402
+from pipelink.linker.package import Package, pack, verify  # noqa: E402
+from pipelink.linker.package_io import write_package  # noqa: E402
+from pipelink.linker.toolkit import find_toolkit  # noqa: E402
 
 # Helpers in tests/helpers/ that tests also import from here (conftest keeps the fixtures and the
 # packing/diagnostic helpers, which import pipelink).
@@ -252,7 +253,7 @@ def toy(lto, packer) -> Toy:
 @pytest.fixture(scope="session")
 def toy_linked(toy):
     """The toy kernel linked once per session, with its single-translation-unit control."""
-    from pipelink.link import link
+    from pipelink.linker.link import link
 
     return link(parse_kernel(str(toy.kernel), toy.packages), control=True)
 

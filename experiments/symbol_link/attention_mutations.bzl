@@ -5,8 +5,8 @@ rule plain-links the mutant against the ORIGINAL kernel's glue and links it with
 which must propagate the change or reject it with a coded diagnostic.
 
     tools/bazel build //experiments:attn_causal_mutations //experiments:attn_decode_mutations
-    python3 benchmarks/symbol_link_counterexample.py --kernel attn_causal     # GPU
-    python3 benchmarks/symbol_link_counterexample.py --kernel attn_decode     # GPU
+    python3 experiments/symbol_link/symbol_link_counterexample.py --kernel attn_causal     # GPU
+    python3 experiments/symbol_link/symbol_link_counterexample.py --kernel attn_decode     # GPU
 
 Geometry each owner holds (attn.h; the contracts say which are facts):
   core     owns block_q (ATTN_BLOCK_Q, 128) and head_dim (ATTN_HEAD_DIM, 128 or 64) with

@@ -8,7 +8,7 @@ and links it with pipelink. In experiments/BUILD.bazel:
     moe_step_mutations()
 
     tools/bazel build //experiments:moe_step_mutations
-    python3 benchmarks/symbol_link_counterexample.py --kernel moe_step
+    python3 experiments/symbol_link/symbol_link_counterexample.py --kernel moe_step
 
 `moe_step_geometries()` links moe_step at more expert geometries, with no spill allowed (a
 regression guard for the expert's register budget; manual, not in CI's `//...`).

@@ -27,8 +27,8 @@ import json
 import sys
 from pathlib import Path
 
-from pipelink.diagnostics import Rejected, reject
-from pipelink.scratch import scratch_dir
+from pipelink.common.diagnostics import Rejected, reject
+from pipelink.linker.scratch import scratch_dir
 
 RESULT_FORMAT = 1
 
@@ -45,9 +45,9 @@ def _swap(packages: list, mutant) -> list:
 def plain_link(kernel: str, packages: list, mutant, *, arch: str | None = None,
                cuda_home: str | None = None) -> tuple[bytes, dict, str]:
     """(cubin, manifest, generated source): the original composition's glue + the mutant's objects."""
-    from pipelink.compose import parse_kernel
-    from pipelink.link import INCLUDE_DIR, make_manifest, plan, resource_usage
-    from pipelink.toolkit import find_toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.link import INCLUDE_DIR, make_manifest, plan, resource_usage
+    from pipelink.linker.toolkit import find_toolkit, gencode, lto_link_options, nvjitlink_link, run_tool
 
     tk = find_toolkit(cuda_home)
     comp = parse_kernel(kernel, packages, arch=arch)  # the original: its check/solve is the "shared header"
@@ -75,8 +75,8 @@ def contracted_link(kernel: str, packages: list, mutant, *, arch: str | None = N
     """(result, cubin, manifest) of pipelink linking the MUTATED composition. result["outcome"]
     is "linked" (the owner's new facts propagated) or "rejected" with the diagnostics' codes;
     a rejection gives empty cubin and manifest."""
-    from pipelink.compose import parse_kernel
-    from pipelink.link import link
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.link import link
 
     try:
         comp = parse_kernel(kernel, _swap(packages, mutant), arch=arch)
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch")
     ap.add_argument("--cuda-home")
     a = ap.parse_args(argv)
-    from pipelink.diagnostics import render_all
-    from pipelink.package import read_package
+    from pipelink.common.diagnostics import render_all
+    from pipelink.linker.package_io import read_package
 
     try:
         packages = [read_package(p) for p in a.package]

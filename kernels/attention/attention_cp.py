@@ -1,6 +1,6 @@
 """Context-parallel causal attention over N ranks (issue 13): one process per rank.
 
-    from pipelink.peers import UnixExchange
+    from pipelink.runtime.peers import UnixExchange
     from attention_cp import CpAttention, zigzag_shard, zigzag_unshard
     ex = UnixExchange("job42", world=N, rank=r)
     cp = CpAttention(ex, B=1, H=32, seq_len=32768, device=0)   # opens the symmetric K/V buffer
@@ -10,7 +10,7 @@
 
 The sequence is cut into 2N chunks of C = S / (2N) rows (zigzag, attn_cp.h): rank r holds chunks
 r and 2N-1-r. `cp(...)` copies k_r, v_r into this rank's region of a peer-mapped symmetric
-buffer (pipelink.peers) and launches //kernels/attention:attn_cp: the communication loader
+buffer (pipelink.runtime.peers) and launches //kernels/attention:attn_cp: the communication loader
 attn_cp_loader reads every rank's K/V blocks from that rank's region (ring order r, r-1, ...),
 after its READY counter shows the launch's epoch, into the unchanged attn_core. Before the
 copy, the stream waits until every rank finished reading the previous launch's K/V (DONE
@@ -21,7 +21,7 @@ its own wait, or leave it eager (open; needs the DONE epoch on the device).
 Errors: LaunchError / PeerError with R-* codes and hints, before anything is launched:
 B, H ints >= 1 and B*H*2C*2 + flags rows < 2^31 (R-SHAPE); device a GPU index (R-DEVICE);
 q [B, H, 2C, 128] bf16 16-byte aligned, k, v the same shape or None (the tensor checks of
-pipelink.entry: R-PARAM, R-SHAPE, R-DTYPE, R-DEVICE, R-LAYOUT); scale a finite float32 > 0
+pipelink.runtime.entry: R-PARAM, R-SHAPE, R-DTYPE, R-DEVICE, R-LAYOUT); scale a finite float32 > 0
 (R-PARAM); out of q's shape, sharing memory with neither q, k, v nor the symmetric K/V buffer
 (R-LAYOUT: the peers read that buffer while the kernel writes out); q must not lie in the
 K/V buffer when k or v is copied in (R-LAYOUT); stream a stream (R-PARAM).
@@ -34,13 +34,15 @@ import sys
 from pathlib import Path
 
 try:
-    from pipelink.peers import PeerError, SymmetricBuffer
+    from pipelink.runtime.peers import PeerError
+    from pipelink.runtime.peers_cuda import SymmetricBuffer
     from pipelink.runtime import Kernel, LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from pipelink.peers import PeerError, SymmetricBuffer
+    from pipelink.runtime.peers import PeerError
+    from pipelink.runtime.peers_cuda import SymmetricBuffer
     from pipelink.runtime import Kernel, LaunchError
-from pipelink.entry import (device_index, expect_disjoint, expect_stream, expect_tensor, flag, integer,
+from pipelink.runtime.entry import (device_index, expect_disjoint, expect_stream, expect_tensor, flag, integer,
                             optional_dir, real)
 
 BLOCK, HEAD_DIM, ROW_BYTES, PARTIAL = 128, 128, 256, 1 << 31

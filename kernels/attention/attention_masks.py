@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelink.entry import integer
-from pipelink.runtime import LaunchError, _is_tensor
+from pipelink.runtime.entry import integer
+from pipelink.runtime import LaunchError
+from pipelink.runtime.launch_values import is_tensor
 
 BLOCK = 128
 HEADER = 16  # words
@@ -39,7 +40,7 @@ class BlockMask:
     def check(self, B, H, Lq, Lkv, device):
         import torch
         aux = self.aux
-        if (not _is_tensor(aux) or getattr(aux, "dtype", None) != torch.int32 or aux.dim() != 1
+        if (not is_tensor(aux) or getattr(aux, "dtype", None) != torch.int32 or aux.dim() != 1
                 or not aux.is_contiguous() or aux.numel() < HEADER):
             raise LaunchError("R-PARAM", f"block mask's aux is not an int32 vector of >= {HEADER} words "
                               f"({type(aux).__name__})", hint="make block masks with create_block_mask")
@@ -169,7 +170,7 @@ def check_doc_ids(doc_ids, B, H, S, device) -> None:
     if doc_ids is None:
         raise LaunchError("R-PARAM", "variant 'document' needs doc_ids= (an int32 [B, S] tensor of document ids)",
                           hint="attention(..., variant='document', doc_ids=ids)")
-    if not _is_tensor(doc_ids) or getattr(doc_ids, "layout", torch.strided) != torch.strided:
+    if not is_tensor(doc_ids) or getattr(doc_ids, "layout", torch.strided) != torch.strided:
         raise LaunchError("R-PARAM", f"doc_ids must be a dense int32 tensor on the inputs' device, got "
                           f"{type(doc_ids).__name__}", hint="doc_ids=torch.as_tensor(ids, dtype=torch.int32, "
                                                               "device=q.device)")
@@ -203,7 +204,7 @@ def list_schedule(costs, G):
 
 
 # The host's schedules (causal family, document): the (batch, head) rows in sections whose K and V
-# take at most half the L2 but hold at least 8 rows (H200 run 11: 8 rows per section at S = 32K;
+# take at most half the L2 but hold at least 8 rows (on the H200, 8 rows per section at S = 32K;
 # 2-4% faster at S = 4K-8K than sections sized by the L2 alone or one order over all heads).
 SECTION_L2_SHARE = 0.5
 MIN_SECTION_ROWS = 8
@@ -261,7 +262,7 @@ def document_aux(doc_ids, B, H, S, device, G, l2_bytes=0, head_dim=128):
     # the host's schedule (ATTN_LISTED_TILE): a tile of b's Q block qb costs its KV blocks + ~0.5
     # (its Q load, first QK^T and last PV are not overlapped)
     n = (hi - lo).cpu().tolist()  # [B][QB]
-    # (run 11: 2.1% / 0.6% faster at S = 8K / 32K than one LPT order over all heads)
+    # (2.1% / 0.6% faster at S = 8K / 32K than one LPT order over all heads)
     cost = lambda qb, bh: n[bh // H][qb] + 0.5  # noqa: E731
     cuts = sections(B * H, S, head_dim, l2_bytes)
     tiles = [t for lo, hi in zip(cuts, cuts[1:])

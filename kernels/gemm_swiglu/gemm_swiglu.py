@@ -26,7 +26,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError, expect_tensor
-from pipelink.entry import device_index, expect_disjoint, expect_stream, flag, optional_dir, tensor_device
+from pipelink.runtime.entry import device_index, expect_disjoint, expect_stream, flag, optional_dir, tensor_device
 
 KERNEL = "gemm_swiglu"
 _cache: dict[tuple[str, int], "GemmSwiglu"] = {}

@@ -1,6 +1,6 @@
 """Expert-parallel moe_step over N ranks (issue 13): one process per rank, each with its GPU.
 
-    from pipelink.peers import UnixExchange
+    from pipelink.runtime.peers import UnixExchange
     from moe_ep import EpStep
     ex = UnixExchange("job42", world=N, rank=r)
     ep = EpStep(ex, max_tokens=4096, device=0)         # opens the peer-mapped workspaces
@@ -12,7 +12,7 @@ The same linked kernel as `moe_step` (//kernels:moe_step), launched with world =
 owns experts [r P, (r + 1) P), P = 128 / N (N in 1, 2, 4, 8). Each rank routes its own tokens
 (router_w [128, 2048] on every rank); the count exchange, the rows sent to the experts'
 owners, and the combine's reads of their outputs all run inside the kernel over the `sync`,
-`xs` and `ys` workspaces, which this class lends from `pipelink.peers` symmetric buffers
+`xs` and `ys` workspaces, which this class lends from `pipelink.runtime.peers` symmetric buffers
 (`hs` stays local, lent for N * max_tokens rows). Weights: w13 [P, 1536, 2048] and
 w2 [P, 2048, 768] of this rank's experts (or the full [128, ...] tensors, of which only this
 rank's experts are read). Every rank must launch the same number of times (eagerly or by
@@ -30,13 +30,15 @@ import sys
 from pathlib import Path
 
 try:
-    from pipelink.peers import PeerError, SymmetricBuffer, check_world, peer_table
+    from pipelink.runtime.peers import PeerError, check_world
+    from pipelink.runtime.peers_cuda import SymmetricBuffer, peer_table
     from pipelink.runtime import LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from pipelink.peers import PeerError, SymmetricBuffer, check_world, peer_table
+    from pipelink.runtime.peers import PeerError, check_world
+    from pipelink.runtime.peers_cuda import SymmetricBuffer, peer_table
     from pipelink.runtime import LaunchError
-from pipelink.entry import device_index, expect_disjoint, expect_stream, expect_tensor, integer
+from pipelink.runtime.entry import device_index, expect_disjoint, expect_stream, expect_tensor, integer
 
 from moe_step import EXPERTS, HIDDEN, INTER, MAX_TOKENS, TOP_K, load
 

@@ -32,7 +32,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
-from pipelink.entry import (device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
+from pipelink.runtime.entry import (device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
                             expect_tensor, flag, optional_dir, tensor_device)
 
 HIDDEN, INTER, EXPERTS, TOP_K, MAX_TOKENS = 2048, 768, 128, 8, 65536

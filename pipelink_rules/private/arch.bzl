@@ -11,7 +11,7 @@ sm_90a).
 load(":errors.bzl", "display_label", "pl_fail")
 load(":providers.bzl", "PipelinkArchInfo")
 
-# Architectures the linker accepts (tools/pipelink/contract_types.py ARCHES).
+# Architectures the linker accepts (tools/pipelink/linker/contract_types.py ARCHES).
 SUPPORTED_ARCHS = ["sm_90a", "sm_100a", "sm_120a", "sm_90", "sm_80"]
 DEFAULT_ARCH = "sm_90a"
 

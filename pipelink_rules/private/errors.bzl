@@ -1,7 +1,7 @@
 """The rules' analysis-time diagnostics: one stable B-* code and a hint for every bad input.
 
 Every failure of a pipelink rule, macro, build setting, toolchain or module extension goes
-through `pl_fail`, which renders one line in the linker's style (tools/pipelink/diagnostics.py):
+through `pl_fail`, which renders one line in the linker's style (tools/pipelink/common/diagnostics.py):
 
     pipelink B-ARCH: //pkg:t: attribute arch: unsupported architecture 'sm_91'; supported:
     sm_90a, sm_100a, sm_120a, sm_90, sm_80. hint: set arch = "sm_90a"

@@ -10,7 +10,7 @@ _IDENT_FIRST = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
 _IDENT_REST = _IDENT_FIRST + "0123456789"
 
 def is_c_identifier(s):
-    """The linker's IDENT (tools/pipelink/contract_types.py): [A-Za-z_][A-Za-z0-9_]*."""
+    """The linker's IDENT (tools/pipelink/linker/contract_types.py): [A-Za-z_][A-Za-z0-9_]*."""
     if not s or s[0] not in _IDENT_FIRST:
         return False
     for ch in s.elems():

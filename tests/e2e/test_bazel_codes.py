@@ -57,7 +57,7 @@ def test_no_uncoded_fail():
 # ---- B-COMPILE: nvcc_wrapper.sh, the compile action's executable, run here without Bazel ----------
 
 def _compile(tmp_path: Path, source: str, *nvcc_args: str) -> subprocess.CompletedProcess:
-    from pipelink.toolkit import find_toolkit
+    from pipelink.linker.toolkit import find_toolkit
 
     try:
         nvcc = find_toolkit().tool("nvcc")
@@ -180,7 +180,7 @@ def test_compile_of_a_source_under_a_glob_named_directory_keeps_the_source(tmp_p
     # nvcc_wrapper.sh split the source's directory with an unquoted `for part in $dir`, which
     # also glob-expanded it: `pkg/b*` became `pkg/bazel-out`, and its `rm -f` of the mirrored
     # source went through the symlink of the real `pkg/b*` and deleted the source.
-    from pipelink.toolkit import find_toolkit
+    from pipelink.linker.toolkit import find_toolkit
 
     try:
         nvcc = find_toolkit().tool("nvcc")

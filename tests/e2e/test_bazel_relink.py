@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from helpers.bazel import COUNTED, LINKS, SRC_WS, TARGETS, bazel_cmd, bazel_skip_reason, rmtree, venv_paths
 
-from pipelink.execlog import read_spawns
+from pipelink.linker.execlog import read_spawns
 
 REPO = Path(__file__).resolve().parents[2]
 E2E = REPO / ".pipelink" / "e2e"

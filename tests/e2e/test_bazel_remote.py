@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.execlog import read_spawns
+from pipelink.linker.execlog import read_spawns
 
 from helpers.bazel import COUNTED, LINKS, SRC_WS, TARGETS, bazel_cmd, bazel_skip_reason, rmtree, venv_paths
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.execlog import read_spawns
+from pipelink.linker.execlog import read_spawns
 
 from helpers.bazel import bazel_cmd, bazel_skip_reason, rmtree, venv_paths
 

@@ -51,7 +51,8 @@ def peers(world: int, rank: int, name: str) -> dict:
     import torch
     from cuda.bindings import driver as drv
 
-    from pipelink.peers import SymmetricBuffer, UnixExchange, peer_table
+    from pipelink.runtime.peers import UnixExchange
+    from pipelink.runtime.peers_cuda import SymmetricBuffer, peer_table
     torch.cuda.init()
     ex = UnixExchange(name, world, rank)
     nbytes = 3 * 1024 * 1024 + 12  # not a multiple of the granularity
@@ -93,7 +94,7 @@ def attn(world: int, rank: int, name: str, S: int, H: int, seed: int, kernel_dir
     import torch
 
     from attention_cp import CpAttention, zigzag_shard
-    from pipelink.peers import UnixExchange
+    from pipelink.runtime.peers import UnixExchange
     torch.cuda.init()
     ex = UnixExchange(name, world, rank)
     cp = CpAttention(ex, B=1, H=H, seq_len=S, device=0, kernel_dir=kernel_dir)

@@ -29,7 +29,7 @@ def moe(world: int, rank: int, name: str, T: int, seed: int, kernel_dir: str | N
 
     import moe_step as ms
     from moe_ep import EpStep
-    from pipelink.peers import UnixExchange
+    from pipelink.runtime.peers import UnixExchange
     torch.cuda.init()
     kd = kernel_dir if kernel_dir and kernel_dir != "-" else None
     ex = UnixExchange(name, world, rank)

@@ -110,10 +110,10 @@ def test_variant_placement(built, kernel):
 
 def test_kernel_without_a_variant_is_refused(built, tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
-    from pipelink.compose import parse_kernel
-    from pipelink.diagnostics import Rejected
-    from pipelink.link import link
-    from pipelink.package_io import read_package
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.common.diagnostics import Rejected
+    from pipelink.linker.link import link
+    from pipelink.linker.package_io import read_package
     pkgs = [read_package(str(BIN / f"{n}.plpkg")) for n in ("attn_loader", "attn_core", "attn_store")]
     with pytest.raises(Rejected) as e:
         link(parse_kernel(str(ROOT / "kernels" / "attention" / "attn_prefill.kernel.toml"), pkgs))
@@ -139,7 +139,7 @@ def test_variant_matches_fp32_reference(kernel):
 
 def _sass(cubin: Path) -> str:
     sys.path.insert(0, str(ROOT / "tools"))
-    from pipelink.toolkit import find_toolkit
+    from pipelink.linker.toolkit import find_toolkit
     return subprocess.run([find_toolkit().tool("cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True,
                           text=True).stdout
 

@@ -73,7 +73,7 @@ def test_store_provider_maps_o_per_warpgroup_box():
     a q_len that is not whole Q blocks is refused (R-HOST at launch)."""
     import importlib.util
 
-    from pipelink.host import HostError
+    from pipelink.runtime.host import HostError
     spec = importlib.util.spec_from_file_location("attn_store_host", ROOT / "kernels/attention/attn_store_host.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.compose import parse_kernel
-from pipelink.link import link
-from pipelink.package import pack
-from pipelink.sass import compare
-from pipelink.toolkit import find_toolkit
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import link
+from pipelink.linker.package import pack
+from pipelink.linker.sass import compare
+from pipelink.linker.toolkit import find_toolkit
 
 ROOT = Path(__file__).resolve().parents[2]
 KDIR = ROOT / "kernels" / "gemm_swiglu"
@@ -58,7 +58,7 @@ def test_linked_sass_equals_control(tmp_path, tiles):
     cmp = compare(res.cubin, res.control_cubin, "gemm_swiglu")
     assert cmp["identical"], "\n".join(cmp["functions"]["gemm_swiglu"]["diff"][:80])
     # No handle call survives LTO: every placement is an immediate.
-    from pipelink.sass import disassemble
+    from pipelink.linker.sass import disassemble
 
     sass = disassemble(res.cubin)["gemm_swiglu"]
     assert not any(i.startswith("CALL") for i in sass)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.compose import parse_kernel
-from pipelink.link import link
-from pipelink.package import pack
-from pipelink.sass import compare, disassemble
-from pipelink.toolkit import find_toolkit
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import link
+from pipelink.linker.package import pack
+from pipelink.linker.sass import compare, disassemble
+from pipelink.linker.toolkit import find_toolkit
 
 from conftest import require_cutlass
 

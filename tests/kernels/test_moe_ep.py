@@ -26,7 +26,7 @@ BIN = ROOT / "bazel-bin" / "kernels"
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "moe"), str(ROOT / "tests")]
 
 from moe_ep import SYNC_BYTES, capacity_rows, check_ep_world, check_max_tokens  # noqa: E402
-from pipelink.peers import PeerError  # noqa: E402
+from pipelink.runtime.peers import PeerError  # noqa: E402
 from pipelink.runtime import LaunchError  # noqa: E402
 
 HEADER = (ROOT / "kernels" / "moe" / "moe_shapes.h").read_text()

@@ -1,7 +1,7 @@
 """Check (and solve) rejections: each composition is wrong in one way, and the diagnostic says
 which code, and names both sides: the instances involved and their contract file:line.
 
-Packages are real: the toy's and tests/components' objects packed through pipelink.package.pack.
+Packages are real: the toy's and tests/components' objects packed through pipelink.linker.package.pack.
 Variants change only contract fields pack does not tie to the object (sizes, depths, shapes,
 accept ranges...) and are re-verified against the object's measurement (conftest.Packer.variant).
 """
@@ -17,9 +17,9 @@ import sys
 import pytest
 
 from conftest import COMPONENTS, ROOT, assert_mentions, diagnostic, kernel_text, line_of, rejected
-from pipelink.check import check
-from pipelink.compose import parse_kernel
-from pipelink.link import plan
+from pipelink.linker.check import check
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import plan
 
 TOY_KERNEL = kernel_text("toy", ("prod", "producer"), ("cons", "consumer"), ("out", "sink"))
 
@@ -338,7 +338,7 @@ def test_all_conflicts_reported_together(packer, parts):
 
 
 def test_every_code_has_an_explanation():
-    from pipelink.diagnostics import CODES
+    from pipelink.common.diagnostics import CODES
 
     covered = {"L-ARCH", "L-INSTANCE", "L-PARAMS", "L-FACT-OWNERS", "L-FACT-TYPE", "L-FACT-ACCEPT", "L-RING-SIDE",
                "L-RING-STAGE", "L-RING-DEPTH", "L-RING-ARRIVALS", "L-TENSOR-UNBOUND", "L-TENSOR-SHAPE",

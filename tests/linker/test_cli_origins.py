@@ -14,9 +14,9 @@ import shutil
 import pytest
 
 from conftest import TOY, kernel_text
-from pipelink import cli
-from pipelink.diagnostics import Diagnostic, Fact, Rejected
-from pipelink.origins import annotate, resolve_origins
+from pipelink.linker import cli
+from pipelink.common.diagnostics import Diagnostic, Fact, Rejected
+from pipelink.linker.origins import annotate, resolve_origins
 
 
 def run_json(capsys, *argv) -> tuple[int, list[dict]]:

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import diagnostic, rejected
-from pipelink.compose import parse_kernel_text
-from pipelink.contract import parse_contract, parse_contract_text
-from pipelink.diagnostics import Rejected
-from pipelink.expr import ExprError, evaluate, names_in
+from pipelink.linker.compose import parse_kernel_text
+from pipelink.linker.contract import parse_contract, parse_contract_text
+from pipelink.common.diagnostics import Rejected
+from pipelink.common.expr import ExprError, evaluate, names_in
 
 # The recursive expression strategy has a long repr; hypothesis warns about printing it.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")

@@ -11,10 +11,10 @@ import json
 import pytest
 
 from conftest import TOY, diagnostic, rejected
-from pipelink.compose import parse_kernel_text
-from pipelink.contract import parse_contract_text
-from pipelink.diagnostics import Rejected
-from pipelink.link import plan
+from pipelink.linker.compose import parse_kernel_text
+from pipelink.linker.contract import parse_contract_text
+from pipelink.common.diagnostics import Rejected
+from pipelink.linker.link import plan
 
 CONSUMER = (TOY / "consumer.contract.toml").read_text()
 LIB = '[component]\nname = "lib"\nkind = "library"\n[fact.tile]\naccept = [256]\n'
@@ -223,7 +223,7 @@ def test_grids_some_launch_can_use_still_parse(toy, grid):
 @pytest.mark.parametrize("name", ["num_sms", "resident_ctas", "grid_x"])
 @pytest.mark.parametrize("where", ["params", "fact"])
 def test_runtime_supplied_names_are_reserved(name, where):
-    from pipelink.contract import RUNTIME_NAMES
+    from pipelink.linker.contract import RUNTIME_NAMES
     from pipelink.runtime import BUILTIN_GRID_NAMES
 
     assert set(BUILTIN_GRID_NAMES) <= set(RUNTIME_NAMES)
@@ -285,7 +285,7 @@ def test_kernel_file_name_with_a_trailing_newline_is_c_schema(toy, old, new):
 
 
 def test_package_names_with_a_trailing_newline_are_p_package():
-    from pipelink.package_io import _IDENT, _SAFE_NAME, _TOOLKIT, _safe_rel
+    from pipelink.linker.package_io import _IDENT, _SAFE_NAME, _TOOLKIT, _safe_rel
 
     assert not _safe_rel("params.h\n") and not _SAFE_NAME.match("x.o\n")
     assert not _IDENT.match("acc\n") and not _TOOLKIT.match("13.0\n")

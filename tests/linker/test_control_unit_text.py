@@ -12,8 +12,8 @@ import dataclasses
 
 import pytest
 
-from pipelink.compose import parse_kernel
-from pipelink.link import link
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import link
 
 
 def _control_codes(toy, **replace):

@@ -13,10 +13,10 @@ import re
 import pytest
 
 from conftest import TOY, LtoCompiler, assert_mentions, diagnostic, line_of, rejected
-from pipelink.compose import parse_kernel
-from pipelink.link import link, plan
-from pipelink.package import read_package
-from pipelink.sass import compare, disassemble
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import link, plan
+from pipelink.linker.package_io import read_package
+from pipelink.linker.sass import compare, disassemble
 
 
 @pytest.fixture(scope="module")

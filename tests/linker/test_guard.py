@@ -1,4 +1,4 @@
-"""Guard link mode (`pipelink link --guard`, pipelink/guard.py) and its mutation test.
+"""Guard link mode (`pipelink link --guard`, pipelink/linker/guard.py) and its mutation test.
 
 CPU part: the guarded link places a red zone after every claim, the dispatcher fills and
 checks them, handles trap on a bad instance number, and the guarded kernel's SASS still
@@ -39,7 +39,7 @@ OVERRUN_KERNEL = '[kernel]\nname = "overrun"\narch = "sm_90a"\ngrid = ["blocks",
 # ---- building the guarded kernels (CPU) -------------------------------------------------------------
 
 def _nvcc(src: Path, out: Path, defines=()) -> Path:
-    from pipelink.toolkit import find_toolkit
+    from pipelink.linker.toolkit import find_toolkit
 
     subprocess.run(find_toolkit().nvcc_base() + ["-dc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=lto_90a",
                                                  f"-I{ROOT / 'tools' / 'pipelink' / 'include'}", *defines, str(src),
@@ -50,9 +50,9 @@ def _nvcc(src: Path, out: Path, defines=()) -> Path:
 def build_guarded(out: Path) -> dict[str, dict[str, str]]:
     """Link every example kernel (toy, gemm_swiglu, gemm_swiglu_wgmma) and the overrun mutant
     with --guard into `out`; name -> paths."""
-    from pipelink.compose import parse_kernel, parse_kernel_text
-    from pipelink.link import link, write_outputs
-    from pipelink.package import pack
+    from pipelink.linker.compose import parse_kernel, parse_kernel_text
+    from pipelink.linker.link import link, write_outputs
+    from pipelink.linker.package import pack
 
     out.mkdir(parents=True, exist_ok=True)
     objs = out / "objects"
@@ -97,10 +97,10 @@ def guarded(tmp_path_factory):
 # ---- CPU --------------------------------------------------------------------------------------------
 
 def test_guarded_toy_has_red_zones_and_matches_control(toy):
-    from pipelink.compose import parse_kernel
-    from pipelink.guard import RED_ZONE
-    from pipelink.link import link
-    from pipelink.sass import compare
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.guard import RED_ZONE
+    from pipelink.linker.link import link
+    from pipelink.linker.sass import compare
 
     plain = link(parse_kernel(str(toy.kernel), toy.packages))
     res = link(parse_kernel(str(toy.kernel), toy.packages), guard=True, control=True)
@@ -113,7 +113,7 @@ def test_guarded_toy_has_red_zones_and_matches_control(toy):
 
 
 def test_cli_guard_flag(tmp_path, packer, toy):
-    from pipelink import cli
+    from pipelink.linker import cli
 
     pkgs = [a for p in toy.packages for a in ("--package", str(packer.save(p)))]
     rc = cli.main(["--quiet", "link", "--guard", "--kernel", str(toy.kernel), *pkgs, "--out-dir", str(tmp_path),

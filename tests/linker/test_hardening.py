@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from conftest import COMPONENTS, TOY, diagnostic, kernel_text, line_of, rejected
-from pipelink import cli
-from pipelink.compose import parse_kernel_text
-from pipelink.contract import parse_contract_text
-from pipelink.diagnostics import CODES, Rejected
-from pipelink.link import link, plan
-from pipelink.package import read_package
+from pipelink.linker import cli
+from pipelink.linker.compose import parse_kernel_text
+from pipelink.linker.contract import parse_contract_text
+from pipelink.common.diagnostics import CODES, Rejected
+from pipelink.linker.link import link, plan
+from pipelink.linker.package_io import read_package
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def good_pkg(tmp_path_factory, packer, toy) -> bytes:
 def rezip(data: bytes, *, manifest=None, contract=None, obj=None, forge=False, method=zipfile.ZIP_DEFLATED) -> bytes:
     """The package with edits; forge=True records the edited parts' digests, as a package
     built that way would have them, so the checks behind the digests are reached."""
-    from pipelink.package_io import package_digests
+    from pipelink.linker.package_io import package_digests
 
     src = zipfile.ZipFile(io.BytesIO(data))
     entries = {info.filename: src.read(info) for info in src.infolist()}
@@ -151,7 +151,7 @@ def test_native_crash_is_a_coded_diagnostic():
     """nvJitLink runs in a forked child: a crash there is L-LINK, and pipelink lives on."""
     import signal
 
-    from pipelink.toolkit import run_isolated
+    from pipelink.linker.toolkit import run_isolated
 
     e = rejected(run_isolated, lambda: os.kill(os.getpid(), signal.SIGSEGV), code="L-LINK", what="nvJitLink")
     assert e.codes == ["L-LINK"] and "SIGSEGV" in e.diagnostics[0].message and e.diagnostics[0].hint
@@ -249,8 +249,8 @@ def test_long_kernel_name_links(tmp_path, capsys, packer, toy):
 
 
 def test_failed_rename_restores_earlier_outputs(tmp_path, monkeypatch, toy_linked):
-    from pipelink import outputs
-    from pipelink.link import write_outputs
+    from pipelink.linker import outputs
+    from pipelink.linker.link import write_outputs
 
     d = tmp_path / "o"
     paths = {"cubin": d / "toy.cubin", "manifest": d / "toy.manifest.json", "report": d / "toy.report.json",
@@ -299,7 +299,7 @@ def test_unbounded_contract_values_are_rejected(text, code):
 
 
 def test_huge_intermediate_values_are_expr_errors():
-    from pipelink.expr import ExprError, evaluate
+    from pipelink.common.expr import ExprError, evaluate
 
     with pytest.raises(ExprError, match="out of range"):
         evaluate("*".join(["f"] * 5), {"f": 4294967295})
@@ -461,7 +461,7 @@ def test_every_code_used_in_the_sources_is_explained(capsys):
     `pipelink explain` does not know is a bug of its own (R-HOST was one): scan the sources."""
     import re
 
-    from pipelink.diagnostics import rule_codes
+    from pipelink.common.diagnostics import rule_codes
 
     root = Path(__file__).resolve().parents[2]
     known = {**CODES, **rule_codes()}
@@ -520,7 +520,7 @@ ISO_K = kernel_text("iso", ("a", "iso_a"), ("b", "iso_b"))
 
 def test_control_isolates_components(packer, component):
     """Both owners define struct Params, helper() and SCALE: linked and control agree."""
-    from pipelink.sass import compare
+    from pipelink.linker.sass import compare
 
     a = component("iso_a", defines=["SCALE=3"])
     b = component("iso_b", defines=["SCALE=5"])
@@ -531,7 +531,7 @@ def test_control_isolates_components(packer, component):
 
 def test_control_failure_keeps_linked_outputs(tmp_path, capsys, packer, toy, lto):
     """Packed without sources: link writes its outputs, then reports L-CONTROL (exit 1)."""
-    from pipelink.package import write_package
+    from pipelink.linker.package_io import write_package
 
     bare = []
     for n in ("producer", "consumer", "sink"):
@@ -578,10 +578,10 @@ def test_trial_registers_over_budget_are_a_fact_of_a_spill_not_a_warning(monkeyp
     no finding unless the linked kernel spills; then it names the likely spiller."""
     from types import SimpleNamespace as NS
 
-    import pipelink.sass
-    from pipelink.linked_checks import check_linked
+    import pipelink.linker.sass
+    from pipelink.linker.linked_checks import check_linked
 
-    monkeypatch.setattr(pipelink.sass, "disassemble", lambda cubin, home: {})
+    monkeypatch.setattr(pipelink.linker.sass, "disassemble", lambda cubin, home: {})
     role = NS(inst=NS(name="ffn", contract=NS(role=NS(origin="expert.contract.toml:31"))), regs=(128, 168),
               measured_regs=234)
     ch, pl, tk = (NS(comp=NS(name="k"), roles=[role], barriers=[]),

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from conftest import ROOT, kernel_text
-from pipelink.compose import parse_kernel
-from pipelink.link import link, write_outputs
-from pipelink.sass import compare, disassemble
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import link, write_outputs
+from pipelink.linker.sass import compare, disassemble
 
 
 def assert_same_sass(res, kernel: str):
@@ -122,7 +122,7 @@ def test_staged_transfer_links_and_matches_control(staged):
 
 def test_role_scoped_staged_transfer_gets_a_barrier(packer, toy):
     """A role-scoped tile synchronises through a solver-placed named barrier."""
-    from pipelink.link import plan
+    from pipelink.linker.link import plan
 
     cons = packer.variant(toy.consumer, toy.consumer.contract_text.replace('scope = "warp"', 'scope = "role"'))
     sink = packer.variant(toy.sink, toy.sink.contract_text.replace('layout = "blocked"', 'layout = "cyclic"')

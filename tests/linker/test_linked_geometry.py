@@ -1,5 +1,5 @@
 """Linked-SASS checks that keep a one-sided change of a role's size or register range from
-linking silently (the geometry-mutation hunt, tools/pipelink/linked_checks.py):
+linking silently (the geometry-mutation hunt, tools/pipelink/linker/linked_checks.py):
 
 * setmaxnreg: when a role's code needs more registers than the solver's budget, ptxas drops
   every setmaxnreg of the kernel with only an info line (C7507): the map said `main 56
@@ -21,10 +21,10 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import pipelink.sass
+import pipelink.linker.sass
 from conftest import ROOT, assert_mentions, diagnostic, rejected
-from pipelink.check_types import Barrier
-from pipelink.linked_checks import check_linked
+from pipelink.linker.check_types import Barrier
+from pipelink.linker.linked_checks import check_linked
 
 BIN = ROOT / "bazel-bin" / "kernels"
 
@@ -34,7 +34,7 @@ def _role(name, budget_regs, measured, origin):
 
 
 def _fake(monkeypatch, sass, *, budgets, group_budgets, entry, barriers=(), ids=None, threads=384):
-    monkeypatch.setattr(pipelink.sass, "disassemble", lambda cubin, home: {"k": list(sass)})
+    monkeypatch.setattr(pipelink.linker.sass, "disassemble", lambda cubin, home: {"k": list(sass)})
     roles = [_role("load", (24, 40), 58, "load.contract.toml:30"), _role("main", (24, 56), 255, "main.contract.toml:20")]
     ch = NS(comp=NS(name="k"), roles=roles, barriers=list(barriers))
     pl = NS(budgets=budgets, barrier_ids=ids or {}, group_budgets=group_budgets, entry_regs=entry, threads=threads,
@@ -89,7 +89,7 @@ def test_barrier_counts_in_the_sass_are_the_contracts(monkeypatch, insn, code):
 # ---- the real packages: one owner's contract changed, its code not ----------------------------
 
 def _packages(*names):
-    from pipelink.package_io import read_package
+    from pipelink.linker.package_io import read_package
 
     paths = [BIN / n for n in names]
     if not all(p.exists() for p in paths):
@@ -110,8 +110,8 @@ ATTN = ("attention/attn_loader.plpkg", "attention/attn_core.plpkg", "attention/a
     ("kernels/attention/attn_prefill.kernel.toml", ATTN, 1, "warps = 8", "warps = 4", "L-BARRIER-THREADS"),
 ])
 def test_a_one_sided_role_change_is_refused_at_link(packer, tmp_path, kernel, names, which, old, new, code):
-    from pipelink.compose import parse_kernel
-    from pipelink.link import link
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.link import link
 
     pkgs = _packages(*names)
     text = pkgs[which].contract_text
@@ -133,8 +133,8 @@ def test_a_library_barrier_wider_than_its_calling_role_is_refused_at_plan(packer
     """attn_combine (a library: its `sync` barrier counts 256, the core's two warpgroups) runs in
     attn_core's warps. attn_core given 4 warps, consistently (its own barriers count "role"),
     would leave the combine's bar.sync 256 waiting for threads that do not exist."""
-    from pipelink.compose import parse_kernel
-    from pipelink.link import plan
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.link import plan
 
     pkgs = _packages(*DECODE)
     pkgs[1] = packer.variant(pkgs[1], pkgs[1].contract_text.replace("warps = 8", "warps = 4", 1))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import TOY, diagnostic, line_of, rejected
-from pipelink.contract import parse_contract_text
-from pipelink.diagnostics import CODES, Rejected
-from pipelink.link import plan
+from pipelink.linker.contract import parse_contract_text
+from pipelink.common.diagnostics import CODES, Rejected
+from pipelink.linker.link import plan
 from pipelink.runtime import LaunchError, Manifest, grid_dims
 
 

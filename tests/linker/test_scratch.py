@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TOY
-from pipelink import scratch
-from pipelink.scratch import scratch_dir, scratch_file
-from pipelink.staging import LEGACY_AGE_S, host_key
+from pipelink.linker import scratch
+from pipelink.linker.scratch import scratch_dir, scratch_file
+from pipelink.linker.staging import LEGACY_AGE_S, host_key
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
@@ -67,7 +67,7 @@ def test_sigkill_during_pack_leaves_a_folder_the_next_run_removes(tmpdir_here, t
     pack = ["pack", "--contract", str(TOY / "producer.contract.toml"), "--object", str(toy.objects["producer"])]
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from pipelink import cli, trial
+        from pipelink.linker import cli, trial
         def run_tool(*a, **k):  # killed while nvcc would be compiling into the scratch folder
             os.kill(os.getpid(), signal.SIGKILL)
         trial.run_tool = run_tool
@@ -112,7 +112,7 @@ def test_only_dead_processes_and_old_legacy_folders_are_removed(tmpdir_here):
 def _pack_in_fresh_process(args: list[str], tempdir: Path) -> subprocess.CompletedProcess:
     """`pipelink <args>` in a new interpreter whose tempfile.tempdir is `tempdir` (set directly:
     with TMPDIR alone, Python falls back to /tmp when the folder is unusable)."""
-    code = f"import sys, tempfile; tempfile.tempdir = {str(tempdir)!r}; from pipelink import cli; sys.exit(cli.main({args!r}))"
+    code = f"import sys, tempfile; tempfile.tempdir = {str(tempdir)!r}; from pipelink.linker import cli; sys.exit(cli.main({args!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(TOOLS), "TMPDIR": str(tempdir)})
 
@@ -129,7 +129,7 @@ def test_unusable_temporary_directory_is_e_temp(tmp_path, toy):
 
 
 def test_a_write_failing_inside_the_scratch_folder_is_e_temp(tmpdir_here):
-    from pipelink.diagnostics import Rejected
+    from pipelink.common.diagnostics import Rejected
 
     with pytest.raises(Rejected) as e:
         with scratch_dir("link") as d:

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, kernel_text
-from pipelink.check import check
-from pipelink.diagnostics import Rejected
-from pipelink.link import link, plan
-from pipelink.solve import MIN_BUDGET, REGISTER_FILE, _phases_meet, dynamic_capacity, first_fit, register_pool
+from pipelink.linker.check import check
+from pipelink.common.diagnostics import Rejected
+from pipelink.linker.link import link, plan
+from pipelink.linker.solve import MIN_BUDGET, REGISTER_FILE, _phases_meet, dynamic_capacity, first_fit, register_pool
 
 CAP = 232448  # sm_90a dynamic shared memory (no static)
 
@@ -167,13 +167,13 @@ def test_two_instances_get_separate_placements(two_workers):
 
 
 def test_two_instances_link_and_match_control(two_workers):
-    from pipelink.sass import compare
+    from pipelink.linker.sass import compare
 
     comp, _ = two_workers
     res = link(comp, control=True)
     cmp = compare(res.cubin, res.control_cubin, "twice")
     assert cmp["identical"], "\n".join(cmp["functions"]["twice"]["diff"][:60])
-    assert not any(i.startswith("CALL") for i in __import__("pipelink.sass").sass.disassemble(res.cubin)["twice"])
+    assert not any(i.startswith("CALL") for i in __import__("pipelink.linker.sass").sass.disassemble(res.cubin)["twice"])
 
 
 # ---- (c) determinism -------------------------------------------------------------------------------
@@ -206,9 +206,9 @@ def test_plan_is_deterministic_in_one_process(packer, worker, worker_b):
 
 _PLAN_SHA = """
 import hashlib, sys
-from pipelink.compose import parse_kernel
-from pipelink.link import plan
-from pipelink.package import read_package
+from pipelink.linker.compose import parse_kernel
+from pipelink.linker.link import plan
+from pipelink.linker.package_io import read_package
 ch, pl, src, _ = plan(parse_kernel(sys.argv[1], [read_package(p) for p in sys.argv[2:]]))
 print(hashlib.sha256(src.encode()).hexdigest())
 """

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TOY, rejected
-from pipelink import cli
-from pipelink.diagnostics import CODES
-from pipelink.launch_error import LaunchError
+from pipelink.linker import cli
+from pipelink.common.diagnostics import CODES
+from pipelink.runtime.launch_error import LaunchError
 
 
 def run_cli(capsys, *argv) -> tuple[int, list[dict]]:
@@ -95,7 +95,7 @@ def test_special_output_is_e_output_and_left_alone(tmp_path, capsys, toy, fifo, 
 
 
 def test_host_provider_that_is_a_fifo_is_p_host(tmp_path, fifo):
-    from pipelink.package import read_host_provider
+    from pipelink.linker.package import read_host_provider
 
     from types import SimpleNamespace
 
@@ -112,7 +112,7 @@ def test_host_provider_that_is_a_fifo_is_p_host(tmp_path, fifo):
 def test_interrupt_between_renames_restores_earlier_outputs(tmp_path, monkeypatch, at, interrupt):
     """An interrupt at any rename of write_all leaves the earlier outputs as they were (the
     interrupt itself propagates) and no staging folder."""
-    from pipelink import outputs
+    from pipelink.linker import outputs
 
     paths = [tmp_path / f"o{i}" for i in range(4)]
     for p in paths:
@@ -135,7 +135,7 @@ def test_interrupt_between_renames_restores_earlier_outputs(tmp_path, monkeypatc
 def test_sigterm_during_a_command_cleans_up_and_exits_143(tmp_path, capsys, monkeypatch, toy):
     """SIGTERM (Bazel cancelling an action) while pack writes: exit 143, no staging folder, no
     partial output, and the caller's SIGTERM handler is back afterwards."""
-    from pipelink import outputs
+    from pipelink.linker import outputs
 
     real = outputs.os.replace
 
@@ -156,7 +156,7 @@ def test_sigterm_during_a_command_cleans_up_and_exits_143(tmp_path, capsys, monk
 # ---- the runtime's files ------------------------------------------------------------------------------
 
 def test_runtime_refuses_special_and_deep_manifests(tmp_path, fifo):
-    from pipelink.manifest import Manifest
+    from pipelink.runtime.manifest import Manifest
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100000)
@@ -167,7 +167,7 @@ def test_runtime_refuses_special_and_deep_manifests(tmp_path, fifo):
 
 @pytest.mark.parametrize("path", [None, 3, 2.5, True, ["k.cubin"]])
 def test_runtime_path_arguments_are_checked(path):
-    from pipelink.manifest import Manifest
+    from pipelink.runtime.manifest import Manifest
     from pipelink.runtime import Kernel
 
     assert rejected_launch(Manifest.from_file, path).code == "R-PARAM"
@@ -175,7 +175,7 @@ def test_runtime_path_arguments_are_checked(path):
 
 
 def test_kernel_load_refuses_special_cubins(tmp_path, fifo):
-    from pipelink.entry import expect_cubin
+    from pipelink.runtime.entry import expect_cubin
     from pipelink.runtime import Kernel
 
     for path in (fifo, "/dev/zero", tmp_path):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.outputs import write_all
-from pipelink.staging import LEGACY_AGE_S, host_key, remove_stale_stages, start_time
+from pipelink.linker.outputs import write_all
+from pipelink.linker.staging import LEGACY_AGE_S, host_key, remove_stale_stages, start_time
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
@@ -46,7 +46,7 @@ def test_sigkill_during_write_leaves_a_stage_the_next_write_removes(tmp_path):
     (tmp_path / "k.cubin").write_bytes(b"earlier")
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from pipelink import outputs
+        from pipelink.linker import outputs
         real = os.replace
         def replace(a, b):  # killed between moving the earlier output aside and renaming the new one
             real(a, b)
@@ -103,7 +103,7 @@ def test_stage_name_says_who_made_it(tmp_path, monkeypatch):
         seen.append(Path(a).parent.name)
         real(a, b)
 
-    monkeypatch.setattr("pipelink.outputs.os.replace", spy)
+    monkeypatch.setattr("pipelink.linker.outputs.os.replace", spy)
     write_all([(str(tmp_path / "a"), b"1")])
     assert seen and seen[0].startswith(f".pl-{host_key()}-{os.getpid()}-{start_time(os.getpid()) or 0}-")
     assert stages(tmp_path) == []
@@ -133,7 +133,7 @@ def kill_after_renames(root: Path, k: int) -> None:
     items = [(str(root / name), data) for name, data in NEW.items()]
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from pipelink import outputs
+        from pipelink.linker import outputs
         real, done = os.replace, [0]
         def replace(a, b):
             if done[0] == {k}:
@@ -165,7 +165,7 @@ def test_a_sweep_killed_while_recovering_is_done_again(tmp_path, k):
     kill_after_renames(tmp_path, k)
     killed = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os, signal
-        from pipelink import staging
+        from pipelink.linker import staging
         real = os.replace
         def replace(a, b):  # the sweep's first restore done, then killed
             real(a, b)

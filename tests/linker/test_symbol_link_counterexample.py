@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers.scripts import load_script
-from pipelink.diagnostics import Rejected
+from pipelink.common.diagnostics import Rejected
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "examples" / "toy"
@@ -61,7 +61,7 @@ def test_contracted_link_propagates_or_rejects(toy, lto, packer):
 
 def test_mutant_must_replace_an_owner(toy):
     import dataclasses
-    from pipelink.contract import parse_contract_text
+    from pipelink.linker.contract import parse_contract_text
     stranger = dataclasses.replace(toy.sink, contract=parse_contract_text(
         toy.contract_text("sink").replace('name = "sink"', 'name = "stranger"'), "stranger.toml"))
     with pytest.raises(Rejected) as e:

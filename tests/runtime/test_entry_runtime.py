@@ -1,5 +1,5 @@
 """The generic parameter checks of pipelink.runtime (plan_launch / Kernel.launch_with / open) and
-the entry helpers of pipelink.entry: every bad value is a LaunchError with an R-* code, never a
+the entry helpers of pipelink.runtime.entry: every bad value is a LaunchError with an R-* code, never a
 struct/ctypes/Python traceback and never a silent coercion. No GPU, no torch (hypothesis drives
 the helpers with values of every kind)."""
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conftest  # noqa: F401  (tools/ on sys.path)
-from pipelink.entry import expect_stream, flag, integer, optional_dir, real, refuse_unused
+from pipelink.runtime.entry import expect_stream, flag, integer, optional_dir, real, refuse_unused
 from helpers.manifest_fakes import manifest
 from pipelink.runtime import Kernel, LaunchError, Manifest, plan_launch
 
@@ -151,8 +151,8 @@ _GOOD = {"format": 1, "kernel": "k", "block": [32, 1, 1], "grid": ["1", "1", "1"
 def test_damaged_manifest_is_r_manifest(edit):
     import copy
 
-    from pipelink.launch_error import LaunchError
-    from pipelink.manifest import Manifest
+    from pipelink.runtime.launch_error import LaunchError
+    from pipelink.runtime.manifest import Manifest
 
     Manifest.from_dict(copy.deepcopy(_GOOD))  # the undamaged one reads
     d = copy.deepcopy(_GOOD)

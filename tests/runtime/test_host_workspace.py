@@ -3,9 +3,9 @@ parsing, the runtime's planning without a GPU (fake encoder and allocator)."""
 
 import pytest
 
-from pipelink.contract import parse_contract_text
-from pipelink.diagnostics import Rejected
-from pipelink.host import HostError, HostProvider, run_providers
+from pipelink.linker.contract import parse_contract_text
+from pipelink.common.diagnostics import Rejected
+from pipelink.runtime.host import HostError, HostProvider, run_providers
 from pipelink.runtime import LaunchError, Manifest, plan_launch
 
 BASE = """
@@ -125,7 +125,7 @@ def test_provider_failures_are_r_host(source, why):
 def test_tensor_map_2d_refuses_unsupported_settings_before_the_driver(kw):
     """A provider asking for a swizzle, L2 promotion or dtype TMA lacks gets R-HOST with the
     supported values, before any driver call (HostEncoder without a driver)."""
-    from pipelink.host import HostEncoder
+    from pipelink.runtime.host import HostEncoder
     args = {"dtype": "bf16", **kw}
     with pytest.raises(HostError) as e:
         HostEncoder(driver=None).tensor_map_2d(0x1000, args.pop("dtype"), rows=128, cols=64, box_rows=64,

@@ -5,10 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelink.check import _Diags, _check_shared_workspaces
-from pipelink.contract import parse_contract_text
-from pipelink.diagnostics import Rejected
-from pipelink.workspace import Arena, Workspace
+from pipelink.linker.check import check_shared_workspaces
+from pipelink.linker.check_types import Diags
+from pipelink.linker.contract import parse_contract_text
+from pipelink.common.diagnostics import Rejected
+from pipelink.runtime.workspace import Arena, Workspace
 
 BASE = """
 [component]
@@ -43,8 +44,8 @@ def test_unknown_scope_is_c_schema():
 def _diags(*contracts):
     comp = SimpleNamespace(instances=[SimpleNamespace(name=f"i{k}", contract=c, package=SimpleNamespace(name=c.name))
                                       for k, c in enumerate(contracts)])
-    d = _Diags()
-    _check_shared_workspaces(comp, d)
+    d = Diags()
+    check_shared_workspaces(comp, d)
     return [x.code for x in d.items]
 
 

@@ -1,4 +1,4 @@
-"""The runtime reads every launch value as a foreign object (pipelink.launch_values): whatever
+"""The runtime reads every launch value as a foreign object (pipelink.runtime.launch_values): whatever
 a parameter, grid, stream or lent workspace does when read (its data_ptr, __index__,
 __float__, __cuda_array_interface__ or __cuda_stream__ raising, or giving back no number, or a
 number no address can be) is a LaunchError with an R-* code and a hint, never a ValueError,

@@ -1,4 +1,4 @@
-"""pipelink.peers (issue 13): symmetric buffers over N ranks.
+"""pipelink.runtime.peers (issue 13): symmetric buffers over N ranks.
 
 CPU: world/rank/size validation (R-RANK, R-PEER), the ranks' agreement check, the Unix-socket
 exchange of messages and file descriptors between ranks (threads stand in for processes),
@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = ROOT / "tools" / "pipelink" / "runtime"
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from pipelink.peers import (PeerError, RankInfo, SymmetricBuffer, UnixExchange, check_agreement,  # noqa: E402
-                            check_size, check_world, multicast_off_env)
+from pipelink.runtime.peers import (PeerError, RankInfo, UnixExchange, check_agreement, check_size,  # noqa: E402
+                                    check_world, multicast_off_env)
+from pipelink.runtime.peers_cuda import SymmetricBuffer  # noqa: E402
 
 
 @pytest.mark.parametrize("world, rank", [(0, 0), (65, 0), (2, 2), (2, -1), (True, 0), (2, 1.0), ("2", 0)])
@@ -59,7 +61,7 @@ def test_ranks_that_disagree_are_r_peer_or_r_rank():
 def test_multicast_stays_off():
     assert multicast_off_env() == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                                    "NVSHMEM_DISABLE_NVLS": "1"}
-    src = (ROOT / "tools" / "pipelink" / "peers_cuda.py").read_text() + (ROOT / "tools" / "pipelink" / "peers.py").read_text()
+    src = (RUNTIME / "peers_cuda.py").read_text() + (RUNTIME / "peers.py").read_text()
     assert "cuMulticastCreate(" not in src
 
 

@@ -25,8 +25,8 @@ import pytest
 
 from conftest import ROOT  # conftest also puts tools/ on sys.path
 try:
-    from pipelink.generate import param_layout
-except ImportError:  # pipelink.generate imports the solver, hence z3, which the GPU machine lacks
+    from pipelink.linker.generate import param_layout
+except ImportError:  # pipelink.linker.generate imports the solver, hence z3, which the GPU machine lacks
     param_layout = None
 from pipelink.runtime import (LaunchError, Manifest, Packer, coerce_params, default_manifest_path,
                               expect_tensor, grid_dims, pack_params, plan_launch)
@@ -41,14 +41,14 @@ FMT = {"ptr": "<Q", "u64": "<Q", "u32": "<I", "i32": "<i", "f32": "<f"}
 def fake_checked(instances: list[tuple[str, list[tuple[str, str]]]]):
     """The part of `Checked` that param_layout reads: comp.instances[i].name / .contract.params."""
     if param_layout is None:
-        pytest.skip("pipelink.generate is not importable here (no z3); the CPU suite runs this")
+        pytest.skip("pipelink.linker.generate is not importable here (no z3); the CPU suite runs this")
     insts = tuple(SimpleNamespace(name=n, contract=SimpleNamespace(params=tuple(ps))) for n, ps in instances)
     return SimpleNamespace(comp=SimpleNamespace(instances=insts))
 
 
 def manifest_dict(instances, *, grid=("1", "1", "1"), facts=None, **extra) -> dict:
     """A manifest's params section as link.make_manifest writes it, from param_layout (or, where
-    pipelink.generate cannot be imported, from the ctypes model that test_packing_* checks it against)."""
+    pipelink.linker.generate cannot be imported, from the ctypes model that test_packing_* checks it against)."""
     if param_layout is not None:
         layout = param_layout(fake_checked(instances))
         size, fields = layout.size, [(f.instance, f.name, f.type, f.offset) for f in layout.fields]
@@ -340,7 +340,7 @@ def test_manifest_path_defaults_and_bad_files_are_r_manifest(tmp_path):
 
 
 def test_launch_error_is_a_diagnostic():
-    from pipelink.diagnostics import Rejected
+    from pipelink.common.diagnostics import Rejected
     e = LaunchError("R-SHAPE", "m = 3 is not a multiple of 64", hint="pad m")
     assert isinstance(e, Rejected) and e.codes == ["R-SHAPE"]
     assert str(e) == "error R-SHAPE: m = 3 is not a multiple of 64\n  hint: pad m"
@@ -374,8 +374,8 @@ def test_load_without_a_gpu_is_a_clean_error(tmp_path):
 
 def _link_toy(toy, out_dir: Path, control: bool = True) -> dict[str, Path]:
     pytest.importorskip("z3", reason="linking needs z3 (build //examples/toy:toy with Bazel on machines without it)")
-    from pipelink.compose import parse_kernel
-    from pipelink.link import link, write_outputs
+    from pipelink.linker.compose import parse_kernel
+    from pipelink.linker.link import link, write_outputs
     res = link(parse_kernel(str(toy.kernel), toy.packages), control=control)
     paths = {"linked": out_dir / "toy.cubin", "manifest": out_dir / "toy.manifest.json"}
     if control:

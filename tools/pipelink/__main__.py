@@ -1,5 +1,5 @@
 import sys
 
-from pipelink.cli import main
+from pipelink.linker.cli import main
 
 sys.exit(main())

@@ -107,7 +107,7 @@ __device__ __forceinline__ unsigned role_thread(unsigned warp_begin) {
 }
 // Warpgroup of role thread t (t / 128), broadcast from lane 0 so that ptxas knows it is
 // warp-uniform: wgmma descriptors built from it then live in uniform registers instead of being
-// moved by R2UR before every wgmma (4-9% faster: BENCHMARKS.md issue 8 run 9, issue 10 run 20).
+// moved by R2UR before every wgmma (measured 4-9% faster).
 __device__ __forceinline__ unsigned role_warpgroup(unsigned t) { return __shfl_sync(0xffffffffu, t / 128u, 0); }
 // Named barrier among `threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
