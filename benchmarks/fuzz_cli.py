@@ -18,7 +18,7 @@ nvcc) is seen as a signal instead of killing the fuzzer. Counted per case:
 - no_hint: a diagnostic without a hint (reported, not a failure).
 
 The first failures are printed with their inputs (saved under --work). Exit 1 if any count
-but no_hint is nonzero. tests/test_fuzz.py runs a short seeded slice of this in CI.
+but no_hint is nonzero. tests/linker/test_fuzz.py runs a short seeded slice of this in CI.
 """
 
 from __future__ import annotations

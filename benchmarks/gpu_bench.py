@@ -12,7 +12,7 @@
                 (benchmarks/gemm_swiglu_bench.py: linked / control, and the baselines).
   target        one launch of one cubin on a small problem, torch-free (driver API + numpy), with
                 a result check: what compute-sanitizer runs (gemm_swiglu_bench.py sanitize,
-                tests/test_guard.py). Kernels: toy, and the gemm_swiglu interface (params x, w,
+                tests/linker/test_guard.py). Kernels: toy, and the gemm_swiglu interface (params x, w,
                 out, m, n, k; facts block_m/n/k).
 
   python3 benchmarks/gpu_bench.py target --kernel gemm_swiglu --cubin bazel-bin/kernels/gemm_swiglu.cubin

@@ -34,7 +34,8 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
             are held to 4e-2); tokens whose 8th and 9th logits are within 1e-4
             (routing is then precision-dependent) are excluded and counted.
   sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step (T = 64,
-            torch-free, through symbol_link_counterexample.py's worker); fails if the tool is missing.
+            torch-free, through experiments/symbol_link/symbol_link_counterexample.py's worker);
+            fails if the tool is missing.
   pair      moe_step linked / control: ABBA rounds of CUDA-graph replays, each kernel on its own
             buffers, then on the other's (gpu_bench.both_ways_ratio).
   bench     every column per T: graphs (or eager calls for liger) in rounds with rotating order,
@@ -409,7 +410,8 @@ def cmd_sanitize(a) -> int:
     bad = 0
     for tool in ("memcheck", "racecheck", "synccheck"):
         cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
-               str(ROOT / "benchmarks" / "symbol_link_counterexample.py"), "target", "--kernel", "moe_step",
+               str(ROOT / "experiments" / "symbol_link" / "symbol_link_counterexample.py"), "target",
+               "--kernel", "moe_step",
                "--cubin", str(cubin), "--manifest", str(BIN / "moe_step.manifest.json")]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         text = p.stdout + p.stderr

@@ -1,5 +1,5 @@
 """compute-sanitizer gate for the linked MoE kernels (issue 9): memcheck, racecheck, synccheck on
-//kernels:moe_step, //kernels:moe_step_swiglu2 and //kernels:moe_step_team (the expert's team
+//kernels:moe_step, //kernels:moe_step_swiglu2 and //experiments:moe_step_team (the expert's team
 mode, which moe_step runs from T = 8192, at every T) (bazel-bin) at a small T, each run checked
 against the f64 reference (kernels/moe/moe_step.py). benchmarks/moe_bench.py's `sanitize` runs
 only the linked moe_step through another worker; this one covers both SwiGLU builds.
@@ -14,11 +14,15 @@ primary contexts) return errors by design.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Where each kernel is built: the product kernels in bazel-bin/kernels, the team build in
+# bazel-bin/experiments ($PIPELINK_MOE_STEP_DIR, when set, holds them all).
+BUILD_DIRS = (ROOT / "bazel-bin" / "kernels", ROOT / "bazel-bin" / "experiments")
 TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
 
 
@@ -33,9 +37,11 @@ def worker(name: str, T: int) -> int:
     x, rw, w13, w2 = r(T, 2048, scale=1.0), r(128, 2048, scale=0.05), r(128, 1536, 2048, scale=0.02), \
         r(128, 2048, 768, scale=0.02)
     out = torch.full((T, 2048), float("nan"), dtype=torch.bfloat16, device="cuda")
+    kernel_dir = None if os.environ.get("PIPELINK_MOE_STEP_DIR") else \
+        next((d for d in BUILD_DIRS if (d / f"{name}.cubin").is_file()), None)
     for _ in range(2):  # two launches: both counter sets
         out.fill_(float("nan"))
-        ms.moe_step(x, rw, w13, w2, out, name=name)
+        ms.moe_step(x, rw, w13, w2, out, kernel_dir=kernel_dir, name=name)
         torch.cuda.synchronize()
     ref, gap = ms.reference(x, rw, w13, w2)
     ok = gap > 1e-4

@@ -7,6 +7,9 @@ SwiGLU library.
 The expert owner's tile geometry is one number each: its defines (EXPERT_BLOCK_*) and its
 contract's `own` values (the `# variant:` lines) come from it, so a geometry mutation is
 one rebuilt package; the other owners read the facts through handles and only relink.
+
+moe_expert and moe_step name their files and default owners by //kernels labels (plain
+strings, so they resolve in the calling repository), so experiments/ can build them too.
 """
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
@@ -17,7 +20,7 @@ MOE_HDRS = ["moe/moe_shapes.h", "moe/warp_mma.h"]
 def moe_components():
     """The packages of the owners other than the expert: router (R), dispatch (D), combine
     (C) and the two SwiGLU builds (G, G2). One macro, so a workspace that mutates the expert
-    (tests/test_moe_relink.py) builds exactly these."""
+    (tests/e2e/test_moe_relink.py) builds exactly these."""
     _moe_roles("")
     cuda_component(
         name = "moe_swiglu",
@@ -80,11 +83,11 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, stages = 4, defi
     cuda_component(
         name = name,
         component = "moe_expert",
-        srcs = ["moe/expert.cu"],
-        hdrs = MOE_HDRS + ["gemm/wgmma.h"],
+        srcs = ["//kernels:moe/expert.cu"],
+        hdrs = ["//kernels:" + h for h in MOE_HDRS + ["gemm/wgmma.h"]],
         cutlass = True,
-        contract = "moe/expert.contract.toml",
-        host_provider = "moe/expert_host.py",
+        contract = "//kernels:moe/expert.contract.toml",
+        host_provider = "//kernels:moe/expert_host.py",
         contract_substitutions = {
             "64  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
             "64  # variant: BLOCK_H": "%d  # variant: BLOCK_H" % block_h,
@@ -101,14 +104,14 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, stages = 4, defi
         tags = tags,
     )
 
-def moe_step(name, expert = ":moe_expert", swiglu = ":moe_swiglu", router = ":moe_router",
-             dispatch = ":moe_dispatch", combine = ":moe_combine", sass_test = True, tags = [],
+def moe_step(name, expert = "//kernels:moe_expert", swiglu = "//kernels:moe_swiglu", router = "//kernels:moe_router",
+             dispatch = "//kernels:moe_dispatch", combine = "//kernels:moe_combine", sass_test = True, tags = [],
              spills = "error"):
     fused_kernel(
         name = name,
         arch = "sm_90a",
         components = [router, dispatch, expert, swiglu, combine],
-        kernel = "moe/moe_step.kernel.toml",
+        kernel = "//kernels:moe/moe_step.kernel.toml",
         visibility = ["//visibility:public"],
         tags = tags,
         spills = spills,

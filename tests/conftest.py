@@ -8,7 +8,10 @@
   package for check-level tests (a variant is re-verified against the package's measurement,
   so it is a contract pack would accept for that very object).
 * `toy`: the examples/toy packages (producer -> ring -> consumer -> sink).
-* `requires_gpu` marker: skipped, with the reason, when cuInit(0) fails or no device exists.
+* `requires_gpu` marker (`requires_gpu(sm=90)`: an sm_90 device): skipped, with the reason, when
+  cuInit(0) fails or no device exists (tests/helpers/gpu.py). It is the suite's only GPU gate.
+* tests/helpers/: the GPU check, CUTLASS headers, `load_script` (a benchmark's or experiment's
+  script loaded by path), the entry points' fakes and the multi-rank GPU workers.
 
 Run: `.venv/bin/python -m pytest tests` (the suite puts tools/ on sys.path itself).
 """
@@ -21,15 +24,16 @@ import os
 import re
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
+TESTS = ROOT / "tests"  # `helpers` (tests/helpers/) is imported from here
+for _path in (TESTS, TOOLS):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from pipelink.linker.compose import Composition, parse_kernel  # noqa: E402
 from pipelink.linker.contract import parse_contract_text  # noqa: E402
@@ -37,6 +41,11 @@ from pipelink.common.diagnostics import Diagnostic, Rejected, render_all  # noqa
 from pipelink.linker.package import Package, pack, verify  # noqa: E402
 from pipelink.linker.package_io import write_package  # noqa: E402
 from pipelink.linker.toolkit import find_toolkit  # noqa: E402
+
+# Helpers in tests/helpers/ that tests also import from here (conftest keeps the fixtures and the
+# packing/diagnostic helpers, which import pipelink).
+from helpers.cutlass import cutlass_include, require_cutlass  # noqa: E402,F401
+from helpers.gpu import gpu_unavailable_reason  # noqa: E402,F401
 
 INCLUDE = TOOLS / "pipelink" / "include"
 TOY = ROOT / "examples" / "toy"
@@ -55,52 +64,18 @@ def pytest_ignore_collect(collection_path, config):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "requires_gpu: needs a CUDA GPU and driver; skipped with the reason when none is usable")
-
-
-@lru_cache(maxsize=None)
-def gpu_unavailable_reason() -> str | None:
-    """None when a GPU is usable, else why not (cuInit failing, no device, no driver)."""
-    try:
-        from cuda.bindings import driver
-    except Exception as e:  # noqa: BLE001 - any import problem means "no GPU here"
-        return f"cuda.bindings.driver is not importable ({e.__class__.__name__}: {e})"
-    try:
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return f"cuInit(0) failed: {err.name}"
-        err, count = driver.cuDeviceGetCount()
-        if err != driver.CUresult.CUDA_SUCCESS or count == 0:
-            return f"no CUDA device ({err.name}, count {count})"
-    except Exception as e:  # noqa: BLE001 - the driver library itself is missing
-        return f"cuInit(0) failed: {e.__class__.__name__}: {e}"
-    return None
-
-
-def torch_gpu_reason(cubins=(), *, sm90: bool = True, not_built: str = "") -> str | None:
-    """None when torch sees a usable GPU (sm_90 unless sm90=False) and every path in `cubins`
-    exists, else why not (`not_built` for a missing cubin): the skip reason of torch-driven
-    GPU tests."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "needs an sm_90 GPU" if sm90 else "no CUDA GPU"
-    if sm90 and torch.cuda.get_device_capability() != (9, 0):
-        return "needs an sm_90 GPU"
-    if not all(c.exists() for c in cubins):
-        return not_built
-    return None
+        "markers", "requires_gpu(sm=None): needs a CUDA GPU and driver (sm=90: an sm_90 one); skipped with "
+                   "the reason when none is usable. The suite's one GPU gate: tests check their own other "
+                   "needs (torch, built cubins) themselves")
 
 
 def pytest_collection_modifyitems(config, items):
-    marked = [it for it in items if it.get_closest_marker("requires_gpu")]
-    if not marked:
-        return
-    reason = gpu_unavailable_reason()
-    if reason:
-        for it in marked:
+    for it in items:
+        marker = it.get_closest_marker("requires_gpu")
+        if marker is None:
+            continue
+        reason = gpu_unavailable_reason(marker.kwargs.get("sm"))
+        if reason:
             it.add_marker(pytest.mark.skip(reason=f"requires a GPU: {reason}"))
 
 
@@ -328,19 +303,3 @@ def assert_mentions(diag: Diagnostic, *needles: str) -> None:
     text = diag.render()
     for n in needles:
         assert n in text, f"{n!r} not in the diagnostic:\n{text}"
-
-
-def cutlass_include() -> Path | None:
-    """The nvidia-cutlass wheel's headers (cute/, cutlass/): what the Bazel toolchain finds
-    next to the toolkit wheels. The wgmma components (gemm/wgmma.h, attn_wgmma.h) need them."""
-    import sysconfig
-
-    d = Path(sysconfig.get_paths()["purelib"]) / "cutlass_library" / "source" / "include"
-    return d if (d / "cute").is_dir() else None
-
-
-def require_cutlass() -> Path:
-    d = cutlass_include()
-    if d is None:
-        pytest.skip("no CUTLASS headers (the nvidia-cutlass wheel: bash tools/setup.sh)")
-    return d

@@ -8,7 +8,8 @@ linked with attn_core_d64 (head dim 64).
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 
-# The loader's files: its builds below and its geometry mutations (attention_mutations.bzl).
+# The loader's files: its builds below and its geometry mutations
+# (experiments/symbol_link/attention_mutations.bzl).
 LOADER_FILES = dict(
     srcs = ["attn_loader.cu"],
     hdrs = ["attn.h"],

@@ -39,7 +39,7 @@
 namespace attn {
 // BLOCK, HEAD_DIM, CHUNK_BYTES and TILE_BYTES are the core's build: it owns them as facts
 // block_q and head_dim (PL_OWN_FACT). Every other component reads the linked facts through
-// PL_FACT (tests/test_attention_mutations.py checks no other source names these constants), so
+// PL_FACT (tests/kernels/test_attention_mutations.py checks no other source names these constants), so
 // a reader cannot hold a value the link did not check.
 constexpr unsigned BLOCK = ATTN_BLOCK_Q;  // rows of a Q / K / V tile
 constexpr unsigned HEAD_DIM = ATTN_HEAD_DIM;  // d of the core's build

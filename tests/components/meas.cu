@@ -1,4 +1,4 @@
-// Pack-measurement component (tests/test_pack.py): owns fact `width`, reads fact `lanes`,
+// Pack-measurement component (tests/linker/test_pack.py): owns fact `width`, reads fact `lanes`,
 // claims shared memory `stage`, syncs on barrier `sync`, and has 512 B of static
 // __shared__ memory that pack must measure.
 #define PL_COMPONENT meas

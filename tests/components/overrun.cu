@@ -1,6 +1,6 @@
 // The guard's mutation test: a role that claims 256 B of shared memory ([smem.buf]) and
 // writes 256 + 4 * extra bytes of it. With extra = 0 it keeps to its claim; with extra > 0 it
-// writes past it, which `link --guard` must catch and name (tests/test_guard.py).
+// writes past it, which `link --guard` must catch and name (tests/linker/test_guard.py).
 #define PL_COMPONENT overrun
 #include <pipelink.h>
 

@@ -8,7 +8,7 @@ The fixtures (testdata/, :comp, :other_pkg) are declared by rules_analysis_test_
 load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//pipelink_rules:cuda.bzl", "cuda_ltoir")
 load("//pipelink_rules:defs.bzl", "CudaComponentInfo", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
-load("//kernels:counterexample.bzl", "check_mutation_rows", "mutation", "symbol_link_mutations")
+load("//experiments/symbol_link:counterexample.bzl", "check_mutation_rows", "mutation", "symbol_link_mutations")
 load("//pipelink_rules/private:cuda_configure_files.bzl", "py_test_interpreter_problem")
 load("//pipelink_rules/private:python_toolchain.bzl", "pipelink_py_test_runtime")
 load("//pipelink_rules/private:toolchain.bzl", "cuda_toolchain")

@@ -185,9 +185,13 @@ def _kernel_test_impl(ctx):
         asserts.false(env, "--control-cubin" in argv, "the default link must not build the control cubin")
         spills = ctx.attr.spills
         asserts.equals(env, [] if spills == "error" else [spills], _flag_values(argv, "--spills"))
-        asserts.equals(env, sorted([info.cubin.basename, info.manifest.basename, info.report.basename, info.map.basename]),
+        # The link also writes the placement (output group `placement`; `map_html` draws it).
+        asserts.equals(env, sorted([info.cubin.basename, info.manifest.basename, info.report.basename, info.map.basename,
+                                    name + ".placement.json"]),
                        _basenames(link.outputs))
-        for f in ["--cubin", "--manifest", "--report", "--map"]:
+        asserts.equals(env, [name + ".placement.json"], _basenames(target[OutputGroupInfo].placement))
+        asserts.equals(env, [name + ".map.html"], _basenames(target[OutputGroupInfo].map_html))
+        for f in ["--cubin", "--manifest", "--report", "--map", "--placement"]:
             asserts.equals(env, 1, len(_flag_values(argv, f)), "one %s" % f)
 
         # The packages were built for the kernel's arch: under sm_90a (the setting's default)

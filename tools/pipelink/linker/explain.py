@@ -2,7 +2,7 @@
 fix on each side, and where docs/CONTRACTS.md describes it.
 
 The long forms are data, pipelink/explanations/<family>.toml (one table per code, shipped as
-package data); tests/test_explain.py runs every example through the real passes, so an
+package data); tests/linker/test_explain.py runs every example through the real passes, so an
 example that stops triggering its code fails there.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "explanations"
 DOCS = "docs/CONTRACTS.md"
-# How an example is run (tests/test_explain.py): files written to a folder, then
+# How an example is run (tests/linker/test_explain.py): files written to a folder, then
 #   contract: each *.contract.toml parsed and held to the limits (limits.check_limits);
 #   pack:     the *.cu compiled to LTO-IR and packed with the *.contract.toml;
 #   kernel:   each contract packed over a stand-in object, the *.kernel.toml composed, checked, solved;

@@ -12,7 +12,7 @@ placement and the generated code.
 - Handles: a handle called with an instance number its package does not have (a corrupted
   `pl_inst`) prints the handle and traps instead of returning another instance's value.
 - Barrier ids are checked statically on every link (linked_checks.py, L-SASS).
-Run guarded kernels under `compute-sanitizer` (tests/test_guard.py) to also catch accesses
+Run guarded kernels under `compute-sanitizer` (tests/linker/test_guard.py) to also catch accesses
 outside the dynamic window. The guard costs shared memory and time: it is for testing.
 """
 

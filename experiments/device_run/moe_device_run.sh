@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device-tool call for issue 9's moe_step gates, every step under its own time limit (a hung
+# persistent kernel must not take the whole call: it cost 767 device-seconds once), logs in $OUT.
+#   device run, carry ["bazel-bin/kernels", "bazel-bin/experiments", ".whl"]:
+#     bash experiments/device_run/moe_device_run.sh
+#   STEPS="tests check trace pair bench sanitize ep cx"   (default: all, in this order)
+#   BUILDS=name=dir,...   other builds' moe_step timed in bench's rounds (columns moe_step_<name>)
+#   PIPELINK_SGLANG_DIR=dir   the unpacked sglang wheel: check and bench add SGLang's columns (moe_sglang.py)
+#   needs //kernels:moe_step, :moe_step_swiglu2 (+control), :moe_step_trace, //experiments:moe_step_team
+#   (manual) and the counterexample's mutations (//experiments/... builds them) in bazel-bin.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source experiments/device_run/device_env.sh
+OUT=${OUT:-/tmp/moe_out}; mkdir -p "$OUT"
+STEPS=${STEPS:-tests check trace pair bench sanitize ep cx}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+rc=0
+# step NAME SECONDS CMD...: run CMD under a limit into $OUT/NAME.log, print its tail, count failures
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local r=$?
+  [[ $r -eq 124 ]] && echo "!! $name: killed after ${limit}s (hang?)"
+  [[ $r -ne 0 ]] && rc=1
+  echo "== $name: exit $r in $((SECONDS - t0))s"; tail -n "${TAIL:-4}" "$OUT/$name.log"
+}
+has tests && step tests 240 python3 -m pytest -q tests/kernels/test_moe_step.py tests/kernels/test_moe_ep.py
+has check && step check 150 python3 benchmarks/moe_bench.py check ${BUILDS:+--builds $BUILDS}
+has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3
+has pair && TAIL=8 step pair 200 python3 benchmarks/moe_bench.py pair --rounds ${ROUNDS:-10}
+has bench && TAIL=9 step bench 300 python3 benchmarks/moe_bench.py bench --rounds ${ROUNDS:-10} ${BUILDS:+--builds $BUILDS}
+has sanitize && TAIL=10 step sanitize 570 python3 benchmarks/moe_sanitize.py --tokens 8  # 9 runs, ~450 s: a call of its own
+has ep && step ep 120 python3 benchmarks/moe_ep_check.py check
+has ep && step ep_memcheck 180 python3 benchmarks/moe_ep_check.py sanitize memcheck 16 2
+has cx && TAIL=8 step cx 240 python3 experiments/symbol_link/symbol_link_counterexample.py --kernel moe_step --watchdog 4
+exit $rc

@@ -1,0 +1,38 @@
+"""benchmarks/bazel_scale.py at a small size (6 components, 3 kernels): the generated
+workspace builds, a no-op build runs nothing, one component's edit reruns 1 compile, 1 pack
+and the links of the kernels that use it, an owner's fact change reruns the owner and its
+kernels' links only. The full size (40 components, 20 kernels) is recorded in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers.bazel import bazel_skip_reason
+from helpers.scripts import load_script
+
+REPO = Path(__file__).resolve().parents[2]
+bazel_scale = load_script("benchmarks/bazel_scale.py")
+
+_REASON = bazel_skip_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+
+def test_layout_spreads_readers():
+    kmap = bazel_scale.layout(components=40, kernels=20, owners=4, per_kernel=4)
+    assert len(kmap) == 20
+    used = {c for comps in kmap.values() for c in comps}
+    assert len(used) == 40  # every component is in some kernel
+    assert all(len(set(c)) == len(c) == 5 for c in kmap.values())
+
+
+def test_small_scale_run():
+    out = REPO / ".pipelink" / "bench" / "scale-test"
+    s = bazel_scale.run(out, components=6, kernels=3, owners=2, per_kernel=2, jobs=None)
+    steps = s["steps"]
+    assert steps["cold"]["actions"] == {"CudaCompile": 6, "PipelinkPack": 6, "PipelinkLink": 3}, steps["cold"]
+    assert steps["noop"]["spawns"] == 0
+    for name, expected in s["expected"].items():
+        assert steps[name]["actions"] == expected, (name, steps[name])

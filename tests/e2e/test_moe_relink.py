@@ -1,0 +1,115 @@
+"""Incremental relink of //kernels:moe_step when the expert owner's tile geometry changes.
+
+A geometry mutation is one number of `moe_expert(...)` (kernels/moe.bzl rewrites the
+EXPERT_BLOCK_* define and the contract's `# variant:` line together). The other owners
+(router, dispatch, combine) and the SwiGLU library read block_m / block_h / block_n as facts
+through handles, so the mutation must recompile and repack only the expert and relink
+moe_step: no reader's compile. Counted from Bazel's --execution_log_json_file.
+
+Runs on a copy of kernels/moe (+ the headers it includes) in a nested workspace under
+.pipelink/e2e/moe_relink (same depth as tests/e2e/relink, so `../../..` reaches this repo and
+`@pipelink//kernels:moe.bzl` is the real macro file). CPU only; skips without Bazel or the
+CUDA wheels (like tests/e2e/test_bazel_relink.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipelink.linker.execlog import read_spawns
+
+from helpers.bazel import bazel_cmd, bazel_skip_reason, rmtree, venv_paths
+
+REPO = Path(__file__).resolve().parents[2]
+E2E = REPO / ".pipelink" / "e2e"
+WS = E2E / "moe_relink"
+OB = E2E / "moe_ob"
+COUNTED = {"CudaCompile", "PipelinkPack", "PipelinkLink", "PipelinkControlLink", "PipelinkContractArch"}
+EXPERT_LINE = 'moe_expert(name = "moe_expert")'
+
+_REASON = bazel_skip_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+BUILD = f'''load("@pipelink//kernels:moe.bzl", "moe_components", "moe_expert", "moe_step")
+
+moe_components()
+
+{EXPERT_LINE}
+
+moe_step(name = "moe_step", sass_test = False)
+'''
+
+
+def _bazel(log_dir: Path, *args: str, log: str | None = None) -> None:
+    cmd = bazel_cmd() + [f"--output_base={OB}", args[0], "--color=no", "--curses=no"]
+    if log:  # outside the workspace and the sandbox: an absolute path under .pipelink/e2e
+        cmd.append(f"--execution_log_json_file={log_dir / (log + '.json')}")
+    cmd += list(args[1:])
+    res = subprocess.run(cmd, cwd=WS, capture_output=True, text=True, timeout=3600)
+    assert res.returncode == 0, f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-6000:]}"
+
+
+def _ran(path: Path) -> dict[str, dict[str, int]]:
+    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for s in read_spawns(path):
+        if s.get("cacheHit") or s.get("remoteCacheHit"):
+            continue
+        out[s.get("mnemonic", "?")][s.get("targetLabel", "?")] += 1
+    return {m: dict(c) for m, c in out.items() if m in COUNTED and c}
+
+
+@pytest.fixture(scope="module")
+def ws():
+    E2E.mkdir(parents=True, exist_ok=True)
+    if (OB / "server").exists() and WS.exists():
+        subprocess.run(bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True,
+                       timeout=300)
+    for d in (WS, OB):
+        rmtree(d)
+    (WS / "kernels").mkdir(parents=True)
+    shutil.copytree(REPO / "kernels" / "moe", WS / "kernels" / "moe")
+    (WS / "kernels" / "gemm").mkdir()
+    shutil.copy(REPO / "kernels" / "gemm" / "wgmma.h", WS / "kernels" / "gemm" / "wgmma.h")
+    (WS / "kernels" / "BUILD.bazel").write_text(BUILD)
+    (WS / "BUILD.bazel").write_text("# root package of the nested workspace (the toolchain extension needs one)\n")
+    (WS / "MODULE.bazel").write_text('module(name = "pipelink_e2e_moe_relink")\n\nbazel_dep(name = "pipelink")\n'
+                                     'local_path_override(\n    module_name = "pipelink",\n    path = "../../..",\n)\n')
+    shutil.copy(REPO / "tests" / "e2e" / "relink" / ".bazelrc", WS / ".bazelrc")
+    env = venv_paths()
+    (WS / "user.bazelrc").write_text("".join(f"common --repo_env={k}={v}\n" for k, v in sorted(env.items())))
+    logs = E2E / "moe_logs"
+    rmtree(logs)
+    logs.mkdir()
+    yield logs
+    subprocess.run(bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
+
+
+def test_expert_geometry_change_relinks_without_recompiling_readers(ws):
+    _bazel(ws, "build", "//kernels:moe_step", log="cold")
+    cold = _ran(ws / "cold.json")
+    owners = ["//kernels:moe_router", "//kernels:moe_dispatch", "//kernels:moe_expert", "//kernels:moe_swiglu",
+              "//kernels:moe_combine"]
+    assert cold["CudaCompile"] == {o: 1 for o in owners}, cold
+    assert cold["PipelinkLink"] == {"//kernels:moe_step": 1}, cold
+
+    build = WS / "kernels" / "BUILD.bazel"
+    text = build.read_text()
+    assert EXPERT_LINE in text
+    build.write_text(text.replace(EXPERT_LINE, 'moe_expert(name = "moe_expert", block_n = 64)'))
+    _bazel(ws, "build", "//kernels:moe_step", log="block_n")
+    assert _ran(ws / "block_n.json") == {
+        "CudaCompile": {"//kernels:moe_expert": 1},
+        "PipelinkPack": {"//kernels:moe_expert": 1},
+        "PipelinkLink": {"//kernels:moe_step": 1},
+    }
+    manifest = json.loads((WS / "bazel-bin" / "kernels" / "moe_step.manifest.json").read_text())
+    assert manifest["facts"]["block_n"] == 64
+
+    _bazel(ws, "build", "//kernels:moe_step", log="noop")
+    assert _ran(ws / "noop.json") == {}

@@ -1,0 +1,46 @@
+"""benchmarks/moe_sglang.py: the slot alignment SGLang's kernels read, built in torch (CPU here)."""
+
+import pytest
+
+from helpers.scripts import load_script
+
+torch = pytest.importorskip("torch")
+moe_sglang = load_script("benchmarks/moe_sglang.py")
+
+
+def reference_align(ei, experts, block_m):
+    """moe_align_block_size's documented layout, by loops."""
+    flat = ei.flatten().tolist()
+    n = len(flat)
+    ids, owners = [], []
+    for e in range(experts):
+        run = [i for i, v in enumerate(flat) if v == e]
+        if run:
+            padded = -(-len(run) // block_m) * block_m
+            ids += run + [n] * (padded - len(run))
+            owners += [e] * (padded // block_m)
+    return ids, owners
+
+
+@pytest.mark.parametrize("tokens, block_m", [(1, 16), (3, 64), (16, 16), (17, 32), (100, 128), (512, 64)])
+def test_align_matches_the_documented_layout(tokens, block_m):
+    g = torch.Generator().manual_seed(tokens * 131 + block_m)
+    ei = torch.stack([torch.randperm(128, generator=g)[:8] for _ in range(tokens)])
+    sorted_ids, expert_ids, total = moe_sglang.align(ei, 128, block_m)
+    ids, owners = reference_align(ei, 128, block_m)
+    n = tokens * 8
+    size = n * block_m if n < 129 else n + 129 * (block_m - 1)
+    assert sorted_ids.numel() == -(-size // 4) * 4  # sized as SGLang sizes it: the kernel's grid
+    assert total.tolist() == [len(ids)]
+    assert sorted_ids[:len(ids)].tolist() == ids and bool((sorted_ids[len(ids):] == n).all())
+    assert expert_ids[:len(owners)].tolist() == owners and bool((expert_ids[len(owners):] == -1).all())
+
+
+def test_config_is_the_nearest_tuned_batch():
+    configs = {1: "a", 16: "b", 128: "c", 4096: "d"}
+    assert [moe_sglang.config_for(configs, t) for t in (1, 9, 100, 16384)] == ["a", "b", "c", "d"]
+
+
+def test_a_missing_wheel_is_reported_not_raised(tmp_path):
+    with pytest.raises(moe_sglang.Unavailable):
+        moe_sglang.load(tmp_path)

@@ -1,0 +1,187 @@
+"""The symbol-linking counterexample (issue 9): plain-link generation (CPU), the watchdog
+(CPU, with a stand-in child), and the GPU run over bazel-bin (skipped without a GPU or
+without `tools/bazel build //experiments:gemm_swiglu_tma_mutations` / `:moe_step_mutations`).
+The experiment's code lives in experiments/symbol_link/ (plainlink.py, symbol_link_counterexample.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.scripts import load_script
+from pipelink.common.diagnostics import Rejected
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY = ROOT / "examples" / "toy"
+
+
+def _harness():
+    return load_script("experiments/symbol_link/symbol_link_counterexample.py")
+
+
+_plainlink = load_script("experiments/symbol_link/plainlink.py")
+contracted_link, plainlink_main, plain_link = _plainlink.contracted_link, _plainlink.main, _plainlink.plain_link
+
+
+def _mutant_consumer(lto, packer, tile: int):
+    """The toy consumer (owner of `tile`) rebuilt with -DTOY_TILE=<tile>, its `own` following."""
+    obj = lto(TOY / "consumer.cu", defines=[f"TOY_TILE={tile}"])
+    text = (TOY / "consumer.contract.toml").read_text().replace("own = 256", f"own = {tile}")
+    return packer.pack(text, [obj])
+
+
+def test_plain_link_bakes_in_the_original_glue(toy, lto, packer):
+    mutant = _mutant_consumer(lto, packer, 512)
+    cubin, manifest, src = plain_link(str(toy.kernel), toy.packages, mutant)
+    assert cubin[:4] == b"\x7fELF"
+    # the reader (producer) and the ring still get the ORIGINAL owner's tile: 256, stage 1024 B
+    assert manifest["facts"]["tile"] == 256
+    assert "pl_producer__fact__tile" in src and "256u" in src
+    assert manifest["plain_link"]["mutant_digest"] == mutant.digest()
+    # the mutant's code is what got linked: a different cubin from the original glue + original object
+    orig_cubin, _, _ = plain_link(str(toy.kernel), toy.packages, toy.consumer)
+    assert orig_cubin != cubin
+
+
+def test_contracted_link_propagates_or_rejects(toy, lto, packer):
+    result, cubin, manifest = contracted_link(str(toy.kernel), toy.packages, _mutant_consumer(lto, packer, 512))
+    assert result["outcome"] == "linked" and result["facts"]["tile"] == 512 and manifest["facts"]["tile"] == 512
+    assert cubin[:4] == b"\x7fELF"
+    result, cubin, manifest = contracted_link(str(toy.kernel), toy.packages, _mutant_consumer(lto, packer, 48))
+    assert result["outcome"] == "rejected" and "L-FACT-ACCEPT" in result["codes"]
+    assert cubin == b"" and manifest == {}
+    d = result["diagnostics"][result["codes"].index("L-FACT-ACCEPT")]  # the whole diagnostic, as data
+    assert d["clause"] and d["hint"] and len(d["facts"]) == 2 and all(f["origin"] for f in d["facts"])
+
+
+def test_mutant_must_replace_an_owner(toy):
+    import dataclasses
+    from pipelink.linker.contract import parse_contract_text
+    stranger = dataclasses.replace(toy.sink, contract=parse_contract_text(
+        toy.contract_text("sink").replace('name = "sink"', 'name = "stranger"'), "stranger.toml"))
+    with pytest.raises(Rejected) as e:
+        plain_link(str(toy.kernel), toy.packages, stranger)
+    assert e.value.diagnostics[0].code == "E-USAGE"
+
+
+def test_cli_writes_both_links(toy, lto, packer, tmp_path):
+    pkgs = [str(packer.save(p)) for p in toy.packages]
+    mutant = str(packer.save(_mutant_consumer(lto, packer, 48), "consumer_tile48"))
+    base = ["--kernel", str(toy.kernel), "--mutant", mutant] + [a for p in pkgs for a in ("--package", p)]
+    assert plainlink_main(["plain", *base, "--cubin", str(tmp_path / "p.cubin"),
+                           "--manifest", str(tmp_path / "p.json")]) == 0
+    assert (tmp_path / "p.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert json.loads((tmp_path / "p.json").read_text())["facts"]["tile"] == 256
+    assert plainlink_main(["contracted", *base, "--cubin", str(tmp_path / "c.cubin"), "--manifest",
+                           str(tmp_path / "c.json"), "--result", str(tmp_path / "r.json")]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["outcome"] == "rejected" and r["codes"] == ["L-FACT-ACCEPT"]
+    assert (tmp_path / "c.cubin").read_bytes() == b""
+
+
+FAKE_WORKER = r'''
+import json, os, sys, time
+spec = json.load(open(sys.argv[1]))
+for job in spec["jobs"]:
+    print("START " + job["label"], flush=True)
+    open(os.path.join(spec["outdir"], "pids"), "a").write(f"{os.getpid()}\n")
+    if job["label"].startswith("hang"):
+        os.fork() == 0 and time.sleep(600)  # a grandchild too: the kill must take the whole group
+        time.sleep(600)
+    if job["label"].startswith("crash"):
+        sys.stderr.write("CUDA_ERROR_ILLEGAL_ADDRESS\n")
+        sys.exit(3)
+    print("DONE " + job["label"] + " x", flush=True)
+'''
+
+
+def test_watchdog_kills_hangs_and_goes_on(tmp_path):
+    h = _harness()
+    fake = tmp_path / "fake_worker.py"
+    fake.write_text(FAKE_WORKER)
+    jobs = [{"label": x} for x in ("ok1", "hang1", "ok2", "crash1", "ok3", "hang2")]
+    t0 = time.monotonic()
+    res = h.run_jobs(jobs, "", {}, ("out", (1,)), tmp_path, watchdog=1.5, startup=30,
+                     cmd=[sys.executable, str(fake)])
+    assert time.monotonic() - t0 < 30
+    assert {k: v[0] for k, v in res.items()} == {"ok1": "done", "hang1": "hang", "ok2": "done", "crash1": "fault",
+                                                  "ok3": "done", "hang2": "hang"}
+    assert "ILLEGAL_ADDRESS" in res["crash1"][1]
+    groups = {int(p) for p in (tmp_path / "pids").read_text().split()}
+    deadline = time.monotonic() + 10  # init may take a moment to reap the killed grandchildren
+    while _live_in_groups(groups) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _live_in_groups(groups)  # no process of any child's group is left running
+
+
+def _live_in_groups(groups: set[int]) -> list[int]:
+    live = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z" and int(fields[2]) in groups:  # state, ppid, pgrp
+                live.append(int(d.name))
+    return live
+
+
+def test_classify_tells_correct_unwritten_partly_unwritten_wrong_and_undetermined():
+    import numpy as np
+    h = _harness()
+    ref = np.linspace(-1, 1, 64).reshape(8, 8)
+    bits, vals = h.bf16(ref)
+    assert h.classify(bits, ref, 2e-2)[0] == "correct"
+    assert h.classify(np.full_like(bits, h.BF16_NAN), ref, 2e-2)[0] == "unwritten"
+    part = bits.copy()
+    part[0] = h.BF16_NAN
+    assert h.classify(part, ref, 2e-2)[0] == "partly unwritten"
+    assert h.classify(h.bf16(ref * 1.5)[0], ref, 2e-2)[0] == "wrong"
+    # A NaN reference row (moe_step's ambiguously routed token) is left out, and said so;
+    # the other rows are still judged.
+    amb = ref.copy()
+    amb[3] = np.nan
+    off = h.bf16(np.where(np.arange(8)[:, None] == 3, ref * 5, ref))[0]
+    kind, info = h.classify(off, amb, 2e-2)
+    assert kind == "correct" and "1 ambiguous rows excluded" in info
+    off[5] = h.bf16(ref[5] * 1.5)[0]
+    assert h.classify(off, amb, 2e-2)[0] == "wrong"
+    # Nothing left to compare is no verdict of correct.
+    assert h.classify(bits, np.full_like(ref, np.nan), 2e-2)[0] == "undetermined"
+
+
+def test_moe_problem_marks_near_ties():
+    import numpy as np
+    h = _harness()
+
+    class Constant:  # every bf16 draw the same value: every token's 128 logits tie
+        def integers(self, lo, hi, shape, dtype):
+            return np.zeros(shape, dtype)
+
+    *_, ref = h.moe_step_problem(Constant(), T=4, E=16, H=64, I=32)
+    assert np.isnan(ref).all()
+    # Random draws: the NaN rows are exactly the tokens whose 8th and 9th logits lie within 1e-4.
+    inputs, _, _, ref = h.moe_step_problem(np.random.default_rng(3), T=8, E=16, H=64, I=32)
+    logits = h.from_bf16(inputs["x"]).astype(np.float64) @ h.from_bf16(inputs["router_w"]).astype(np.float64).T
+    s = np.sort(logits, 1)[:, ::-1]
+    assert (np.isnan(ref).all(1) == (s[:, 7] - s[:, 8] < 1e-4)).all()
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step", "attn_causal", "attn_decode"])
+def test_counterexample_on_the_gpu(kernel):
+    index = _harness().default_index(kernel)
+    if not index.exists():
+        pytest.skip(f"build it first: tools/bazel build //{index.parent.relative_to(ROOT / 'bazel-bin')}:{kernel}_mutations")
+    r = _harness().run(index, watchdog=8.0, seed=None)
+    assert r["original"][0] == "correct", r["original"]
+    for row in r["rows"]:
+        assert row["pipelink"].startswith("rejected") or row["pipelink"] == "propagated-and-correct", row
+    assert any(row["plain"] != "correct" for row in r["rows"])
