@@ -99,11 +99,11 @@ def _checked_symbols(ch: Checked) -> dict[str, tuple[str, str, list[Instance]]]:
     return out
 
 
-def _access_checks(ch: Checked, pl: Placement, kind: str, name: str, insts: list[Instance]) -> str:
+def _access_checks(ch: Checked, pl: Placement, sym: str, kind: str, name: str, insts: list[Instance]) -> str:
     """C statements that trap when the access breaks its clause, one per instance."""
     claims = {c.key: c for c in ch.claims}
     barriers = {b.key: b for b in ch.barriers}
-    out = [f'if (i >= {len(insts)}u) {{ printf({_WHERE}instance %u; the package has {len(insts)}\\n", {_WHO}, i); '
+    out = [f'if (i >= {len(insts)}u) {{ printf({_WHERE}{sym} called with instance %u; the package has {len(insts)}\\n", {_WHO}, i); '
            "__trap(); }"] if len(insts) > 1 else []
     for k, inst in enumerate(insts):
         only = f"i == {k}u && " if len(insts) > 1 else ""
@@ -129,7 +129,7 @@ def _guard_checked_handles(lines: list[str], ch: Checked, pl: Placement) -> list
     for line in lines:
         m = _CHECKED.match(line)
         if m and m.group(2) in checked:
-            line = m.group(1) + _access_checks(ch, pl, *checked[m.group(2)]) + m.group(3)
+            line = m.group(1) + _access_checks(ch, pl, m.group(2), *checked[m.group(2)]) + m.group(3)
         out.append(line)
     return out
 
