@@ -5,9 +5,11 @@ checks them, handles trap on a bad instance number, and the guarded kernel's SAS
 equals its control's.
 
 GPU part (`requires_gpu`, skipped cleanly without one): every example kernel, guarded, runs
-correctly and clean under compute-sanitizer (memcheck, synccheck); the mutation test (a
-component that writes past its claim, tests/components/overrun.cu) traps naming the claim,
-and the same component kept within its claim runs clean.
+correctly and clean under compute-sanitizer (memcheck, synccheck); the mutation tests trap naming
+the clause, and each mutant kept within its contract runs clean: a component that writes past its
+claim (tests/components/overrun.cu), one that reads one element past it through PL_SMEM_AT
+(overread.cu), and one that syncs its named barrier through PL_BARRIER_SYNC with a thread count
+other than its clause's (badbarrier.cu).
 
 The GPU machine has no z3: build the guarded cubins on the CPU machine first with
     PYTHONPATH=tools python tests/linker/test_guard.py --build .guardbuild
@@ -32,8 +34,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for conf
 from conftest import require_cutlass  # noqa: E402  (mainloop_wgmma: CuTe's GMMA atoms)
 
 GSW = ROOT / "kernels" / "gemm_swiglu"
-OVERRUN_KERNEL = '[kernel]\nname = "overrun"\narch = "sm_90a"\ngrid = ["blocks", 1, 1]\nlaunch_args = ["blocks"]\n' \
-                 '[[instance]]\nname = "o"\npackage = "overrun"\n'
+COMPONENTS = ROOT / "tests" / "components"
+MUTANTS = ("overrun", "overread", "badbarrier")  # tests/components/<name>.{cu,contract.toml}, one instance "o"
+
+
+def mutant_kernel(name: str) -> str:
+    return (f'[kernel]\nname = "{name}"\narch = "sm_90a"\ngrid = ["blocks", 1, 1]\nlaunch_args = ["blocks"]\n'
+            f'[[instance]]\nname = "o"\npackage = "{name}"\n')
+
+
+def mutant(name: str, obj: Path):
+    from pipelink.linker.compose import parse_kernel_text
+    from pipelink.linker.package import pack
+
+    return parse_kernel_text(mutant_kernel(name), f"{name}.kernel.toml",
+                             [pack(str(COMPONENTS / f"{name}.contract.toml"), [str(obj)])])
 
 
 # ---- building the guarded kernels (CPU) -------------------------------------------------------------
@@ -48,9 +63,9 @@ def _nvcc(src: Path, out: Path, defines=()) -> Path:
 
 
 def build_guarded(out: Path) -> dict[str, dict[str, str]]:
-    """Link every example kernel (toy, gemm_swiglu, gemm_swiglu_wgmma) and the overrun mutant
-    with --guard into `out`; name -> paths."""
-    from pipelink.linker.compose import parse_kernel, parse_kernel_text
+    """Link every example kernel (toy, gemm_swiglu, gemm_swiglu_wgmma) and the mutants with
+    --guard into `out`; name -> paths."""
+    from pipelink.linker.compose import parse_kernel
     from pipelink.linker.link import link, write_outputs
     from pipelink.linker.package import pack
 
@@ -71,9 +86,7 @@ def build_guarded(out: Path) -> dict[str, dict[str, str]]:
                                                                              [f"-I{require_cutlass()}"]))]),
             pack(str(GSW / "swiglu_wgmma.contract.toml"),
                  [str(_nvcc(GSW / "swiglu.cu", objs / "swiglu_wgmma.o", ["-DSWIGLU_LAYOUT_WGMMA"]))])]),
-        "overrun": parse_kernel_text(OVERRUN_KERNEL, "overrun.kernel.toml", [
-            pack(str(ROOT / "tests" / "components" / "overrun.contract.toml"),
-                 [str(_nvcc(ROOT / "tests" / "components" / "overrun.cu", objs / "overrun.o"))])]),
+        **{m: mutant(m, _nvcc(COMPONENTS / f"{m}.cu", objs / f"{m}.o")) for m in MUTANTS},
     }
     paths = {}
     for name, comp in comps.items():
@@ -89,7 +102,7 @@ def guarded(tmp_path_factory):
     art = os.environ.get("PIPELINK_GUARD_ARTIFACTS")
     if art:
         return {n: {"cubin": f"{art}/{n}.cubin", "manifest": f"{art}/{n}.manifest.json"}
-                for n in ("toy", "gemm_swiglu", "gemm_swiglu_wgmma", "overrun")}
+                for n in ("toy", "gemm_swiglu", "gemm_swiglu_wgmma", *MUTANTS)}
     pytest.importorskip("z3", reason="linking needs z3: set PIPELINK_GUARD_ARTIFACTS (see the module docstring)")
     return build_guarded(tmp_path_factory.mktemp("guarded"))
 
@@ -146,7 +159,27 @@ def test_guarded_examples_clean_under_compute_sanitizer(guarded, kernel, tool):
     assert "pipelink guard" not in text
 
 
-OVERRUN_LAUNCH = """
+def test_checked_handles_plain_and_guarded(tmp_path):
+    """PL_SMEM_AT and PL_BARRIER_SYNC are the unchecked code in a plain link and check their
+    clause in a guarded one; a count the linked SASS shows as an immediate is rejected at link."""
+    pytest.importorskip("z3", reason="linking needs z3")
+    from pipelink.common.diagnostics import Rejected
+    from pipelink.linker.link import link
+
+    for name, plain_body, check in (("overread", "return 0u + b;", "are outside its 256 B"),
+                                    ("badbarrier", "pl::named_barrier_sync(1u, t);", "its contract counts 64")):
+        comp = mutant(name, _nvcc(COMPONENTS / f"{name}.cu", tmp_path / f"{name}.o"))
+        plain, guarded = link(comp), link(comp, guard=True)
+        handle = next(ln for ln in plain.source.splitlines() if f"pl_{name}__" in ln and "(unsigned i, " in ln)
+        assert handle.endswith(f"{{ {plain_body} }}") and "printf" not in handle, handle
+        assert check in guarded.source and f"{name}.cu" not in guarded.source  # file:line comes from the caller
+    comp = mutant("badbarrier", _nvcc(COMPONENTS / "badbarrier.cu", tmp_path / "fixed.o", ["-DBADBARRIER_COUNT=32"]))
+    with pytest.raises(Rejected) as e:
+        link(comp)
+    assert e.value.diagnostics[0].code == "L-BARRIER-THREADS"
+
+
+MUTANT_LAUNCH = """
 import sys
 from cuda.bindings import driver as cu
 from pipelink.runtime import Kernel
@@ -163,22 +196,38 @@ sys.exit(0 if err == cu.CUresult.CUDA_SUCCESS else 5)
 """
 
 
-def _launch_overrun(guarded, extra: int, wrap=()):
+def _launch_mutant(guarded, extra: int, wrap=(), name="overrun"):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    return subprocess.run([*wrap, sys.executable, "-c", OVERRUN_LAUNCH, guarded["overrun"]["cubin"],
-                           guarded["overrun"]["manifest"], str(extra)], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([*wrap, sys.executable, "-c", MUTANT_LAUNCH, guarded[name]["cubin"],
+                           guarded[name]["manifest"], str(extra)], capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.mark.requires_gpu
 def test_mutation_write_past_claim_is_caught(guarded):
     """The mutant keeps to its 256 B claim with extra = 0 and writes past it with extra > 0."""
-    within = _launch_overrun(guarded, 0)
+    within = _launch_mutant(guarded, 0)
     assert within.returncode == 0 and "pipelink guard" not in within.stdout, within.stdout + within.stderr
     for extra in (1, 32):
-        past = _launch_overrun(guarded, extra)
+        past = _launch_mutant(guarded, extra)
         text = past.stdout + past.stderr
         assert past.returncode != 0, text
         assert "pipelink guard" in text and "o.smem.buf" in text and "overrun" in text, text
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("name, needles", [
+    ("overread", ("o.smem.buf", "overread.cu:21", "bytes 256..259", "outside its 256 B")),
+    ("badbarrier", ("o.sync", "badbarrier.cu:23", "bar.sync", "counts 32 threads; its contract counts 64"))])
+def test_mutation_checked_access_is_caught(guarded, name, needles):
+    """The mutant keeps to its contract with extra = 0; with extra = 1 it reads one element past
+    its claim (overread) or syncs its barrier counting 32 of the clause's 64 threads (badbarrier)."""
+    within = _launch_mutant(guarded, 0, name=name)
+    assert within.returncode == 0 and "pipelink guard" not in within.stdout, within.stdout + within.stderr
+    past = _launch_mutant(guarded, 1, name=name)
+    text = past.stdout + past.stderr
+    assert past.returncode != 0 and "pipelink guard" in text, text
+    assert all(n in text for n in needles), (needles, text)
+    print(text.strip().splitlines()[0])
 
 
 @pytest.mark.requires_gpu
@@ -186,7 +235,7 @@ def test_mutation_under_compute_sanitizer(guarded):
     san = _sanitizer()
     if not san:
         pytest.skip("compute-sanitizer not found")
-    p = _launch_overrun(guarded, 1, wrap=(san, "--tool", "memcheck", "--error-exitcode", "9"))
+    p = _launch_mutant(guarded, 1, wrap=(san, "--tool", "memcheck", "--error-exitcode", "9"))
     text = p.stdout + p.stderr
     assert p.returncode != 0 and "pipelink guard" in text and "o.smem.buf" in text, text[-3000:]
 

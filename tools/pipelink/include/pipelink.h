@@ -30,8 +30,15 @@
 
 // ---- declarations (one per contract clause that has a handle) ----------------------
 #define PL_DECLARE_HANDLE_(kind, name) extern "C" __device__ unsigned PL_SYM(kind, name)(unsigned)
-#define PL_DECLARE_SMEM(name) PL_DECLARE_HANDLE_(smem, name)          // [smem.<name>]
-#define PL_DECLARE_BARRIER(name) PL_DECLARE_HANDLE_(bar, name)        // [barrier.<name>]
+// [smem.<name>]; the second handle serves PL_SMEM_AT.
+#define PL_DECLARE_SMEM(name)   \
+  PL_DECLARE_HANDLE_(smem, name); \
+  extern "C" __device__ unsigned PL_SYM(smem_at, name)(unsigned, unsigned, unsigned, const char*, unsigned)
+// [barrier.<name>]; the other two handles serve PL_BARRIER_SYNC / PL_BARRIER_ARRIVE.
+#define PL_DECLARE_BARRIER(name)                                                              \
+  PL_DECLARE_HANDLE_(bar, name);                                                              \
+  extern "C" __device__ void PL_SYM(bar_sync, name)(unsigned, unsigned, const char*, unsigned); \
+  extern "C" __device__ void PL_SYM(bar_arrive, name)(unsigned, unsigned, const char*, unsigned)
 #define PL_DECLARE_FACT(name) PL_DECLARE_HANDLE_(fact, name)          // [fact.<name>] read
 // [workspace.<name>]: global memory the runtime lends the instance for the launch.
 #define PL_DECLARE_WORKSPACE(name) extern "C" __device__ void* PL_SYM(ws, name)(unsigned, const void*)
@@ -73,6 +80,18 @@
 #define PL_SMEM(name) PL_SYM(smem, name)(pl_inst)
 #define PL_SMEM_PTR(name) (pl::smem_base() + PL_SMEM(name))
 #define PL_BARRIER(name) PL_SYM(bar, name)(pl_inst)
+// Checked forms, for code that wants `pipelink link --guard` to check it at run time. A plain
+// link folds them to the unchecked code (PL_SMEM_PTR(name) + i * sizeof(T); a bar.sync on
+// PL_BARRIER(name)); a guarded link traps, naming the clause and this file:line, when
+//   PL_SMEM_AT(T, name, i)         element i of claim `name` as a T (an lvalue) lies outside the claim;
+//   PL_BARRIER_SYNC(name, threads) `threads` is not the count of the barrier's contract clause
+//   PL_BARRIER_ARRIVE(name, threads)  (a count the linked SASS shows as an immediate is checked at
+//                                      every link already: L-BARRIER-THREADS).
+#define PL_SMEM_AT(T, name, i)                                                                                \
+  (*reinterpret_cast<T*>(pl::smem_base() + PL_SYM(smem_at, name)(pl_inst, (unsigned)(i) * (unsigned)sizeof(T), \
+                                                                  (unsigned)sizeof(T), __FILE__, __LINE__)))
+#define PL_BARRIER_SYNC(name, threads) PL_SYM(bar_sync, name)(pl_inst, (threads), __FILE__, __LINE__)
+#define PL_BARRIER_ARRIVE(name, threads) PL_SYM(bar_arrive, name)(pl_inst, (threads), __FILE__, __LINE__)
 #define PL_FACT(name) PL_SYM(fact, name)(pl_inst)
 #define PL_WORKSPACE(name) PL_SYM(ws, name)(pl_inst, pl_params)
 #define PL_RING_DEPTH(name) PL_SYM(ring_depth, name)(pl_inst)

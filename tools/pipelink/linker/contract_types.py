@@ -187,8 +187,10 @@ class Contract:
         out: dict[str, str] = {}
         for s in self.smem:
             out[f"{p}smem__{s.name}"] = f"smem.{s.name}"
+            out[f"{p}smem_at__{s.name}"] = f"smem.{s.name}"
         for b in self.barriers:
-            out[f"{p}bar__{b.name}"] = f"barrier.{b.name}"
+            for kind in ("bar", "bar_sync", "bar_arrive"):
+                out[f"{p}{kind}__{b.name}"] = f"barrier.{b.name}"
         for f in self.facts:
             if f.own is None:
                 out[f"{p}fact__{f.name}"] = f"fact.{f.name}"

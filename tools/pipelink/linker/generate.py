@@ -81,12 +81,12 @@ def _u(v: int) -> str:
     return f"{v}u"
 
 
-def _switch(values: list[int]) -> str:
-    """Body returning values[i] for instance i; a single instance needs no switch."""
+def _switch(values: list[int], plus: str = "") -> str:
+    """Body returning values[i] (+ `plus`) for instance i; a single instance needs no switch."""
     if len(set(values)) == 1:
-        return f"return {_u(values[0])};"
-    cases = " ".join(f"case {i}: return {_u(v)};" for i, v in enumerate(values[:-1]))
-    return f"switch (i) {{ {cases} default: return {_u(values[-1])}; }}"
+        return f"return {_u(values[0])}{plus};"
+    cases = " ".join(f"case {i}: return {_u(v)}{plus};" for i, v in enumerate(values[:-1]))
+    return f"switch (i) {{ {cases} default: return {_u(values[-1])}{plus}; }}"
 
 
 def generate(ch: Checked, pl: Placement) -> str:
@@ -180,9 +180,30 @@ def _handle_functions(ch: Checked, pl: Placement, insts: list[Instance]) -> list
                 out.append(f"{_instance_guard(inst, insts)}return reinterpret_cast<void*>({f});")
             out.append("  return nullptr;\n}" if len(insts) > 1 else "}")
             continue
+        if kind in CHECKED_KINDS:
+            out.append(_checked_handle(pl, insts, sym, kind, name))
+            continue
         values = [_handle_value(ch, pl, i, kind, name, role_of, ring_by_inst) for i in insts]
         out.append(f'extern "C" __device__ unsigned {sym}(unsigned i) {{ {_switch(values)} }}')
     return out
+
+
+# The checked forms of pipelink.h (PL_SMEM_AT, PL_BARRIER_SYNC / _ARRIVE): one line each, which
+# the guard (guard.py) extends with its check; here they are the unchecked code, folded by LTO.
+CHECKED_KINDS = ("smem_at", "bar_sync", "bar_arrive")
+CHECKED_SIGNATURE = {"smem_at": "unsigned {sym}(unsigned i, unsigned b, unsigned n, const char* f, unsigned l)",
+                     "bar_sync": "void {sym}(unsigned i, unsigned t, const char* f, unsigned l)",
+                     "bar_arrive": "void {sym}(unsigned i, unsigned t, const char* f, unsigned l)"}
+
+
+def _checked_handle(pl: Placement, insts: list[Instance], sym: str, kind: str, name: str) -> str:
+    if kind == "smem_at":
+        body = _switch([pl.offsets[f"{i.name}.smem.{name}"] for i in insts], plus=" + b")
+    else:
+        op = "named_barrier_sync" if kind == "bar_sync" else "named_barrier_arrive"
+        ids = [pl.barrier_ids[f"{i.name}.{name}"] for i in insts]
+        body = f"pl::{op}(" + ("".join(f"i == {k}u ? {_u(v)} : " for k, v in enumerate(ids[:-1])) + _u(ids[-1])) + ", t);"
+    return f'extern "C" __device__ {CHECKED_SIGNATURE[kind].format(sym=sym)} {{ {body} }}'
 
 
 def _export_thunks(ch: Checked, pl: Placement, insts: list[Instance], layout: ParamLayout) -> list[str]:

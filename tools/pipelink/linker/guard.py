@@ -11,6 +11,12 @@ placement and the generated code.
   red zone.
 - Handles: a handle called with an instance number its package does not have (a corrupted
   `pl_inst`) prints the handle and traps instead of returning another instance's value.
+- Checked accesses (pipelink.h's PL_SMEM_AT, PL_BARRIER_SYNC, PL_BARRIER_ARRIVE): their handles,
+  plain code in an unguarded link, here first check the access. PL_SMEM_AT traps on an element
+  outside its claim (a read too: red zones only show writes); the barrier forms trap on a thread
+  count other than the clause's. The message names the clause, the instance and the caller's
+  file:line. Accesses through raw pointers and raw `bar.sync` stay unchecked at run time (an
+  immediate count is checked statically on every link: L-BARRIER-THREADS).
 - Barrier ids are checked statically on every link (linked_checks.py, L-SASS).
 Run guarded kernels under `compute-sanitizer` (tests/linker/test_guard.py) to also catch accesses
 outside the dynamic window. The guard costs shared memory and time: it is for testing.
@@ -22,7 +28,8 @@ import dataclasses
 import re
 
 from pipelink.linker.check_types import Checked
-from pipelink.linker.generate import generate
+from pipelink.linker.compose import Instance
+from pipelink.linker.generate import CHECKED_KINDS, generate
 from pipelink.linker.solve import Placement
 
 RED_ZONE = 128  # bytes after each claim; a multiple of every claim alignment up to 128
@@ -73,9 +80,64 @@ def _guard_handles(lines: list[str], counts: dict[str, int]) -> list[str]:
     return out
 
 
+_CHECKED = re.compile(r'^(extern "C" __device__ \w+ (pl_\w+)\(unsigned i, [^)]*\) \{ )(.*)$')
+_WHERE = '"pipelink guard: block (%d,%d,%d) thread %d at %s:%u: '
+_WHO = "(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)threadIdx.x, f, l"
+
+
+def _checked_symbols(ch: Checked) -> dict[str, tuple[str, str, list[Instance]]]:
+    """Symbol of every checked handle the objects may call -> (kind, clause name, instances)."""
+    by_pkg: dict[str, list[Instance]] = {}
+    for inst in ch.comp.instances:
+        by_pkg.setdefault(inst.package.name, []).append(inst)
+    out = {}
+    for insts in by_pkg.values():
+        c = insts[0].contract
+        for kind in CHECKED_KINDS:
+            for name in (s.name for s in c.smem) if kind == "smem_at" else (b.name for b in c.barriers):
+                out[f"pl_{c.name}__{kind}__{name}"] = (kind, name, insts)
+    return out
+
+
+def _access_checks(ch: Checked, pl: Placement, sym: str, kind: str, name: str, insts: list[Instance]) -> str:
+    """C statements that trap when the access breaks its clause, one per instance."""
+    claims = {c.key: c for c in ch.claims}
+    barriers = {b.key: b for b in ch.barriers}
+    out = [f'if (i >= {len(insts)}u) {{ printf({_WHERE}{sym} called with instance %u; the package has {len(insts)}\\n", {_WHO}, i); '
+           "__trap(); }"] if len(insts) > 1 else []
+    for k, inst in enumerate(insts):
+        only = f"i == {k}u && " if len(insts) > 1 else ""
+        if kind == "smem_at":
+            claim = claims[f"{inst.name}.smem.{name}"]
+            limit = claim.bytes - RED_ZONE  # the claim as the contract has it, without the red zone
+            desc = _c_string(f"{claim.key} [{claim.origin}]")
+            out.append(f"if ({only}(n > {limit}u || b > {limit}u - n)) {{ printf({_WHERE}bytes %u..%u of shared-memory "
+                       f'claim %s are outside its {limit} B\\n", {_WHO}, b, b + n - 1u, "{desc}"); __trap(); }}')
+        else:
+            bar = barriers[f"{inst.name}.{name}"]
+            desc = _c_string(f"{bar.key} [{bar.origin}]")
+            op = "bar.sync" if kind == "bar_sync" else "bar.arrive"
+            out.append(f"if ({only}t != {bar.threads}u) {{ printf({_WHERE}{op} on named barrier %s (id "
+                       f'{pl.barrier_ids[bar.key]}) counts %u threads; its contract counts {bar.threads}\\n", '
+                       f'{_WHO}, "{desc}", t); __trap(); }}')
+    return " ".join(out) + " "
+
+
+def _guard_checked_handles(lines: list[str], ch: Checked, pl: Placement) -> list[str]:
+    checked = _checked_symbols(ch)
+    out = []
+    for line in lines:
+        m = _CHECKED.match(line)
+        if m and m.group(2) in checked:
+            line = m.group(1) + _access_checks(ch, pl, m.group(2), *checked[m.group(2)]) + m.group(3)
+        out.append(line)
+    return out
+
+
 def generate_guarded(ch: Checked, pl: Placement) -> str:
     src = generate(ch, pl)
     lines = _guard_handles(src.splitlines(), _instance_counts(ch))
+    lines = _guard_checked_handles(lines, ch, pl)
     zones = _zones(ch, pl)
     words = RED_ZONE // 4
     table = ", ".join(f"{start}u" for start, _ in zones) or "0u"

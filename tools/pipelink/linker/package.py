@@ -123,7 +123,8 @@ def _clause_for_symbol(sym: str) -> str:
     parts = sym.split("__")
     if len(parts) >= 3:
         kind, name = parts[1], parts[2]
-        kind = {"smem": "smem", "bar": "barrier", "fact": "fact", "export": "export", "call": "callable.import"}.get(
+        kind = {"smem": "smem", "smem_at": "smem", "bar": "barrier", "bar_sync": "barrier", "bar_arrive": "barrier",
+                "fact": "fact", "export": "export", "call": "callable.import"}.get(
             kind, "ring" if kind.startswith("ring_") else kind)
         return f"{kind}.{name}"
     return sym

@@ -26,7 +26,7 @@ from pipelink.linker.package import FORMAT, Package, check_provider_source, reta
 from pipelink.linker.trial import Measured
 
 MAX_ENTRY_BYTES = 512 << 20  # a package entry larger than this is damage (or a zip bomb), not an object
-HANDLE_KINDS = ("smem", "bar", "fact", "ring_depth", "ring_buffer", "ring_full", "ring_empty", "role", "export", "call", "ws")
+HANDLE_KINDS = ("smem", "smem_at", "bar", "bar_sync", "bar_arrive", "fact", "ring_depth", "ring_buffer", "ring_full", "ring_empty", "role", "export", "call", "ws")
 # \Z, not $: `$` also matches before a final newline, so "acc\n" would pass as an identifier.
 _IDENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 _SAFE_NAME = re.compile(r"\A[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*\Z")

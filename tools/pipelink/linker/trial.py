@@ -136,7 +136,7 @@ def object_archs(data: bytes, tk: Toolkit) -> set[str]:
     return set(_FATBIN_ARCH.findall(listing))
 
 
-_COMPONENT_SYMBOL = re.compile(rb"pl_([A-Za-z0-9_]+?)__(?:entry|import|callable|own|smem|bar|fact|ring_depth|ring_buffer|"
+_COMPONENT_SYMBOL = re.compile(rb"pl_([A-Za-z0-9_]+?)__(?:entry|import|callable|own|smem_at|smem|bar_sync|bar_arrive|bar|fact|ring_depth|ring_buffer|"
                                rb"ring_full|ring_empty|export|call|role)__[A-Za-z_]")
 
 
