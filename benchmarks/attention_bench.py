@@ -309,7 +309,7 @@ def cmd_pair(a) -> int:
             return lambda: attention(q, k, v, variant, out=o, control=control, kernel_dir=BIN, **kw)
 
         # Each kernel on its own output, then on the other's: where a buffer lies moved document
-        # linked / control by 0.23% with identical SASS (BENCHMARKS.md issue 10 run 20).
+        # linked / control by 0.23% with identical SASS (BENCHMARKS.md, "Method").
         r, iqr, ta, tb, r1, r2 = both_ways_ratio((call(oa, False), call(ob, True)), (call(ob, False), call(oa, True)),
                                                  10 if variant == "decode" else 3, a.rounds)
         rows.append((vd, ta, tb, r, iqr))

@@ -145,7 +145,7 @@ def cmd_pair(a) -> int:
             ol = torch.empty((M, INTER), device="cuda", dtype=torch.bfloat16)
             oc = torch.empty_like(ol)
             # each kernel on its own output, then on the other's: where the output lies moved one
-            # cubin against itself (BENCHMARKS.md issue 9 run 10, issue 10 run 20)
+            # cubin against itself (BENCHMARKS.md, "Method")
             r, _, ta, tb, _, _ = both_ways_ratio((lambda: gl(x, w, ol), lambda: gc(x, w, oc)),
                                                  (lambda: gl(x, w, oc), lambda: gc(x, w, ol)), inner_for(M), a.rounds)
             rows.append((name, M, ta, tb, r))

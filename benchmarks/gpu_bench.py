@@ -183,8 +183,8 @@ def paired_ratio(fa, fb, inner: int, rounds: int) -> tuple[float, float, float, 
 def both_ways_ratio(own, swapped, inner: int, rounds: int) -> tuple[float, float, float, float, float, float]:
     """paired_ratio of (A, B) on their own buffers, then of (A', B'): the same kernels with their
     buffers exchanged (A on B's workspaces and output, B on A's). The geometric mean cancels
-    where the buffers lie, which alone moved one cubin against itself by up to 1.2% (moe_step,
-    BENCHMARKS.md issue 9 run 10). -> (ratio, the larger IQR, A us, B us, own ratio, swapped ratio)."""
+    where the buffers lie, which alone moved one cubin against itself by up to 1.2% (moe_step;
+    BENCHMARKS.md, "Method"). -> (ratio, the larger IQR, A us, B us, own ratio, swapped ratio)."""
     r1, q1, a1, b1 = paired_ratio(*own, inner, rounds)
     r2, q2, a2, b2 = paired_ratio(*swapped, inner, rounds)
     return math.sqrt(r1 * r2), max(q1, q2), math.sqrt(a1 * a2), math.sqrt(b1 * b2), r1, r2

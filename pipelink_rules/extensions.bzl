@@ -58,7 +58,9 @@ def _pipelink_toolchains_impl(module_ctx):
             continue
         cuda = _one(mod, mod.tags.cuda, "cuda")
         python = _one(mod, mod.tags.python, "python")
-    root_dir = str(module_ctx.path(Label("@@//:MODULE.bazel")).dirname)
+    # The root module's directory is the workspace root of the invocation; the repository
+    # rules read it from rctx.workspace_root. Resolving a label such as @@//:MODULE.bazel here
+    # would need a BUILD file in the root package, which a consumer workspace need not have.
     interpreter = python.interpreter if python else ""
     local_cuda_repository(
         name = "local_cuda",
@@ -66,12 +68,10 @@ def _pipelink_toolchains_impl(module_ctx):
         cutlass_include = cuda.cutlass_include if cuda else "",
         host_compiler = cuda.host_compiler if cuda else "",
         interpreter = interpreter,
-        root_module_dir = root_dir,
     )
     pipelink_python_repository(
         name = "pipelink_python",
         interpreter = interpreter,
-        root_module_dir = root_dir,
     )
 
 pipelink_toolchains = module_extension(

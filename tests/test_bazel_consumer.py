@@ -2,14 +2,17 @@
 
 A consumer workspace in a temporary directory depends on pipelink through `archive_override`
 of a `git archive` of this checkout (uncommitted edits of tracked files included, via
-`git stash create`). Its MODULE.bazel configures the linker's interpreter with the
-`pipelink_toolchains.python` tag and leaves the CUDA toolkit to detection (the NVIDIA wheels
-of that interpreter); its .bazelrc is empty. Checked:
+`git stash create`). As a new user would lay it out: the archive lies outside the workspace
+(tools/bazel mounts what MODULE.bazel's file:// URLs name, with no PIPELINK_EXTRA_MOUNTS), the
+targets live in `k/BUILD.bazel` and the workspace has no root BUILD file. Its MODULE.bazel
+configures the linker's interpreter with the `pipelink_toolchains.python` tag and leaves the
+CUDA toolkit to detection (the NVIDIA wheels of that interpreter); its .bazelrc is empty. Checked:
 
   * a component and a fused kernel build, also for another arch through
     `--@pipelink//pipelink_rules:arch=sm_100a`;
   * `bazel query 'deps(//:k1)'` works (the offline stubs are complete enough);
-  * the consumer's own py_binary does not run on pipelink's interpreter.
+  * the consumer's own py_binary does not run on pipelink's interpreter;
+  * without any pipelink_toolchains tag, the interpreter is found in the root module's .venv.
 """
 
 from __future__ import annotations
@@ -97,18 +100,20 @@ def consumer(tmp_path_factory):
     ws = top / "my_kernels"
     ws.mkdir()
     rev = subprocess.run(["git", "stash", "create"], cwd=REPO, capture_output=True, text=True).stdout.strip() or "HEAD"
-    archive = ws / "third_party" / "pipelink.tar.gz"
+    archive = top / "archives" / "pipelink-0.1.0.tar.gz"  # outside the workspace, as README shows
     archive.parent.mkdir()
     subprocess.run(["git", "archive", "--format=tar.gz", "--prefix=pipelink/", "-o", str(archive), rev],
                    cwd=REPO, check=True)
     integrity = "sha256-" + base64.b64encode(hashlib.sha256(archive.read_bytes()).digest()).decode()
     (ws / "MODULE.bazel").write_text(MODULE.format(integrity=integrity, archive=archive, python=VENV_PY))
     (ws / ".bazelrc").write_text("")  # nothing to copy from pipelink
-    (ws / "BUILD.bazel").write_text(BUILD)
-    (ws / "which_python.py").write_text("import sys\nprint('PYTHON=' + sys.executable)\n")
-    shutil.copytree(SRC_WS / "toys", ws / "toys")
+    (ws / "k").mkdir()
+    (ws / "k" / "BUILD.bazel").write_text(BUILD)  # no BUILD file in the root package
+    (ws / "k" / "which_python.py").write_text("import sys\nprint('PYTHON=' + sys.executable)\n")
+    shutil.copytree(SRC_WS / "toys", ws / "k" / "toys")
     ob = top / "ob"
-    env = dict(os.environ, PIPELINK_EXTRA_MOUNTS=str(top))
+    env = dict(os.environ)
+    env.pop("PIPELINK_EXTRA_MOUNTS", None)
     for v in ("PIPELINK_PYTHON", "PIPELINK_CUDA_HOME", "PIPELINK_CUTLASS_INCLUDE", "VIRTUAL_ENV"):
         env.pop(v, None)  # detection must come from the tags and the interpreter alone
 
@@ -128,21 +133,22 @@ def consumer(tmp_path_factory):
 
 def test_builds_from_git_archive(consumer):
     ws, bazel = consumer
-    bazel("build", "//:k1")
-    assert (ws / "bazel-bin" / "k1.cubin").stat().st_size > 0
-    res = bazel("build", "//:owner", "--@pipelink//pipelink_rules:arch=sm_100a")
+    assert not (ws / "BUILD.bazel").exists() and not (ws / "BUILD").exists()
+    bazel("build", "//k:k1")
+    assert (ws / "bazel-bin" / "k" / "k1.cubin").stat().st_size > 0
+    res = bazel("build", "//k:owner", "--@pipelink//pipelink_rules:arch=sm_100a")
     assert "Build completed successfully" in res.stderr, res.stderr[-3000:]
 
 
 def test_query_deps(consumer):
     _ws, bazel = consumer
-    res = bazel("query", "deps(//:k1)")
-    assert "//:owner" in res.stdout and "@pipelink//tools:pipelink_linker_files" in res.stdout.replace("@@pipelink~", "@pipelink"), res.stdout[-2000:]
+    res = bazel("query", "deps(//k:k1)")
+    assert "//k:owner" in res.stdout and "@pipelink//tools:pipelink_linker_files" in res.stdout.replace("@@pipelink~", "@pipelink"), res.stdout[-2000:]
 
 
 def test_consumer_py_binary_is_not_on_pipelinks_interpreter(consumer):
     _ws, bazel = consumer
-    res = bazel("run", "//:which_python")
+    res = bazel("run", "//k:which_python")
     line = [x for x in res.stdout.splitlines() if x.startswith("PYTHON=")]
     assert line, res.stdout + res.stderr[-2000:]
     used = line[0][len("PYTHON="):]
@@ -161,8 +167,26 @@ def test_bad_module_tags_are_coded(consumer, tags, message):
     good = module.read_text()
     try:
         module.write_text(good + tags.format(python=VENV_PY))
-        res = bazel("build", "--nobuild", "//:k1", check=False)
+        res = bazel("build", "--nobuild", "//k:k1", check=False)
         assert res.returncode != 0
         assert "pipelink B-MODULE: " in res.stderr and message in res.stderr and ". hint: " in res.stderr, res.stderr[-3000:]
     finally:
         module.write_text(good)
+
+
+def test_no_tags_finds_the_root_modules_venv(consumer):
+    """Without pipelink_toolchains tags the linker's interpreter is <root module>/.venv/bin/python
+    (the root module's directory comes from the invocation's workspace root, not from a label
+    that would need a root BUILD file)."""
+    ws, bazel = consumer
+    module = ws / "MODULE.bazel"
+    good = module.read_text()
+    venv = ws / ".venv"
+    try:
+        module.write_text("\n".join(l for l in good.splitlines() if not l.startswith("pipelink.python(")) + "\n")
+        venv.symlink_to(VENV_PY.parent.parent)
+        bazel("build", "//k:k1")
+        assert (ws / "bazel-bin" / "k" / "k1.cubin").stat().st_size > 0
+    finally:
+        module.write_text(good)
+        venv.unlink(missing_ok=True)

@@ -4,9 +4,9 @@ uniform registers. Runs on the CPU, on the kernels Bazel built.
 A descriptor derived from `threadIdx` (the warpgroup index t / 128) is not provably warp-uniform
 to ptxas: it lives in ordinary registers and is moved into uniform ones (two R2UR per 64-bit
 descriptor, twice per wgmma) before every HGMMA. Broadcasting the index from lane 0, as CUTLASS's
-canonical_warp_group_idx does, removes those moves: 4-9% faster (BENCHMARKS.md issue 8 run 9,
-issue 10 run 20). This guards against a change that makes the index, or a ring index the
-descriptors are summed from, non-uniform again.
+canonical_warp_group_idx does, removes those moves: 4-9% faster on the GEMM consumers and the
+attention core (docs/DECISIONS.md). This guards against a change that makes the index, or a
+ring index the descriptors are summed from, non-uniform again.
 """
 
 from __future__ import annotations

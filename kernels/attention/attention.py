@@ -179,9 +179,9 @@ def _aux(tensor_like, words):
 def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
     """Fewer heads than SMs: one wave of CTAs (one fits per SM), at least one KV block each.
     Several waves: two splits per head of 64..127 KV blocks (B = 32, KV = 8K: 1.3-2.0% faster
-    in four runs); heads of 32 blocks (B = 64, KV = 4K), 128 (B = 16, KV = 16K) or 256 (B = 8,
+    in four timings); heads of 32 blocks (B = 64, KV = 4K), 128 (B = 16, KV = 16K) or 256 (B = 8,
     KV = 32K) gained nothing from two, and more splits cost more in each CTA's set-up than they
-    saved (BENCHMARKS.md issue 10 run 13)."""
+    saved (docs/DECISIONS.md, attention)."""
     blocks = kv_len // BLOCK
     if bh >= num_sms:
         return 2 if 64 <= blocks < 128 else 1
@@ -192,7 +192,7 @@ def decode_schedule(bh: int, kv_len: int, num_sms: int, schedule: str | None = N
                     splits: int | None = None) -> tuple[bool, int]:
     """(uniform, splits param). schedule "uniform": attn_decode, `splits` per head (given, or
     default_splits); "streamk": attn_decode_streamk, whose `splits` is attn_combine's slot
-    stride. None picks by shape (BENCHMARKS.md issue 10 run 15, each measured beside the other):
+    stride. None picks by shape (each measured beside the other; BENCHMARKS.md, split-KV decode):
     - heads fewer than the SMs: uniform, one wave (stream-K's ranges across heads cost it ~3 us:
       B = 1, KV 4K..128K);
     - uniform's waves under 90% used (w / ceil(w), w = its CTAs / SMs): stream-K (160 heads,

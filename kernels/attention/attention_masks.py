@@ -204,7 +204,7 @@ def list_schedule(costs, G):
 
 
 # The host's schedules (causal family, document): the (batch, head) rows in sections whose K and V
-# take at most half the L2 but hold at least 8 rows (H200 run 11: 8 rows per section at S = 32K;
+# take at most half the L2 but hold at least 8 rows (on the H200, 8 rows per section at S = 32K;
 # 2-4% faster at S = 4K-8K than sections sized by the L2 alone or one order over all heads).
 SECTION_L2_SHARE = 0.5
 MIN_SECTION_ROWS = 8
@@ -262,7 +262,7 @@ def document_aux(doc_ids, B, H, S, device, G, l2_bytes=0, head_dim=128):
     # the host's schedule (ATTN_LISTED_TILE): a tile of b's Q block qb costs its KV blocks + ~0.5
     # (its Q load, first QK^T and last PV are not overlapped)
     n = (hi - lo).cpu().tolist()  # [B][QB]
-    # (run 11: 2.1% / 0.6% faster at S = 8K / 32K than one LPT order over all heads)
+    # (2.1% / 0.6% faster at S = 8K / 32K than one LPT order over all heads)
     cost = lambda qb, bh: n[bh // H][qb] + 0.5  # noqa: E731
     cuts = sections(B * H, S, head_dim, l2_bytes)
     tiles = [t for lo, hi in zip(cuts, cuts[1:])

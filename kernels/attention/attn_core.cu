@@ -164,8 +164,8 @@ PL_ENTRY(run) {
   // EARLY_MASK: block_sparse, document) gets them asked for right after the block's GEMMs are
   // issued, so its aux loads complete under them; one that computes them from registers (causal,
   // sliding, ...) gets them in the softmax (asked early they cost sliding ~3%: two more live
-  // registers across the GEMMs; H200 runs 3-5, results/2026-12-01/issue10/NOTES_v3.md). Asked a
-  // block ahead, before the named-barrier turn and the issue, they cost document 3-4% (run 12).
+  // registers across the GEMMs). Asked a block ahead, before the named-barrier turn and the
+  // issue, they cost document 3-4%.
   auto mask_of = [&](unsigned kb_kind, unsigned ib, unsigned* bits) {
     bits[0] = bits[1] = ~0u;
     if (kb_kind & attn::PARTIAL) {
@@ -211,8 +211,8 @@ PL_ENTRY(run) {
       // The running max moves only when it grows by more than 8 (FlashAttention-4's lazy
       // rescaling): P then stays below 2^8, which bf16 and the f32 sums hold, and O and l need
       // no rescaling (alpha = 1; rescale skips a warp whose rows all keep theirs). From -inf (O
-      // and l are still 0) alpha is 1 too. 1.2-7% faster on every variant timed (BENCHMARKS.md
-      // issue 10 run 18).
+      // and l are still 0) alpha is 1 too. The per-block rescale's FMULs were instructions the
+      // softmax could not spare (docs/DECISIONS.md).
       const bool grow = mx > m[j] + 8.f;
       const float mj = grow ? mx : m[j];
       const float use = mj == -INFINITY ? 0.f : mj;  // a row masked so far stays exp2(-inf) = 0
@@ -308,8 +308,8 @@ PL_ENTRY(run) {
         pass();
         // Block i + 1's kind, asked for now: its aux loads complete under this
         // block's GEMMs and softmax instead of delaying the next issue (the loop's memory
-        // clobbers keep the compiler from hoisting them; ncu run7: 14% of the core's stall samples
-        // sat on those loads before the issue). Block n - 1 asks for itself again (no branch).
+        // clobbers keep the compiler from hoisting them; asked before the issue, those loads held
+        // 14% of the core's stall samples). Block n - 1 asks for itself again (no branch).
         const unsigned inx = i + 1 < n ? i + 1 : i;
         const unsigned kind_nx = PL_CALL(kv_block, qb, bh, split, inx, p.q_len, p.kv_len, p.aux);
         if (early) mask_of(kind, i, bits);  // block i's mask words: their loads land under its GEMMs
@@ -317,7 +317,7 @@ PL_ENTRY(run) {
         attn_wgmma::fence_regs<64>(s);
         // K_i is released before the softmax. (Released after it on a predicate reading the row
         // sums, ptxas kept the wait for PV_{i-1} below the softmax, so the softmax overlapped its
-        // own PV; measured 1.5-3% slower in run7: K's stage went back to the loader later.)
+        // own PV; measured 1.5-3% slower: K's stage went back to the loader later.)
         rkv.release(ik, lane0);
         softmax(kind, i, bits, alpha, f.m, f.l);
         kind = kind_nx;

@@ -2,13 +2,13 @@
 // shared memory and TMA. Runs on the core's threads (import `out`, layout "attn_o(2)" of attn.h):
 // each warpgroup normalises its 64 rows, writes them with stmatrix into its own half of the
 // staging buffer (SWIZZLE_128B order, 64-column boxes) and one of its threads stores them with
-// TMA. Direct 4-byte global stores cost the masked variants 4-11% (run 11: the kernels without
+// TMA. Direct 4-byte global stores cost the masked variants 4-11% (against the kernels without
 // an epilogue at all), because both warpgroups stalled in them at every tile boundary.
 // Synchronisation per warpgroup (barriers epi0 / epi1, 128 threads): before writing its half
 // (its previous store has read it) and before the store (every write fenced for the async proxy).
 // The storing thread waits for that read at the warpgroup's next tile, not right after the store
 // (at once only after the role's last tile, OutFrag::more == 0, before the CTA may exit): the
-// wait had held the warpgroup's next GEMMs (run 12: 0-1.2% on the masked variants).
+// wait had held the warpgroup's next GEMMs (0-1.2% on the masked variants).
 // The tensor map of o is this package's parameter tmap_o, filled by attn_store_host.py
 // ([bh * q_len, d] bf16, boxes [64, 64]); prefill q_len is a multiple of block_q (attention.py).
 #define PL_COMPONENT attn_store

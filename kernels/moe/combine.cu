@@ -83,7 +83,7 @@ PL_ENTRY(run) {
   // One rank: which experts this warp has acquired done, lane l holding bit i for expert
   // 4 l + i (like the expert's Known). A refresh reads all 128 YDONE counters and counts at
   // once (16 B a lane each), and runs only when a group of units has a pending choice whose
-  // bit is not set: testing each pending choice's counter instead (run 18's ncu at T = 16384)
+  // bit is not set: testing each pending choice's counter instead (ncu at T = 16384)
   // made 96 M L2 sector requests a launch to the few lines that hold YDONE and COUNTS, 16% of
   // the kernel's warp samples, the slices the expert's loads and signals also use. Bits stay
   // set, so once a warp has seen every expert done it reads no counter again. The warp
@@ -165,7 +165,7 @@ PL_ENTRY(run) {
   // While none of its units is ready a warp sleeps 256 ns, doubling up to 1 us: each refresh
   // reads the few L2 lines that hold YDONE and COUNTS, in slices the expert's weight stream
   // also needs, and 512 warps refreshing every 256 ns made the step 1.7-4.6% slower at
-  // T = 128-1024 (BENCHMARKS.md issue 9 run 27). A longer cap (2 us) cost 1% at T = 1, where the
+  // T = 128-1024. A longer cap (2 us) cost 1% at T = 1, where the
   // last expert's finish is then seen later; a cap that depends on T made the linked SASS
   // differ from the control's.
   constexpr unsigned CAP = 1024;

@@ -1,34 +1,16 @@
-// expert.cu — owner X. Role: the expert FFN of every routed slot, on Hopper's async units.
-// Its 8 warps are two consumer warpgroups, run one of two ways per launch (Mode, below):
-//  - solo (T < EXPERT_TEAM_MIN_T): each warpgroup walks its own units of block_m rows with its
-//    own ring;
-//  - team (T >= EXPERT_TEAM_MIN_T, one rank): both warpgroups share one unit of 128 rows (warpgroup w
-//    computes rows 64 w ..) and one ring, so each weight stage is read from L2 once for 128
-//    rows, not once per 64: 3.3% faster at T = 4096 (BENCHMARKS.md issue 9 run 21), but 7-19%
-//    slower at T <= 128 (its padding to 128 rows, one weight stream per SM instead of two).
-// Either way the units are interleaved over the grid (consecutive units land on different
-// SMs) and walked in two passes (every warpgroup finishes its pass-1 units before any pass-2
-// unit, so waits never form a cycle):
-//  1. gate/up: unit (expert e, h block hb, row tile rb): [rows x 2*block_h] = x·[gate;up]ᵀ over
-//     K = 2048, once all the expert's rows are laid out (READY[e] = count). Each warp hands its
-//     16 rows to the importer of `acc` (the SwiGLU library, layout "moe_gu16"), which
-//     writes h = silu(gate) * up to `hs`; then the warp adds its valid rows × block_h to
-//     HREADY[e].
-//  2. down: unit (e, n block nb, rb): [rows x block_n] = h·w2[e]ᵀ (K = 768) once HREADY[e] =
-//     count × 768, rounded to bf16 in `ys` (valid rows only; combine sums in f32); YDONE[e]
-//     counts the unit's block_m tiles (combine's target is in block_m tiles whatever the mode).
-// Main loop per unit: a ring of shared-memory stages; a stage holds the A tile (64 rows per
-// warpgroup × 64 k, bf16) and the B tile (N rows × 64 k) in SWIZZLE_128B order.
-// B (the weights) comes by TMA from tensor maps the host provider (expert_host.py) builds
-// for the lent w13/w2, completing the stage's mbarrier (expect-tx). A comes by cp.async (16 B
-// per thread, zero-filled beyond the tile's valid rows; each thread's copies of a stage count
-// as one arrival on the same mbarrier, so one wait covers both operands): gate/up's rows straight from x, row
-// r being token xrow[r] (one rank: dispatch copies nothing), or from xs (world > 1: dispatch
-// gathered them there); down's from hs. Rows are scattered, so no tensor map can describe
-// them. wgmma m64nNk16 reads both from shared memory (kernels/gemm/wgmma.h).
-// Owns the tile geometry: block_m (EXPERT_BLOCK_M: the tile's rows, ≤ 64; the wgmma is
-// always m64 and rows ≥ block_m are zero), block_h (EXPERT_BLOCK_H, 32 or 64), block_n
-// (EXPERT_BLOCK_N, 64 or 128); the contract's `own` values come from the same defines.
+// expert.cu — owner X. Role: the expert FFN of every routed slot (gate/up + SwiGLU export, then
+// down), as two wgmma warpgroups fed by TMA (weights) and cp.async (rows).
+// Solo mode gives each warpgroup its own units of block_m rows and its own ring; team mode
+// (T >= EXPERT_TEAM_MIN_T, one rank) puts both on one 128-row unit and one ring, so a weight
+// stage is read from L2 once per 128 rows: that pays at large T and costs at small T, where the
+// padding to 128 rows and one weight stream per SM instead of two dominate.
+// Units are interleaved over the grid and walked in two passes (gate/up, then down); every
+// warpgroup finishes its gate/up units first, so readiness waits never form a cycle.
+// The rows are scattered (token xrow[r] of x on one rank, xs when world > 1, hs for down), so
+// no tensor map can describe them: the consuming threads copy them, and their copies arrive on
+// the stage's mbarrier beside the TMA's expect-tx, so one wait covers both operands.
+// Owns the tile geometry (block_m <= 64 with the wgmma always m64, block_h, block_n): the
+// contract's `own` values come from the same defines.
 #define PL_COMPONENT moe_expert
 #include <pipelink.h>
 
@@ -100,8 +82,8 @@ static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 1
 // The launch's schedule, one copy per CTA in shared memory (claim `sched`), written once by
 // the role's first warp: per expert its rows (count), its first row in dispatch's layout
 // (block_m tiles) and its first unit in each pass. Held in registers (4 a lane each) it was
-// live through every unit, the SwiGLU export included, where the budget is tightest: five
-// tile geometries spilled there (BENCHMARKS.md issue 9 run 21). A unit reads it a few times.
+// live through every unit, the SwiGLU export included, where the budget is tightest, and
+// tile geometries spilled there. A unit reads it a few times.
 struct Sched {
   unsigned count[moe::EXPERTS], first_row[moe::EXPERTS], first[2][moe::EXPERTS];
 };
@@ -320,8 +302,7 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
 // rows >= valid are not written. Each 4 x 4 block of a quad's bf16 pairs (4 column groups of 8)
 // is transposed by two xor-shuffle steps so that lane q stores group 4 m + q of its row as
 // one 16-B store: a warp's store writes 8 rows x 64 B (8 instructions a row pair, not 32 of
-// 4 B). Without the 4-B stores the whole step was 5-8% faster at T = 1024-8192; with these it is
-// 2-9% faster at T >= 1024 (BENCHMARKS.md issue 9 run 22).
+// 4 B): the 4-B stores, not the epilogue's wait, were what the down pass paid for.
 template <unsigned N>
 __device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* out, unsigned row0, unsigned col0,
                                              unsigned valid, unsigned lane) {
@@ -411,8 +392,7 @@ PL_ENTRY(run) {
   if (p.world == 1) {
     // One warp polls ROUTED and the role's barrier hands its acquire on (the CUTLASS semaphore
     // pattern): 132 pollers of the word the router's finisher releases, not 1,056. (Per unit,
-    // READY and HREADY stay polled by every warp: one poller there was 1-2% slower at
-    // T >= 4096, BENCHMARKS.md issue 9 run 9.)
+    // READY and HREADY stay polled by every warp: one poller there was slower at large T.)
     if (warp == 0) moe::wait_at_least(cur + moe::ROUTED, p.t);
     team_sync();
 #pragma unroll

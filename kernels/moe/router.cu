@@ -15,9 +15,9 @@
 // 4 KB), each warp loading half (64 experts), and each warp's 16 x rows (512 B). Both warps run
 // the same k-steps on two tiles, with one named barrier (`ring`) a step. The phase is bound by
 // what L2 delivers: W_r is read by every warp (512 KB a tile pair), so a slice serves two tiles
-// (run 19: the router phase 19% shorter), and x's rows, from DRAM, come as far ahead as W_r's.
-// Straight from global into registers ptxas kept about seven loads in flight and no step ahead
-// (run 13).
+// (the router phase 19% shorter than with a ring per warp), and x's rows, from DRAM, come as
+// far ahead as W_r's. Straight from global into registers ptxas kept about seven loads in
+// flight and no step ahead.
 // Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
@@ -219,7 +219,7 @@ PL_ENTRY(run) {
   // Each CTA walks its k-range from its own k32 step on (krange is a power of two): CTAs that
   // ran in step would all ask L2 for the same slice of W_r at once.
   unsigned rot = blockIdx.x * 32 & (krange - 1);
-  asm("" : "+r"(rot));  // opaque, as measured (run 16)
+  asm("" : "+r"(rot));  // opaque, as in the build that was measured
   const auto kat = [&](unsigned k0) { return (k0 + rot) & (krange - 1); };
   // The routing below runs once per tile, in one warp: from a cold instruction cache it took
   // ~6 us per pass (moe_step_trace), from a warm one ~2. So a warp that has routed no tile

@@ -49,11 +49,16 @@ def _realpath(rctx, path):
         return res.stdout.strip()
     return path
 
+def root_module_dir(rctx):
+    """The root module's directory: the attribute when a caller sets it, else the workspace
+    root of this invocation (where the root module's MODULE.bazel lies)."""
+    return rctx.attr.root_module_dir or str(rctx.workspace_root)
+
 def _abs(rctx, path):
     """A tag's path: relative paths are relative to the root module's directory."""
     if not path or path.startswith("/"):
         return path
-    return rctx.attr.root_module_dir + "/" + path
+    return root_module_dir(rctx) + "/" + path
 
 def find_python(rctx):
     """Returns (interpreter, how it was found) or (None, reasons tried)."""
@@ -63,7 +68,7 @@ def find_python(rctx):
         (_abs(rctx, rctx.attr.interpreter), "the pipelink_toolchains.python tag"),
         (env.get("PIPELINK_PYTHON", ""), "PIPELINK_PYTHON"),
         ((env.get("VIRTUAL_ENV", "") + "/bin/python") if env.get("VIRTUAL_ENV", "") else "", "VIRTUAL_ENV"),
-        (rctx.attr.root_module_dir + "/.venv/bin/python" if rctx.attr.root_module_dir else "", "the root module's .venv"),
+        (root_module_dir(rctx) + "/.venv/bin/python", "the root module's .venv"),
         (_workspace_root(rctx) + "/.venv/bin/python", "the pipelink checkout's .venv"),
     ]
     for path, how in candidates:
@@ -94,7 +99,7 @@ def _venv_site_packages(rctx):
     checkout's .venv (newest Python first)."""
     python, _ = find_python(rctx)
     found = _python_site_packages(rctx, python)
-    roots = [rctx.attr.root_module_dir, _workspace_root(rctx)]
+    roots = [root_module_dir(rctx), _workspace_root(rctx)]
     for root in roots:
         if not root:
             continue
@@ -316,7 +321,7 @@ def _local_cuda_impl(rctx):
 
 _COMMON_ATTRS = {
     "interpreter": attr.string(doc = "pipelink_toolchains.python(interpreter = ...) of the root module."),
-    "root_module_dir": attr.string(doc = "The root module's directory (relative tag paths start there)."),
+    "root_module_dir": attr.string(doc = "The root module's directory (relative tag paths start there). Empty: the invocation's workspace root."),
 }
 
 local_cuda_repository = repository_rule(

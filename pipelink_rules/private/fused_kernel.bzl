@@ -10,7 +10,10 @@
 Outputs (default): <name>.cubin, <name>.manifest.json, <name>.report.json, <name>.map.txt,
 from one `PipelinkLink` action. Output group `control`: <name>.control.cubin, from a
 separate `PipelinkControlLink` action that also builds the kernel as one translation unit
-(only run when that group, or a fused_kernel_sass_test, asks for it).
+(only run when that group, or a fused_kernel_sass_test, asks for it). Output group
+`placement`: <name>.placement.json (the link action writes it; `pipelink diff-map` compares two).
+Output group `map_html`: <name>.map.html, the placement drawn by `pipelink map` in a small
+`PipelinkMap` action (`tools/bazel build //examples/toy:toy --output_groups=+map_html`).
 
 The composition is the `.kernel.toml` file (docs/CONTRACTS.md, "Kernel composition"): it
 is the same file `python -m pipelink link --kernel` takes, so a kernel links the same way
@@ -36,6 +39,7 @@ def _link_args(ctx, toolchain, kernel_file, comps, outs, control = None):
     args.add("--manifest", outs.manifest)
     args.add("--report", outs.report)
     args.add("--map", outs.map)
+    args.add("--placement", outs.placement)
     if control:
         args.add("--control-cubin", control)
     args.add("--arch", ctx.attr.arch)
@@ -54,6 +58,7 @@ def _declare_outputs(ctx, prefix):
         manifest = ctx.actions.declare_file(prefix + ".manifest.json"),
         report = ctx.actions.declare_file(prefix + ".report.json"),
         map = ctx.actions.declare_file(prefix + ".map.txt"),
+        placement = ctx.actions.declare_file(prefix + ".placement.json"),
     )
 
 def _fused_kernel_impl(ctx):
@@ -90,7 +95,7 @@ def _fused_kernel_impl(ctx):
         ctx,
         arguments = [_link_args(ctx, toolchain, kernel_file, comps, outs)],
         inputs = depset([kernel_file], transitive = [packages, tool_inputs]),
-        outputs = [outs.cubin, outs.manifest, outs.report, outs.map],
+        outputs = [outs.cubin, outs.manifest, outs.report, outs.map, outs.placement],
         mnemonic = "PipelinkLink",
         progress_message = "Linking fused kernel %{label} for " + ctx.attr.arch,
         env = env,
@@ -109,16 +114,36 @@ def _fused_kernel_impl(ctx):
             [kernel_file],
             transitive = [packages, tool_inputs] + [c.sources for c in comps] + [c.headers for c in comps],
         ),
-        outputs = [control, scratch.cubin, scratch.manifest, scratch.report, scratch.map],
+        outputs = [control, scratch.cubin, scratch.manifest, scratch.report, scratch.map, scratch.placement],
         mnemonic = "PipelinkControlLink",
         progress_message = "Building control kernel %{label} (one translation unit) for " + ctx.attr.arch,
         env = env,
         origins = origins,
     )
 
+    # The placement drawn as one self-contained HTML page (only built when its group is asked for).
+    map_html = ctx.actions.declare_file(ctx.label.name + ".map.html")
+    map_args = ctx.actions.args()
+    map_args.add("map")
+    map_args.add(outs.placement)
+    map_args.add("--html", map_html)
+    run_pipelink(
+        ctx,
+        arguments = [map_args],
+        inputs = depset([outs.placement]),
+        outputs = [map_html],
+        mnemonic = "PipelinkMap",
+        progress_message = "Drawing the placement of %{label}",
+        env = env,
+    )
+
     return [
         DefaultInfo(files = depset([outs.cubin, outs.manifest, outs.report, outs.map])),
-        OutputGroupInfo(control = depset([control])),
+        OutputGroupInfo(
+            control = depset([control]),
+            placement = depset([outs.placement]),
+            map_html = depset([map_html]),
+        ),
         FusedKernelInfo(
             name = ctx.label.name,
             cubin = outs.cubin,

@@ -75,6 +75,7 @@ CODES: dict[str, str] = {
     "E-ORIGIN": "an --origin PATH=LABEL that names no file the command reads, could name two (both sides hold '='), lacks a side, gives one file two labels or holds a control character",
     "E-FILE": "an input file is missing, unreadable, not a regular file or too large",
     "E-OUTPUT": "an output path cannot be written (a directory, under a file, too long, repeated, an input, or a device/FIFO)",
+    "E-PLACEMENT": "a file given to `pipelink map` or `diff-map` is not a placement `pipelink link --placement` wrote (not JSON, another kind of file, or another format)",
     "E-TEMP": "a scratch folder for intermediate files cannot be made or written in the temporary directory (TMPDIR, else /tmp: missing, read-only or full)",
     "E-INTERNAL": "a bug in pipelink itself (rerun with PIPELINK_DEBUG=1 and report it)",
     "E-TOOLKIT": "the CUDA toolkit (nvcc, nvJitLink) is missing or of the wrong version",

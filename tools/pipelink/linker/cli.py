@@ -1,4 +1,4 @@
-"""The `pipelink` command: pack, link, plan, sass-diff, explain.
+"""The `pipelink` command: pack, link, plan, sass-diff, map, diff-map, explain.
 
 Every failure is a coded diagnostic (text, or JSON with --format=json) and exit 1;
 usage errors exit 2. No traceback reaches the user for a bad input.
@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     ln.add_argument("--report")
     ln.add_argument("--map")
     ln.add_argument("--source-out", help="also write the generated CUDA source")
+    ln.add_argument("--placement", help="also write the placement as JSON (what `pipelink map` draws)")
     ln.add_argument("--control-cubin", help="also build the single-unit control")
     ln.add_argument("--arch")
     ln.add_argument("--cuda-home")
@@ -77,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     sd.add_argument("--kernel")
     sd.add_argument("--side-by-side", action="store_true")
     sd.add_argument("--cuda-home")
+
+    from pipelink.linker.map_cli import add_map_commands
+
+    add_map_commands(sub)
 
     ex = sub.add_parser("explain", help="what a diagnostic code means")
     ex.add_argument("code", nargs="?")
@@ -166,6 +171,10 @@ def _run(args, origins: _Origins) -> int:
         return _pack(args, origins)
     if args.cmd in ("link", "plan"):
         return _link(args, origins)
+    if args.cmd in ("map", "diff-map"):
+        from pipelink.linker.map_cli import run_map_command
+
+        return run_map_command(args, origins, _emit)
     if args.cmd == "sass-diff":
         return _sass_diff(args, origins)
     raise AssertionError(args.cmd)
@@ -219,14 +228,16 @@ def _link(args, origins: _Origins) -> int:
     out = _link_outputs(args, comp)
     inputs = [args.kernel, *args.package]
     targets = [(f"--{k}", str(v)) for k, v in out.items()]
-    targets += [(f, v) for f, v in (("--control-cubin", args.control_cubin), ("--source-out", args.source_out)) if v]
+    targets += [(f, v) for f, v in (("--control-cubin", args.control_cubin), ("--source-out", args.source_out),
+                                    ("--placement", args.placement)) if v]
     check_targets(targets, inputs)  # before the link: a bad output path costs nothing
     res = link(comp, control=bool(args.control_cubin), cuda_home=args.cuda_home, guard=args.guard,
                spills=args.spills)
     write_outputs(res, cubin=str(out["cubin"]), manifest=str(out["manifest"]),
                   report=str(out["report"]) if "report" in out else None,
                   map_path=str(out["map"]) if "map" in out else None,
-                  control=args.control_cubin, source=args.source_out, inputs=inputs)
+                  control=args.control_cubin, source=args.source_out, inputs=inputs,
+                  placement=args.placement, labels=dict(origins.table()))
     _warn(args, res.warnings)
     if res.control_error is not None:  # the linked outputs are written and valid; only the control failed
         raise Rejected([*res.control_error.diagnostics])
@@ -248,7 +259,7 @@ def _plan(args, comp) -> int:
 def _link_outputs(args, comp) -> dict[str, Path]:
     """cubin, manifest, report, map -> path: --out-dir's names, each overridden by its own flag."""
     out = {}
-    for flag in ("out_dir", "cubin", "manifest", "report", "map", "control_cubin", "source_out"):
+    for flag in ("out_dir", "cubin", "manifest", "report", "map", "control_cubin", "source_out", "placement"):
         if getattr(args, flag) == "":  # an empty path is a mistake, not "no such output"
             raise Rejected(Diagnostic("E-OUTPUT", f"--{flag.replace('_', '-')} is an empty path",
                                       hint="give a path, or leave the option out"))

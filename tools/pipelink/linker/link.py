@@ -233,7 +233,7 @@ def make_map(ch: Checked, pl: Placement, usage: dict) -> str:
 
 def write_outputs(res: LinkResult, *, cubin: str, manifest: str, report: str | None = None,
                   map_path: str | None = None, control: str | None = None, source: str | None = None,
-                  inputs: list[str] = ()) -> None:
+                  inputs: list[str] = (), placement: str | None = None, labels: dict | None = None) -> None:
     """All outputs or none (outputs.write_all). A failed control is left out: the linked
     outputs are good without it, and an earlier control file is not touched."""
     items = [("--cubin", cubin, res.cubin),
@@ -248,4 +248,9 @@ def write_outputs(res: LinkResult, *, cubin: str, manifest: str, report: str | N
         items.append(("--control-cubin", control, res.control_cubin))
     if source:
         items.append(("--source-out", source, res.source.encode()))
+    if placement:  # labels: the --origin table, so each contract clause also names its owner
+        from pipelink.linker.placement import make_placement, placement_bytes
+
+        usage = res.report["resource_usage"]
+        items.append(("--placement", placement, placement_bytes(make_placement(res.checked, res.placement, usage, labels))))
     write_all([(p, d) for _, p, d in items], flags=[f for f, _, _ in items], inputs=list(inputs))
