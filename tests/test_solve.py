@@ -167,13 +167,13 @@ def test_two_instances_get_separate_placements(two_workers):
 
 
 def test_two_instances_link_and_match_control(two_workers):
-    from pipelink.linker.sass import compare
+    from pipelink.linker.sass import compare, disassemble
 
     comp, _ = two_workers
     res = link(comp, control=True)
     cmp = compare(res.cubin, res.control_cubin, "twice")
     assert cmp["identical"], "\n".join(cmp["functions"]["twice"]["diff"][:60])
-    assert not any(i.startswith("CALL") for i in __import__("pipelink.linker.sass").sass.disassemble(res.cubin)["twice"])
+    assert not any(i.startswith("CALL") for i in disassemble(res.cubin)["twice"])
 
 
 # ---- (c) determinism -------------------------------------------------------------------------------
