@@ -168,7 +168,7 @@ def test_two_instances_get_separate_placements(two_workers):
 
 
 def test_two_instances_link_and_match_control(two_workers):
-    from pipelink.linker.sass import compare, disassemble
+    from pipelink.linker.sass import compare
 
     comp, _ = two_workers
     res = link(comp, control=True)
