@@ -17,6 +17,7 @@ from pipelink.linker.check_bindings import check_callables, check_library_barrie
 from pipelink.linker.check_types import Barrier, Checked, Claim, Diags, Ring, Role, Transfer
 from pipelink.linker.compose import Composition, Instance
 from pipelink.linker.contract import MBARRIER_COUNT_MAX
+from pipelink.linker.contract_types import fact_text
 from pipelink.linker.kernel_rules import check_binds, check_grid, check_param_fact_names, check_resident
 from pipelink.linker.kernel_rules import side_of as _side
 
@@ -228,12 +229,18 @@ def _check_facts(comp: Composition, d: Diags):
     for name in KERNEL_FACTS:
         for i, f in owners.pop(name, []):
             d.add("L-FACT-OWNERS", f"fact {name!r} is the kernel's cluster shape; {_side(i)} cannot own it",
-                  clause=f"fact.{name}", facts=[Fact(_side(i), f"own = {f.own}", str(f.origin))],
+                  clause=f"fact.{name}", facts=[Fact(_side(i), f.own_text(), str(f.origin))],
                   hint="read it (accept = [...]) and set [kernel] cluster in the kernel file")
         value = comp.cluster[KERNEL_FACTS.index(name)]
         for i, f in readers.pop(name, []):
             facts[name], owner[name] = value, None
-            if f.type != "u32" or not f.accepts(value):
+            if f.type != "u32":
+                d.add("L-FACT-TYPE", f"fact {name!r} is u32 (the kernel's cluster) but {f.type} at {_side(i)}",
+                      clause=f"fact.{name}.type",
+                      facts=[Fact(f"kernel {comp.name}", f"cluster = {list(comp.cluster)}", comp.file),
+                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
+                      hint='the cluster shape is u32: remove the type or write type = "u32"')
+            elif not f.accepts(value):
                 d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {value} (the kernel's cluster)",
                       clause=f"fact.{name}",
                       facts=[Fact(f"kernel {comp.name}", f"cluster = {list(comp.cluster)}", comp.file),
@@ -243,7 +250,7 @@ def _check_facts(comp: Composition, d: Diags):
         if len(os_) > 1:
             d.add("L-FACT-OWNERS", f"fact {name!r} has {len(os_)} owners",
                   clause=f"fact.{name}",
-                  facts=[Fact(_side(i), f"own = {f.own}", str(f.origin)) for i, f in os_],
+                  facts=[Fact(_side(i), f.own_text(), str(f.origin)) for i, f in os_],
                   hint="a fact has one owner; make the others readers (accept = [...])")
         i, f = os_[0]
         facts[name], owner[name] = f.own, i
@@ -264,9 +271,9 @@ def _check_facts(comp: Composition, d: Diags):
                              Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
                       hint="owner and readers must state the same type")
             elif not f.accepts(of.own):
-                d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {of.own} from {_side(oi)}",
+                d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {fact_text(of.type, of.own)} from {_side(oi)}",
                       clause=f"fact.{name}",
-                      facts=[Fact(_side(oi), f"own = {of.own}", str(of.value_origin or of.origin)),
+                      facts=[Fact(_side(oi), of.own_text(), str(of.value_origin or of.origin)),
                              Fact(_side(i), f.accept_text(), str(f.value_origin or f.origin))],
                       hint=f"change the owner's {name}, or widen what {i.package.name} accepts (and support it)")
     return facts, owner
