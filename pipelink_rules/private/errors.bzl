@@ -20,6 +20,7 @@ B_CODES = {
     "B-FILE-TYPE": "a file attribute holds the wrong kind of file, or several files where one goes, or a file the build cannot pass on (a source path with shell characters or not ASCII; a contract that is a directory or not UTF-8)",
     "B-SRCS": "a cuda_component has no .cu source, or two of its .cu would compile to one object path",
     "B-COMPONENTS": "a fused_kernel lists no components",
+    "B-FACTS": "a fused_kernel's `facts` is not a dict of C-identifier names to ints (u32), bools, or (\"u64\"|\"i32\", int) pairs within their type",
     "B-DUP-PACKAGE": "two components of one fused_kernel provide the same package name",
     "B-NAME": "a component name (the `component` attribute or the target name) is not a C identifier, or a target's name holds a character nvcc's shell expands or is not ASCII",
     "B-DEFINE": "a define is malformed (empty, not NAME or NAME=VALUE, a comma, a reserved PL_/pl_ name, a character nvcc's shell expands) or given twice with different values",

@@ -19,6 +19,12 @@ The composition is the `.kernel.toml` file (docs/CONTRACTS.md, "Kernel compositi
 is the same file `python -m pipelink link --kernel` takes, so a kernel links the same way
 inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides the file's
 `kernel.arch`; the components are transitioned to that architecture.
+
+`facts = {"hidden": 4096}` adds facts the kernel owns (docs/CONTRACTS.md, "Kernel-owned facts")
+to the kernel file, so one set of component packages serves many models, one fused_kernel each:
+an int is a u32, True/False a bool, ("u64", v) or ("i32", v) the other types. The rule writes
+the kernel file plus those `[fact.X] own = V` tables (`_pl_facts/<name>/<kernel file>`) and links
+that; a value of another kind is B-FACTS.
 """
 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
@@ -61,6 +67,63 @@ def _declare_outputs(ctx, prefix):
         placement = ctx.actions.declare_file(prefix + ".placement.json"),
     )
 
+_FACT_BOUNDS = {"u32": (0, 4294967295), "u64": (0, 18446744073709551615), "i32": (-2147483648, 2147483647)}
+_IDENT_START = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+_IDENT_REST = _IDENT_START + "0123456789"
+_FACTS_HINT = 'write facts = {"hidden": 4096} (a u32), True/False (a bool), or ("u64", v) / ("i32", v)'
+
+def _fact_value(ctx, name, v):
+    """(type, TOML value) of one facts entry, or B-FACTS."""
+    what = "attribute facts: %s = %r" % (name, v)
+    if type(v) == "bool":
+        return "bool", "true" if v else "false"
+    if type(v) == "list" and len(v) == 2 and v[0] == "bool" and type(v[1]) == "bool":
+        return "bool", "true" if v[1] else "false"
+    ftype, value = "u32", v
+    if type(v) == "list" and len(v) == 2 and type(v[0]) == "string":
+        ftype, value = v[0], v[1]
+        if ftype not in _FACT_BOUNDS:
+            pl_fail(ctx, "B-FACTS", "%s: unknown fact type '%s'" % (what, ftype), _FACTS_HINT)
+    if type(value) != "int":
+        pl_fail(ctx, "B-FACTS", "%s is a %s, not an integer or a bool" % (what, type(value)), _FACTS_HINT)
+    lo, hi = _FACT_BOUNDS[ftype]
+    if value < lo or value > hi:
+        pl_fail(ctx, "B-FACTS", "%s is outside %s's %d..%d" % (what, ftype, lo, hi), _FACTS_HINT)
+    return ftype, str(value)
+
+def _fact_tables(ctx):
+    """The kernel file's `[fact.X]` tables for the `facts` attribute ("" when it is empty)."""
+    if not ctx.attr.facts_json:
+        return ""
+    facts = json.decode(ctx.attr.facts_json)
+    if type(facts) != "dict":
+        pl_fail(ctx, "B-FACTS", "attribute facts is a %s, not a dict of fact names to values" % type(facts), _FACTS_HINT)
+    lines = ["", "# from fused_kernel(facts = ...) of " + display_label(ctx.label)]
+    for name in sorted(facts):
+        if not name or name[0] not in _IDENT_START or [c for c in name.elems() if c not in _IDENT_REST]:
+            pl_fail(ctx, "B-FACTS", "attribute facts: '%s' is not a C identifier" % name, "name the fact as the contracts do")
+        ftype, value = _fact_value(ctx, name, facts[name])
+        lines += ["", "[fact.%s]" % name] + (['type = "%s"' % ftype] if ftype != "u32" else []) + ["own = " + value]
+    return "\n".join(lines) + "\n"
+
+def _kernel_with_facts(ctx, kernel_file):
+    """The kernel file, with the `facts` attribute's tables appended when there are any."""
+    tables = _fact_tables(ctx)
+    if not tables:
+        return kernel_file
+    part = ctx.actions.declare_file("_pl_facts/%s/facts.toml" % ctx.label.name)
+    ctx.actions.write(part, tables)
+    out = ctx.actions.declare_file("_pl_facts/%s/%s" % (ctx.label.name, kernel_file.basename))
+    ctx.actions.run_shell(
+        inputs = [kernel_file, part],
+        outputs = [out],
+        command = 'cat "$1" "$2" > "$3"',
+        arguments = [kernel_file.path, part.path, out.path],
+        mnemonic = "PipelinkKernelFacts",
+        progress_message = "Adding the facts of %{label} to its kernel file",
+    )
+    return out
+
 def _fused_kernel_impl(ctx):
     check_arch(ctx, ctx.attr.arch)
     check_target_name(ctx)
@@ -68,6 +131,7 @@ def _fused_kernel_impl(ctx):
     kernel_file = check_files(ctx, "kernel", ctx.files.kernel, [".kernel.toml"],
                               "name the <kernel>.kernel.toml composition file (docs/CONTRACTS.md, \"Kernel composition\")",
                               single = True)
+    kernel_file = _kernel_with_facts(ctx, kernel_file)
     if not ctx.attr.components:
         pl_fail(ctx, "B-COMPONENTS", "attribute components is empty",
                 "list the cuda_component targets whose packages the kernel file's [[instance]] entries name")
@@ -157,7 +221,7 @@ def _fused_kernel_impl(ctx):
         ),
     ]
 
-fused_kernel = rule(
+_fused_kernel = rule(
     implementation = _fused_kernel_impl,
     doc = "Links cuda_component packages into one fused kernel with `pipelink link` " +
           "(provider FusedKernelInfo; output group `control` holds the control cubin).",
@@ -178,6 +242,10 @@ fused_kernel = rule(
             default = "sm_90a",
             doc = "Target architecture, one of %s (passed as `link --arch`)." % SUPPORTED_ARCHS,
         ),
+        "facts_json": attr.string(
+            doc = "The fused_kernel macro's `facts`, JSON-encoded (a rule attribute cannot hold ints and " +
+                  "bools in one dict); checked here, at analysis, for coded B-FACTS errors.",
+        ),
         "spills": attr.string(
             default = "error",
             values = ["error", "warning"],
@@ -195,6 +263,17 @@ fused_kernel = rule(
     toolchains = [CUDA_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
     provides = [FusedKernelInfo],
 )
+
+def fused_kernel(name, facts = {}, **kwargs):
+    """Links cuda_component packages into one fused kernel with `pipelink link`.
+
+    Args:
+      name: target name.
+      facts: facts the kernel owns, {name: value}: an int is a u32, True/False a bool,
+        ("u64", v) / ("i32", v) the other types (docs/CONTRACTS.md, "Kernel-owned facts").
+      **kwargs: the rule's attributes (kernel, components, arch, spills) and common ones.
+    """
+    _fused_kernel(name = name, facts_json = json.encode(facts) if facts else "", **kwargs)
 
 # ---- SASS equivalence test --------------------------------------------------------------
 

@@ -163,7 +163,7 @@ BAD = {
     "aligned-type": ("C-SCHEMA", ROLE + 'warpgroup_aligned = "yes" #<\n'),
     "library-with-role": ("C-SCHEMA", LIB + '[role] #<\nwarps = 1\n'),
     # [fact.*]
-    "fact-type": ("C-SCHEMA", ROLE + '[fact.t]\ntype = "u64" #<\n'),
+    "fact-type": ("C-SCHEMA", ROLE + '[fact.t]\ntype = "f32" #<\n'),
     "fact-own-and-accept": ("C-SCHEMA", ROLE + '[fact.t]\nown = 4\naccept = [4] #<\n'),
     "fact-accept-empty": ("C-SCHEMA", ROLE + '[fact.t]\naccept = [] #<\n'),
     "fact-accept-range-key": ("C-SCHEMA", ROLE + '[fact.t]\naccept = { min = 1, step = 2 } #<\n'),

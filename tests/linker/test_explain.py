@@ -30,7 +30,6 @@ NOT_RUN = {
     "L-SOLVE": "the solver giving up needs a placement problem too large to state as a small example",
     "L-LINK": "nvJitLink refusing inputs pack accepted has no small example (test_hardening.py runs a crashing one)",
     "L-COMPILE": "the generated code failing to compile means a pipelink bug or a foreign header",
-    "L-FACT-TYPE": "u32 is the only fact type the schema accepts, so owner and reader cannot differ yet",
     "R-CUDA": "a failing CUDA driver call needs a GPU",
     "R-GRID": "the co-resident bound is read from the device: needs a GPU",
     "R-WORKSPACE": "a lent workspace is checked against a loaded kernel: needs a GPU",

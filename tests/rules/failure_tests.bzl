@@ -114,6 +114,9 @@ CASES = [
     ("bad_no_cu", "B-SRCS", "list at least one .cu", "attribute srcs has no .cu file"),
     ("bad_no_components", "B-COMPONENTS", "list the cuda_component targets", "attribute components is empty"),
     ("bad_duplicate_package", "B-DUP-PACKAGE", "list each package once", "both provide package 'comp'"),
+    ("bad_facts_value", "B-FACTS", 'write facts = {"hidden": 4096}', 'attribute facts: hidden = "4096" is a string'),
+    ("bad_facts_type", "B-FACTS", 'write facts = {"hidden": 4096}', "unknown fact type 'f32'"),
+    ("bad_facts_range", "B-FACTS", 'write facts = {"hidden": 4096}', "is outside u32's 0..4294967295"),
     ("bad_component_name", "B-NAME", 'set component = "my_comp"', "'my-comp' is not a C identifier"),
     ("bad-target-name", "B-NAME", 'set component = "bad_target_name"', "the target name; `component` is not set"),
     ("bad_define_empty", "B-DEFINE", "remove it", "is an empty define"),
@@ -191,6 +194,9 @@ def failure_fixtures():
     fused_kernel(name = "bad_no_components", kernel = _KERNEL, components = [], tags = m)
     _component("comp_again")
     fused_kernel(name = "bad_duplicate_package", kernel = _KERNEL, components = [":comp", ":comp_again"], tags = m)
+    fused_kernel(name = "bad_facts_value", kernel = _KERNEL, components = [":comp"], facts = {"hidden": "4096"}, tags = m)
+    fused_kernel(name = "bad_facts_type", kernel = _KERNEL, components = [":comp"], facts = {"hidden": ("f32", 1)}, tags = m)
+    fused_kernel(name = "bad_facts_range", kernel = _KERNEL, components = [":comp"], facts = {"hidden": -1}, tags = m)
     _component("bad_component_name", component = "my-comp")
     _component("bad-target-name", component = "")
     _component("bad_define_empty", defines = [""])

@@ -212,6 +212,29 @@ kernel_test = analysistest.make(_kernel_test_impl, attrs = {
     "spills": attr.string(default = "error"),
 })
 
+# ---- fused_kernel(facts = ...): the kernel file plus the facts' tables is what both links read ----
+
+def _kernel_facts_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    name = analysistest.target_under_test(env).label.name
+    info = analysistest.target_under_test(env)[FusedKernelInfo]
+    writes = [a for a in _actions(env, "FileWrite") if a.outputs.to_list()[0].basename == "facts.toml"]
+    asserts.equals(env, 1, len(writes), "one facts.toml")
+    if writes:
+        asserts.equals(env, "\n# from fused_kernel(facts = ...) of //tests/rules:%s\n\n[fact.flag]\ntype = \"bool\"\nown = true\n\n" % name +
+                            "[fact.hidden]\nown = 4096\n\n[fact.offset]\ntype = \"i32\"\nown = -3\n", writes[0].content)
+    join = _one_action(env, "PipelinkKernelFacts")
+    if join:
+        asserts.equals(env, ["kern.kernel.toml"], _basenames(join.outputs))
+        asserts.equals(env, "_pl_facts/%s/kern.kernel.toml" % name, info.kernel.short_path.rpartition("tests/rules/")[2])
+        for mnemonic in ("PipelinkLink", "PipelinkControlLink"):
+            link = _one_action(env, mnemonic)
+            if link:
+                asserts.equals(env, [info.kernel.path], _flag_values(link.argv, "--kernel"))
+    return analysistest.end(env)
+
+kernel_facts_test = analysistest.make(_kernel_facts_test_impl)
+
 # ---- fused_kernel_sass_test: the generated script quotes what it interpolates --------------
 
 _ODD_KERNEL = "kern$(touch sass_pwned)'q"
@@ -282,6 +305,8 @@ def rules_analysis_test_suite(name):
     fused_kernel(name = "kern_spills", spills = "warning", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel(name = "kern_sm120a", arch = "sm_120a", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
 
+    fused_kernel(name = "kern_facts", kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"],
+                 facts = {"hidden": 4096, "offset": ("i32", -3), "flag": True})
     fused_kernel(name = _ODD_KERNEL, kernel = "testdata/kern.kernel.toml", components = [":comp", ":other_pkg"], tags = ["manual"])
     fused_kernel_sass_test(name = "odd_sass", kernel = ":" + _ODD_KERNEL, tags = ["manual"])
 
@@ -295,6 +320,7 @@ def rules_analysis_test_suite(name):
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
     kernel_test(name = "kernel_spills_test", target_under_test = ":kern_spills", size = "small", spills = "warning")
     sass_script_test(name = "sass_script_test", target_under_test = ":odd_sass", size = "small")
+    kernel_facts_test(name = "kernel_facts_test", target_under_test = ":kern_facts", size = "small")
     external_source_test(name = "external_source_test", target_under_test = ":comp_external_src", size = "small",
                          object = "external/%s/comp.o" % Label(_EXTERNAL + "//:comp.cu").workspace_name)
 
@@ -314,6 +340,7 @@ def rules_analysis_test_suite(name):
             ":kernel_sm120a_test",
             ":kernel_spills_test",
             ":sass_script_test",
+            ":kernel_facts_test",
             ":external_source_test",
             ":external_component_test",
             ":external_variant_test",

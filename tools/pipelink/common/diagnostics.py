@@ -101,6 +101,7 @@ CODES: dict[str, str] = {
     "L-FACT-OWNERS": "a fact has no owner or more than one owner",
     "L-FACT-TYPE": "owner and reader disagree on a fact's type",
     "L-FACT-ACCEPT": "a reader cannot accept the owner's value of a fact",
+    "L-FACT-UNREAD": "the kernel file owns a fact that no component (nor the grid) reads",
     "L-RING-SIDE": "a ring lacks its producer or consumer, or has two of one side",
     "L-RING-STAGE": "producer and consumer disagree on a ring's stage size",
     "L-RING-DEPTH": "producer and consumer depth ranges do not intersect",

@@ -39,7 +39,11 @@
   PL_DECLARE_HANDLE_(bar, name);                                                              \
   extern "C" __device__ void PL_SYM(bar_sync, name)(unsigned, unsigned, const char*, unsigned); \
   extern "C" __device__ void PL_SYM(bar_arrive, name)(unsigned, unsigned, const char*, unsigned)
-#define PL_DECLARE_FACT(name) PL_DECLARE_HANDLE_(fact, name)          // [fact.<name>] read
+#define PL_DECLARE_FACT(name) PL_DECLARE_HANDLE_(fact, name)          // [fact.<name>] read (u32)
+// Typed facts: the declaration must match the contract's `type` (the handle returns that C type).
+#define PL_DECLARE_FACT_U64(name) extern "C" __device__ unsigned long long PL_SYM(fact, name)(unsigned)
+#define PL_DECLARE_FACT_I32(name) extern "C" __device__ int PL_SYM(fact, name)(unsigned)
+#define PL_DECLARE_FACT_BOOL(name) extern "C" __device__ bool PL_SYM(fact, name)(unsigned)
 // [workspace.<name>]: global memory the runtime lends the instance for the launch.
 #define PL_DECLARE_WORKSPACE(name) extern "C" __device__ void* PL_SYM(ws, name)(unsigned, const void*)
 #define PL_DECLARE_RING(name)                                          \
@@ -51,6 +55,10 @@
 // (pack checks it against the contract) and handed to readers by the linker.
 #define PL_OWN_FACT(name, value) \
   extern "C" __device__ const unsigned PL_SYM(own, name) = (value)
+#define PL_OWN_FACT_U64(name, value) \
+  extern "C" __device__ const unsigned long long PL_SYM(own, name) = (value)
+#define PL_OWN_FACT_I32(name, value) extern "C" __device__ const int PL_SYM(own, name) = (value)
+#define PL_OWN_FACT_BOOL(name, value) extern "C" __device__ const bool PL_SYM(own, name) = (value)
 // A tensor this component exports: calling it hands the thread's fragment to the importer
 // the linker bound (directly, or through a generated shared-memory transfer). The
 // exporter's pl_params travel along; the generated transfer turns them into the
@@ -92,7 +100,7 @@
                                                                   (unsigned)sizeof(T), __FILE__, __LINE__)))
 #define PL_BARRIER_SYNC(name, threads) PL_SYM(bar_sync, name)(pl_inst, (threads), __FILE__, __LINE__)
 #define PL_BARRIER_ARRIVE(name, threads) PL_SYM(bar_arrive, name)(pl_inst, (threads), __FILE__, __LINE__)
-#define PL_FACT(name) PL_SYM(fact, name)(pl_inst)
+#define PL_FACT(name) PL_SYM(fact, name)(pl_inst)  // any fact type: the declaration gives the C type
 #define PL_WORKSPACE(name) PL_SYM(ws, name)(pl_inst, pl_params)
 #define PL_RING_DEPTH(name) PL_SYM(ring_depth, name)(pl_inst)
 #define PL_RING_BUFFER(name) PL_SYM(ring_buffer, name)(pl_inst)

@@ -11,13 +11,16 @@ types (Checked and what it holds) are in check_types.py.
 
 from __future__ import annotations
 
+import difflib
+
 from pipelink.common.diagnostics import Fact, Rejected
-from pipelink.common.expr import ExprError, evaluate
+from pipelink.common.expr import ExprError, evaluate, names_in
 from pipelink.linker.check_bindings import check_callables, check_library_barriers, check_library_warps, check_tensors
 from pipelink.linker.arch_limits import SMEM_CAPACITY
 from pipelink.linker.check_types import Barrier, Checked, Claim, Diags, Ring, Role, Transfer
 from pipelink.linker.compose import Composition, Instance
 from pipelink.linker.contract import MBARRIER_COUNT_MAX
+from pipelink.linker.contract_types import fact_text
 from pipelink.linker.kernel_rules import check_binds, check_grid, check_param_fact_names, check_resident
 from pipelink.linker.kernel_rules import side_of as _side
 from pipelink.linker.grid_limits import check_grid_limits
@@ -215,9 +218,57 @@ def _check_host(comp: Composition, d: Diags) -> None:
                   hint="a parameter region has one provider: rename the tmap parameter in one contract")
 
 
+def _check_kernel_facts(comp: Composition, owners, readers, facts, owner, d: Diags) -> None:
+    """[fact.X] own = V in the kernel file: the kernel is the owner; readers as for a component owner.
+    A kernel fact nothing reads (no contract, no grid) is a misspelling or a stale model setting."""
+    kernel = f"kernel {comp.name}"
+    in_grid = set().union(*(names_in(g) for g in comp.grid if isinstance(g, str)))
+    for kf in comp.facts:
+        name, mine = kf.name, Fact(kernel, kf.own_text(), str(kf.value_origin or kf.origin))
+        if name in KERNEL_FACTS:
+            d.add("L-FACT-OWNERS", f"fact {name!r} is the kernel's cluster shape; [fact.{name}] cannot own it",
+                  clause=f"fact.{name}", facts=[mine], hint=f"set [kernel] cluster and drop [fact.{name}]")
+            continue
+        facts[name], owner[name] = kf.own, None
+        others = owners.pop(name, [])
+        if others:
+            d.add("L-FACT-OWNERS", f"fact {name!r} is owned by the kernel file and by "
+                  + ", ".join(_side(i) for i, _ in others),
+                  clause=f"fact.{name}", facts=[mine] + [Fact(_side(i), f.own_text(), str(f.origin)) for i, f in others],
+                  hint=f"a fact has one owner: drop [fact.{name}] from the kernel file, or make the component a reader")
+        rs = readers.pop(name, [])
+        if not rs and name not in in_grid:
+            read = sorted({f.name for i in comp.instances for f in i.contract.facts if f.own is None} - KERNEL_FACTS_SET)
+            near = difflib.get_close_matches(name, read, 1)
+            d.add("L-FACT-UNREAD", f"the kernel file owns fact {name!r}, but no component (nor the grid) reads it",
+                  clause=f"fact.{name}",
+                  facts=[mine, Fact(kernel, "facts read: " + (", ".join(read) or "none"), comp.file)],
+                  hint=(f"did you mean {near[0]!r}? " if near else "") + f"remove [fact.{name}] from the kernel file, "
+                       "or add the component that reads it")
+        _check_readers(d, name, kernel, kf, rs)
+
+
+def _check_readers(d: Diags, name: str, owner_side: str, of, rs) -> None:
+    """Each reader states the owner's type and accepts its value."""
+    for i, f in rs:
+        if f.type != of.type:
+            d.add("L-FACT-TYPE", f"fact {name!r} is {of.type} at its owner but {f.type} at {_side(i)}",
+                  clause=f"fact.{name}.type",
+                  facts=[Fact(owner_side, f"type = {of.type!r}", str(of.origin)),
+                         Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
+                  hint="owner and readers must state the same type")
+        elif not f.accepts(of.own):
+            d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {fact_text(of.type, of.own)} from {owner_side}",
+                  clause=f"fact.{name}",
+                  facts=[Fact(owner_side, of.own_text(), str(of.value_origin or of.origin)),
+                         Fact(_side(i), f.accept_text(), str(f.value_origin or f.origin))],
+                  hint=f"change the owner's {name}, or widen what {i.package.name} accepts (and support it)")
+
+
 # Facts the kernel file owns: its cluster shape ([kernel] cluster), for components that
 # multicast or synchronise across the CTAs of a cluster.
 KERNEL_FACTS = ("cluster_x", "cluster_y", "cluster_z")
+KERNEL_FACTS_SET = frozenset(KERNEL_FACTS)
 
 
 def _check_facts(comp: Composition, d: Diags):
@@ -230,22 +281,29 @@ def _check_facts(comp: Composition, d: Diags):
     for name in KERNEL_FACTS:
         for i, f in owners.pop(name, []):
             d.add("L-FACT-OWNERS", f"fact {name!r} is the kernel's cluster shape; {_side(i)} cannot own it",
-                  clause=f"fact.{name}", facts=[Fact(_side(i), f"own = {f.own}", str(f.origin))],
+                  clause=f"fact.{name}", facts=[Fact(_side(i), f.own_text(), str(f.origin))],
                   hint="read it (accept = [...]) and set [kernel] cluster in the kernel file")
         value = comp.cluster[KERNEL_FACTS.index(name)]
         for i, f in readers.pop(name, []):
             facts[name], owner[name] = value, None
-            if f.type != "u32" or not f.accepts(value):
+            if f.type != "u32":
+                d.add("L-FACT-TYPE", f"fact {name!r} is u32 (the kernel's cluster) but {f.type} at {_side(i)}",
+                      clause=f"fact.{name}.type",
+                      facts=[Fact(f"kernel {comp.name}", f"cluster = {list(comp.cluster)}", comp.file),
+                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
+                      hint='the cluster shape is u32: remove the type or write type = "u32"')
+            elif not f.accepts(value):
                 d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {value} (the kernel's cluster)",
                       clause=f"fact.{name}",
                       facts=[Fact(f"kernel {comp.name}", f"cluster = {list(comp.cluster)}", comp.file),
                              Fact(_side(i), f.accept_text(), str(f.origin))],
                       hint="change [kernel] cluster, or use a component that supports this cluster shape")
+    _check_kernel_facts(comp, owners, readers, facts, owner, d)
     for name, os_ in owners.items():
         if len(os_) > 1:
             d.add("L-FACT-OWNERS", f"fact {name!r} has {len(os_)} owners",
                   clause=f"fact.{name}",
-                  facts=[Fact(_side(i), f"own = {f.own}", str(f.origin)) for i, f in os_],
+                  facts=[Fact(_side(i), f.own_text(), str(f.origin)) for i, f in os_],
                   hint="a fact has one owner; make the others readers (accept = [...])")
         i, f = os_[0]
         facts[name], owner[name] = f.own, i
@@ -257,20 +315,7 @@ def _check_facts(comp: Composition, d: Diags):
                   hint=f"add the component that owns {name} to the kernel")
             continue
         oi = owner[name]
-        of = oi.contract.fact(name)
-        for i, f in rs:
-            if f.type != of.type:
-                d.add("L-FACT-TYPE", f"fact {name!r} is {of.type} at its owner but {f.type} at {_side(i)}",
-                      clause=f"fact.{name}.type",
-                      facts=[Fact(_side(oi), f"type = {of.type!r}", str(of.origin)),
-                             Fact(_side(i), f"type = {f.type!r}", str(f.origin))],
-                      hint="owner and readers must state the same type")
-            elif not f.accepts(of.own):
-                d.add("L-FACT-ACCEPT", f"{_side(i)} cannot accept {name} = {of.own} from {_side(oi)}",
-                      clause=f"fact.{name}",
-                      facts=[Fact(_side(oi), f"own = {of.own}", str(of.value_origin or of.origin)),
-                             Fact(_side(i), f.accept_text(), str(f.value_origin or f.origin))],
-                      hint=f"change the owner's {name}, or widen what {i.package.name} accepts (and support it)")
+        _check_readers(d, name, _side(oi), oi.contract.fact(name), rs)
     return facts, owner
 
 

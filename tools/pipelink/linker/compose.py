@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pipelink.common.diagnostics import Fact, Rejected, reject
 from pipelink.common.expr import ExprError, constant_value, never_valid
 from pipelink.linker.contract import ARCHES, IDENT, LineIndex, Origin, Reader, load_toml, parse_toml_text
+from pipelink.linker.contract_clauses import parse_facts
+from pipelink.linker.contract_types import FactDecl
 from pipelink.linker.names import reserved_reason
 from pipelink.linker.package import Package
 
@@ -44,6 +46,7 @@ class Composition:
     file: str
     launch_args: tuple[str, ...] = ()  # grid-only names the caller passes at launch (e.g. the toy's blocks)
     grid_origin: Origin | None = None  # where `grid =` was written
+    facts: tuple[FactDecl, ...] = ()  # [fact.X] own = V in the kernel file: one package set, many models
 
     def packages(self) -> list[Package]:
         """Each distinct package once, in instance order (instances of one package share it)."""
@@ -81,9 +84,10 @@ def composition_from_data(data, lines, file, packages, *, arch=None) -> Composit
     instances = _instances(top, lines, file, name, by_name)
     _check_every_package_used(packages, instances, name, file)
     binds = _binds(top, lines, file)
+    facts = _kernel_facts(top, name)
     top.finish()
     return Composition(name, karch, tuple(grid), tuple(cluster), tuple(instances), tuple(binds), file,
-                       tuple(launch_args), k.origin("grid"))
+                       tuple(launch_args), k.origin("grid"), tuple(facts))
 
 
 def _kernel_name(k: Reader) -> str:
@@ -211,6 +215,18 @@ def _check_every_package_used(packages: list[Package], instances: list[Instance]
                                                                             for i in instances), file)],
                      hint=f"drop it from --package (Bazel: from the fused_kernel's components), or add an "
                           f"[[instance]] with package = {unused[0].name!r}")
+
+
+def _kernel_facts(top: Reader, name: str) -> list[FactDecl]:
+    """[fact.X] tables as in a contract, but owned only: the kernel file is their one owner."""
+    facts = parse_facts(top)
+    for f in facts:
+        if f.own is None:
+            raise reject("C-SCHEMA", f"fact.{f.name}: a kernel file owns its facts; `own` is required",
+                         clause=f"fact.{f.name}", facts=[Fact(f"kernel {name}", f"[fact.{f.name}]", str(f.origin))],
+                         hint=f"write [fact.{f.name}] own = <value> (type = \"u64\", \"i32\" or \"bool\" "
+                              "for other than u32); readers state their accept in their contracts")
+    return facts
 
 
 def _binds(top: Reader, lines: LineIndex, file: str) -> list[Bind]:

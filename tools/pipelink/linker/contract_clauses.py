@@ -16,7 +16,7 @@ from pipelink.common.diagnostics import Fact, reject
 from pipelink.common.expr import names_in, never_valid
 from pipelink.linker.contract_reader import read_align, read_expr, read_ident, Reader, read_shape_entry, read_u32
 from pipelink.linker.contract_types import (
-    ARCHES, DTYPES, FACT_TYPES, MBARRIER_COUNT_MAX, PARAM_TYPES, PROVIDED_TYPES, RUNTIME_NAMES, SCOPES, SPACES,
+    ARCHES, DTYPES, FACT_BOUNDS, FACT_TYPES, MBARRIER_COUNT_MAX, PARAM_TYPES, PROVIDED_TYPES, RUNTIME_NAMES, SCOPES, SPACES,
     U32_MAX, WORKSPACE_BUILTINS, WORKSPACE_SCOPES, BarrierClaim, CallableDecl, FactDecl, HostDecl, RingSide, RoleDecl,
     SmemClaim, TensorDecl, WorkspaceDecl,
 )
@@ -90,7 +90,7 @@ def parse_role(top: Reader, kind: str) -> RoleDecl | None:
 
 
 def parse_facts(top: Reader) -> list[FactDecl]:
-    """[fact.X]: owned (`own`) or read (`accept` list or range)."""
+    """[fact.X]: owned (`own`) or read (`accept` list or range), of one of FACT_TYPES."""
     facts = []
     facts_r = top.table("fact")
     for fname in facts_r.data:
@@ -98,37 +98,65 @@ def parse_facts(top: Reader) -> list[FactDecl]:
         if fname in RUNTIME_NAMES:
             facts_r.fail(fname, f"{fname!r} is a value the runtime supplies, not a fact",
                          hint="rename the fact; a fact's value is fixed at link time")
-        fr = facts_r.table(fname)
-        ftype = fr.get("type", str, "u32")
-        if ftype not in FACT_TYPES:
-            fr.fail("type", f"unknown fact type {ftype!r}", hint=f"one of {sorted(FACT_TYPES)}")
-        own = fr.get("own", int, None)
-        if own is not None:
-            read_u32(fr, "own", own)
-        accept = accept_range = None
-        acc = fr.get("accept", (list, dict), None)
-        if own is not None and acc is not None:
-            fr.fail("accept", "an owned fact does not also accept values", hint="remove accept or own")
-        if isinstance(acc, list):
-            if not acc or not all(isinstance(x, int) and not isinstance(x, bool) for x in acc):
-                fr.fail("accept", "must be a non-empty list of integers")
-            for x in acc:
-                read_u32(fr, "accept", x)
-            accept = tuple(acc)
-        elif isinstance(acc, dict):
-            ar = fr.table("accept")
-            lo, hi = read_u32(ar, "min", ar.get("min", int, 0)), read_u32(ar, "max", ar.get("max", int, U32_MAX))
-            mult = read_u32(ar, "multiple_of", ar.get("multiple_of", int, 1), 1)
-            if lo > hi:
-                ar.fail("max", f"max = {hi} is below min = {lo}: no value would be accepted")
-            ar.finish()
-            accept_range = (lo, hi, mult)
-        fr.finish()
-        value_key = "own" if own is not None else "accept" if acc is not None else ""
-        facts.append(FactDecl(fname, ftype, own, accept, accept_range, fr.origin(),
-                              fr.origin(value_key) if value_key else None))
+        facts.append(parse_fact(facts_r.table(fname), fname))
     facts_r.finish()
     return facts
+
+
+def parse_fact(fr: Reader, fname: str) -> FactDecl:
+    """One [fact.X] table; values are held to the fact's type (a bool is stored as 0/1)."""
+    ftype = fr.get("type", str, "u32")
+    if ftype not in FACT_TYPES:
+        fr.fail("type", f"unknown fact type {ftype!r}", hint=f"one of {sorted(FACT_TYPES)}")
+    own = fr.get("own", _fact_value_type(ftype), None, what=_fact_value_what(ftype))
+    if own is not None:
+        own = _read_fact_value(fr, "own", own, ftype)
+    accept = accept_range = None
+    acc = fr.get("accept", (list, dict), None)
+    if own is not None and acc is not None:
+        fr.fail("accept", "an owned fact does not also accept values", hint="remove accept or own")
+    if isinstance(acc, list):
+        if not acc or not all(_is_fact_value(x, ftype) for x in acc):
+            fr.fail("accept", "must be a non-empty list of " + ("true/false" if ftype == "bool" else "integers"),
+                    hint="" if ftype == "bool" else 'a list of true/false needs type = "bool"')
+        accept = tuple(_read_fact_value(fr, "accept", x, ftype) for x in acc)
+    elif isinstance(acc, dict):
+        if ftype == "bool":
+            fr.fail("accept", "a bool fact accepts a list, not a range", hint="accept = [true] or accept = [false]")
+        ar = fr.table("accept")
+        lo_t, hi_t = FACT_BOUNDS[ftype]
+        lo = _read_fact_value(ar, "min", ar.get("min", int, lo_t), ftype)
+        hi = _read_fact_value(ar, "max", ar.get("max", int, hi_t), ftype)
+        mult = read_u32(ar, "multiple_of", ar.get("multiple_of", int, 1), 1)
+        if lo > hi:
+            ar.fail("max", f"max = {hi} is below min = {lo}: no value would be accepted")
+        ar.finish()
+        accept_range = (lo, hi, mult)
+    fr.finish()
+    value_key = "own" if own is not None else "accept" if acc is not None else ""
+    return FactDecl(fname, ftype, own, accept, accept_range, fr.origin(),
+                    fr.origin(value_key) if value_key else None)
+
+
+def _fact_value_type(ftype: str):
+    return bool if ftype == "bool" else int
+
+
+def _fact_value_what(ftype: str) -> str:
+    return "true or false" if ftype == "bool" else ""  # "" keeps the reader's own wording
+
+
+def _is_fact_value(x, ftype: str) -> bool:
+    return isinstance(x, bool) if ftype == "bool" else isinstance(x, int) and not isinstance(x, bool)
+
+
+def _read_fact_value(r: Reader, key: str, v, ftype: str) -> int:
+    lo, hi = FACT_BOUNDS[ftype]
+    if ftype != "bool" and not lo <= v <= hi:
+        r.fail(key, f"must be in {lo}..{hi}, not {v}",
+               hint=f"the range of a {ftype} fact" + (' (a larger value needs type = "u64", a negative one type = "i32")'
+                                                      if ftype == "u32" else ""))
+    return int(v)
 
 
 def parse_smem(top: Reader, declared_facts: set[str]) -> list[SmemClaim]:

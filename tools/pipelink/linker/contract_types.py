@@ -15,7 +15,11 @@ PARAM_TYPES = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 128}  #
 PARAM_ALIGN = {"ptr": 8, "u64": 8, "u32": 4, "i32": 4, "f32": 4, "tmap": 64}
 # Types a host provider fills (the caller never passes them).
 PROVIDED_TYPES = {"tmap"}
-FACT_TYPES = {"u32"}
+FACT_TYPES = {"u32", "u64", "i32", "bool"}
+# What each fact type can hold; a bool is 0 or 1 inside the linker and `true`/`false` in files.
+# A fact's C type: its handle returns it, PL_OWN_FACT* stores it.
+FACT_C_TYPES = {"u32": "unsigned", "u64": "unsigned long long", "i32": "int", "bool": "bool"}
+FACT_BOUNDS = {"u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1), "i32": (-2**31, 2**31 - 1), "bool": (0, 1)}
 DTYPES = {"f32", "f16", "bf16", "u32", "i32", "u8", "e4m3", "e5m2"}
 SPACES = {"reg", "smem", "global"}
 SCOPES = {"role", "warpgroup", "warp", "cta"}
@@ -34,6 +38,16 @@ class Origin:
         return f"{self.file}:{self.line}" if self.line else self.file
 
 
+def fact_text(ftype: str, value: int) -> str:
+    """A fact's value as a contract writes it."""
+    return ("true" if value else "false") if ftype == "bool" else str(value)
+
+
+def own_fact_macro(ftype: str) -> str:
+    """The pipelink.h macro that owns a fact of this type (PL_OWN_FACT, PL_OWN_FACT_U64, ...)."""
+    return "PL_OWN_FACT" if ftype == "u32" else f"PL_OWN_FACT_{ftype.upper()}"
+
+
 @dataclass(frozen=True)
 class FactDecl:
     name: str
@@ -43,6 +57,9 @@ class FactDecl:
     accept_range: tuple[int, int, int] | None  # (min, max, multiple_of)
     origin: Origin
     value_origin: Origin | None = None  # the `own =` or `accept =` line, which diagnostics cite
+
+    def own_text(self) -> str:
+        return f"own = {fact_text(self.type, self.own)}"
 
     def accepts(self, value: int) -> bool:
         if self.accept is not None and value not in self.accept:
@@ -55,7 +72,7 @@ class FactDecl:
 
     def accept_text(self) -> str:
         if self.accept is not None:
-            return f"accept = {list(self.accept)}"
+            return f"accept = [{', '.join(fact_text(self.type, v) for v in self.accept)}]"
         if self.accept_range is not None:
             lo, hi, m = self.accept_range
             return f"accept = {{min = {lo}, max = {hi}, multiple_of = {m}}}"

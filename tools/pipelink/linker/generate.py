@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pipelink.linker.check_types import Checked, Transfer
 from pipelink.linker.compose import Instance
 from pipelink.linker.contract import PARAM_ALIGN, PARAM_TYPES
+from pipelink.linker.contract_types import FACT_C_TYPES
 from pipelink.linker.solve import Placement
 
 C_PARAM = {"ptr": "unsigned long long", "u64": "unsigned long long", "u32": "unsigned", "i32": "int", "f32": "float",
@@ -81,12 +82,22 @@ def _u(v: int) -> str:
     return f"{v}u"
 
 
-def _switch(values: list[int], plus: str = "") -> str:
+def _fact_literal(ftype: str, v: int) -> str:
+    if ftype == "u64":
+        return f"{v}ull"
+    if ftype == "i32":
+        return "(-2147483647 - 1)" if v == -2**31 else str(v)  # -2147483648 would be unary minus on a long
+    if ftype == "bool":
+        return "true" if v else "false"
+    return _u(v)
+
+
+def _switch(values: list[int], literal=_u, plus: str = "") -> str:
     """Body returning values[i] (+ `plus`) for instance i; a single instance needs no switch."""
     if len(set(values)) == 1:
-        return f"return {_u(values[0])}{plus};"
-    cases = " ".join(f"case {i}: return {_u(v)}{plus};" for i, v in enumerate(values[:-1]))
-    return f"switch (i) {{ {cases} default: return {_u(values[-1])}{plus}; }}"
+        return f"return {literal(values[0])}{plus};"
+    cases = " ".join(f"case {i}: return {literal(v)}{plus};" for i, v in enumerate(values[:-1]))
+    return f"switch (i) {{ {cases} default: return {literal(values[-1])}{plus}; }}"
 
 
 def generate(ch: Checked, pl: Placement) -> str:
@@ -184,7 +195,10 @@ def _handle_functions(ch: Checked, pl: Placement, insts: list[Instance]) -> list
             out.append(_checked_handle(pl, insts, sym, kind, name))
             continue
         values = [_handle_value(ch, pl, i, kind, name, role_of, ring_by_inst) for i in insts]
-        out.append(f'extern "C" __device__ unsigned {sym}(unsigned i) {{ {_switch(values)} }}')
+        fd = pkg.contract.fact(name) if kind == "fact" else None
+        ftype = fd.type if fd is not None else "u32"  # check held the owner to the reader's type
+        out.append(f'extern "C" __device__ {FACT_C_TYPES[ftype]} {sym}(unsigned i) '
+                   f'{{ {_switch(values, lambda v: _fact_literal(ftype, v))} }}')
     return out
 
 

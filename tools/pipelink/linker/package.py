@@ -19,6 +19,7 @@ from pathlib import Path
 from pipelink.common.diagnostics import Fact, Rejected, reject
 from pipelink.common.files import MAX_TEXT_BYTES, display, read_bytes, read_regular, read_text, why_unreadable
 from pipelink.linker.contract import ARCHES, Contract, parse_contract_text
+from pipelink.linker.contract_types import fact_text, own_fact_macro
 from pipelink.linker.limits import check_limits
 from pipelink.linker.rebuild import check_sources_rebuild
 from pipelink.linker.toolkit import find_toolkit
@@ -98,16 +99,18 @@ def verify(c: Contract, m: Measured, object_names: list[str], objects: dict[str,
         if f.own is None:
             continue
         sym = prefix + f.name
+        macro, value = own_fact_macro(f.type), fact_text(f.type, m.own_facts.get(sym, 0))
         if sym not in m.own_facts:
             diags.append(reject("P-FACT-VALUE", f"{c.name}: owned fact {f.name} is not in the object",
                                 clause=f"fact.{f.name}",
-                                facts=[Fact(side_c, f"own = {f.own}", str(f.origin)), Fact(side_o, f"no {sym}")],
-                                hint=f"add PL_OWN_FACT({f.name}, <value>) to the source").diagnostics[0])
+                                facts=[Fact(side_c, f.own_text(), str(f.origin)), Fact(side_o, f"no {sym}")],
+                                hint=f"add {macro}({f.name}, <value>) to the source").diagnostics[0])
         elif m.own_facts[sym] != f.own:
-            diags.append(reject("P-FACT-VALUE", f"{c.name}: fact {f.name} is {f.own} in the contract but {m.own_facts[sym]} in the object",
+            diags.append(reject("P-FACT-VALUE", f"{c.name}: fact {f.name} is {fact_text(f.type, f.own)} in the contract "
+                                f"but {value} in the object",
                                 clause=f"fact.{f.name}",
-                                facts=[Fact(side_c, f"own = {f.own}", str(f.origin)),
-                                       Fact(side_o, f"PL_OWN_FACT({f.name}, {m.own_facts[sym]})")],
+                                facts=[Fact(side_c, f.own_text(), str(f.origin)),
+                                       Fact(side_o, f"{macro}({f.name}, {value})")],
                                 hint="rebuild the object with the contract's value (or fix the contract)").diagnostics[0])
     for sym, v in m.own_facts.items():
         if sym.startswith(prefix) and c.fact(sym[len(prefix):]) is None:

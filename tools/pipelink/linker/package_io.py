@@ -20,7 +20,7 @@ import zipfile
 
 from pipelink.common.diagnostics import Fact, Rejected, reject
 from pipelink.common.files import MAX_TEXT_BYTES, display, read_bytes, read_regular
-from pipelink.linker.contract import ARCHES, U32_MAX, parse_contract_text
+from pipelink.linker.contract import ARCHES, parse_contract_text
 from pipelink.linker.outputs import write_all
 from pipelink.linker.package import FORMAT, Package, check_provider_source, retarget, verify
 from pipelink.linker.trial import Measured
@@ -76,8 +76,8 @@ def _measured(ms, name: str):
         _need(kind in HANDLE_KINDS, f"handle {h!r} has an unknown kind {kind!r}")
     _need(len(set(handles)) == len(handles), "measured.handles repeats a handle")
     own = ms.get("own_facts")
-    _need(isinstance(own, dict) and all(isinstance(k, str) and _is_int(v) and 0 <= v <= U32_MAX for k, v in own.items()),
-          "measured.own_facts is not a table of u32 values")
+    _need(isinstance(own, dict) and all(isinstance(k, str) and _is_int(v) and -2**31 <= v < 2**64 for k, v in own.items()),
+          "measured.own_facts is not a table of fact values (i32, u32, u64 or bool)")
     static = ms.get("static_smem")
     _need(_is_int(static) and 0 <= static <= 1 << 20, "measured.static_smem is not a byte count")
     regs = ms.get("regs")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipelink.common.diagnostics import Fact, Rejected, reject
 from pipelink.linker.contract import Contract
+from pipelink.linker.contract_types import FACT_C_TYPES
 from pipelink.linker.scratch import scratch_dir, scratch_file
 from pipelink.linker.toolkit import Toolkit, nvjitlink_link, run_tool
 
@@ -66,8 +67,9 @@ def trial_source(c: Contract) -> str:
     # Keep owned facts alive even when the component's own code folded them away.
     for f in c.facts:
         if f.own is not None:
-            lines.append(f'extern "C" __device__ const unsigned {p}own__{f.name};')
-            lines.append(f'extern "C" __global__ void pl_trial__own__{f.name}(unsigned* o) {{ *o = {p}own__{f.name}; }}')
+            t = FACT_C_TYPES[f.type]
+            lines.append(f'extern "C" __device__ const {t} {p}own__{f.name};')
+            lines.append(f'extern "C" __global__ void pl_trial__own__{f.name}({t}* o) {{ *o = {p}own__{f.name}; }}')
     return "\n".join(lines) + "\n"
 
 
@@ -111,7 +113,7 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
                               "-o", str(Path(tmp) / "trial.cubin")], "P-COMPILE", "assembling the trial kernel")
     # Only pl_* symbols are handles; others (vprintf, __assertfail) are the toolkit's own.
     handles = sorted(set(m.group(1) for m in _EXTERN_FUNC.finditer(ptx) if m.group(1).startswith("pl_")))
-    own = {m.group(1): int(m.group(2) or 0) % 2**32 for m in _OWN_FACT.finditer(ptx)}
+    own = {m.group(1): _fact_value(c, m.group(1), int(m.group(2) or 0)) for m in _OWN_FACT.finditer(ptx)}
     static_smem = sum(int(m.group(3)) for m in _SHARED.finditer(ptx))
     regs: dict[str, int] = {}
     current = None
@@ -121,6 +123,20 @@ def measure(c: Contract, objects: dict[str, bytes], tk: Toolkit) -> Measured:
         elif current and current.startswith("pl_trial__") and not current.startswith("pl_trial__own__"):
             regs[current[len("pl_trial__"):]] = int(m.group(3))
     return Measured(tuple(handles), own, static_smem, regs, tk.version)
+
+
+def _fact_value(c: Contract, sym: str, printed: int) -> int:
+    """PTX prints a global's bits as it likes (an unsigned 2^31 as -2147483648, a bool as 1): read them
+    back in the type the contract gives the fact (u32 where it names none)."""
+    f = c.fact(sym.rpartition("__own__")[2]) if sym.startswith(f"pl_{c.name}__own__") else None
+    ftype = f.type if f is not None else "u32"
+    if ftype == "u64":
+        return printed % 2**64
+    if ftype == "i32":
+        return (printed + 2**31) % 2**32 - 2**31
+    if ftype == "bool":
+        return int(printed % 2**32 != 0)
+    return printed % 2**32
 
 
 _FATBIN_ARCH = re.compile(r"^arch = (sm_\w+)", re.M)
