@@ -180,7 +180,7 @@ def _consumer(block_n, parts):
     return dict(
         component = "wgmma_consumer",
         srcs = ["gemm/wgmma_consumer.cu"],
-        hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"],
+        hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h", "gemm/wgmma.h"],
         cutlass = True,
         contract = "gemm/wgmma_consumer.contract.toml",
         contract_substitutions = subs,

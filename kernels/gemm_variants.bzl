@@ -16,9 +16,9 @@ load("//pipelink_rules/private:validate.bzl", "check_variant")
 # Consumers of ring `ab` (owner B's two, owner D's CuTe one): source, headers, and how a
 # variant's tile sizes reach the build (defines) and the contract (`# variant:` lines).
 _CONSUMERS = {
-    "wgmma": struct(component = "wgmma_consumer", hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
-    "cute": struct(component = "cute_consumer", hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h"], cutlass = True),
-    "pingpong": struct(component = "wgmma_pingpong", hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
+    "wgmma": struct(component = "wgmma_consumer", hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
+    "cute": struct(component = "cute_consumer", hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h"], cutlass = True),
+    "pingpong": struct(component = "wgmma_pingpong", hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
 }
 
 def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = ":tile_scheduler",

@@ -76,7 +76,7 @@ def hopper_packages(tmp_path_factory):
             contract = tmp / "tile_scheduler_dp.contract.toml"
             contract.write_text((GEMM / "tile_scheduler.contract.toml").read_text()
                                 .replace("own = 1  # variant: STREAM_K", "own = 0  # variant: STREAM_K"))
-        sources = [str(src)] + ([str(GEMM / "stream_k.h"), str(GEMM / "tma_gemm.h")] if "gemm" in str(src.parent) else [])
+        sources = [str(src)] + ([str(GEMM / "ring_consumer.h"), str(GEMM / "tma_gemm.h")] if "gemm" in str(src.parent) else [])
         out[name] = pack(str(contract), [str(obj)], sources=sources,
                          copts=[o for o in opts if not o.startswith("-frandom")],
                          host_provider=str(host) if host else None)

@@ -17,18 +17,16 @@
 // register order, so `acc` is exported unchanged in layout "wgmma_acc(b_parts)" (see
 // wgmma_consumer.cu for the formula) and swiglu_tma_store imports it as it is.
 //
-// Pipeline and stream-K fixup are the protocol wgmma_consumer follows (the loader and the
-// scheduler do not know which consumer they serve): per k-step wait `full`, 4 k16 GMMAs,
-// commit, wait until one group is in flight, release the previous stage (lane 0 of each warp
-// on `empty`, every CTA of the cluster); contributors store partial sums in workspace
-// `partials` and count on `flags`, finishers wait for their contributors and add them.
+// Ring walk and stream-K fix-up are ring_consumer.h's, shared with wgmma_consumer (the loader
+// and the scheduler do not know which consumer they serve); this file supplies the MMA: per
+// k-step 4 k16 GMMAs, commit, keep one group in flight.
 #define PL_COMPONENT cute_consumer
 #include <pipelink.h>
 
 #include <cute/atom/mma_atom.hpp>
 #include <cute/tensor.hpp>
 
-#include "stream_k.h"
+#include "ring_consumer.h"
 #include "tma_gemm.h"
 
 #ifndef CONSUMER_BLOCK_N
@@ -67,11 +65,7 @@ PL_OWN_FACT(block_m, cute_consumer::BM);
 PL_OWN_FACT(block_n, cute_consumer::BN);
 PL_OWN_FACT(block_k, cute_consumer::BK);
 PL_OWN_FACT(b_parts, cute_consumer::PARTS);
-PL_DECLARE_RING(ab);
-PL_DECLARE_EXPORT(acc);
-PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
-PL_DECLARE_WORKSPACE(partials);
-PL_DECLARE_WORKSPACE(flags);
+RING_CONSUMER_DECLARATIONS();
 PL_DECLARE_BARRIER(fixup);
 PL_DECLARE_FACT(cluster_x);
 
@@ -80,11 +74,8 @@ PL_ENTRY(run) {
   const Params& p = PL_PARAMS(Params);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const bool lane0 = (t % 32) == 0;
-  uint8_t* base = pl::smem_base();
-  uint8_t* stage0 = base + PL_RING_BUFFER(ab);
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
-  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
-  const unsigned depth = PL_RING_DEPTH(ab);
+  const ring_consumer::Ring ring = RING_CONSUMER_RING();
+  uint8_t* stage0 = ring.buffer;
 
   TiledMma mma;
   auto thr = mma.get_thread_slice(t);
@@ -109,46 +100,31 @@ PL_ENTRY(run) {
     const unsigned k_begin = info[0], k_end = info[1];
     clear(acc);  // the previous unit's sums are dead: keeps them out of registers meanwhile
     mma.accumulate_ = GMMA::ScaleOut::Zero;
-    unsigned prev = 0;
-    for (unsigned kt = k_begin; kt < k_end; ++kt) {
-      pl::mbar_wait(full + stage, phase);
-      const unsigned advance = stage * (STAGE >> 4);  // descriptors count 16-byte units
-      Tensor a = make_tensor(tCrA.data() + advance, tCrA.layout());
-      Tensor b = make_tensor(tCrB.data() + advance, tCrB.layout());
-      warpgroup_fence_operand(acc);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(a); ++kb) {
-        cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
-        mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_wait<1>();  // the previous k-step's GMMAs are done: its stage can be refilled
-      warpgroup_fence_operand(acc);
-      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-      prev = stage;
-      if (++stage == depth) { stage = 0; phase ^= 1u; }
-    }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc);
-    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      stream_k::store_partial<N / 2, THREADS>(partials + blockIdx.x * (N / 8) * THREADS, acc, t);
-      __threadfence();
-      pl::named_barrier_sync(bar, THREADS);
-      if (t == 0) pl::red_release(flags + info[2], 1);
-      continue;
-    }
-    if (k_begin > 0) {  // finisher: add the contributors' partial sums
-      const unsigned contributors = (blockIdx.x - info[3]) / cx;
-      if (t == 0) {
-        while (pl::ld_acquire(flags + info[2]) < contributors) {
-        }
-        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
-      }
-      pl::named_barrier_sync(bar, THREADS);
-      for (unsigned c = info[3]; c < blockIdx.x; c += cx) stream_k::add_partial<N / 2, THREADS>(partials + c * (N / 8) * THREADS, acc, t);
-    }
+    ring_consumer::consume_unit(
+        ring, stage, phase, k_begin, k_end, lane0,
+        [&](unsigned s, bool) {  // the first k-step starts from zero through accumulate_
+          const unsigned advance = s * (STAGE >> 4);  // descriptors count 16-byte units
+          Tensor a = make_tensor(tCrA.data() + advance, tCrA.layout());
+          Tensor b = make_tensor(tCrB.data() + advance, tCrB.layout());
+          warpgroup_fence_operand(acc);
+          warpgroup_arrive();
+          CUTE_UNROLL
+          for (int kb = 0; kb < size<2>(a); ++kb) {
+            cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
+            mma.accumulate_ = GMMA::ScaleOut::One;
+          }
+          warpgroup_commit_batch();
+          warpgroup_wait<1>();  // the previous k-step's GMMAs are done: its stage can be refilled
+          warpgroup_fence_operand(acc);
+        },
+        [&] {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc);
+        },
+        [&](unsigned s) { pl::mbar_arrive_cluster_ctas(ring.empty + s, cx); });
+    if (!ring_consumer::fix_up<N / 2, THREADS>(acc, partials, flags, info, k_tiles, t, cx,
+                                               [&] { pl::named_barrier_sync(bar, THREADS); }))
+      continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, raw_pointer_cast(acc.data()), (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }
 }

@@ -5,21 +5,13 @@
 // the stage through K-major SWIZZLE_128B descriptors (tma_gemm.h, wgmma.h).
 // Units come from callable `unit` (tile_scheduler), in the order the loader uses: a unit is
 // a tile's k-steps [k_begin, k_end).
-// Per k-step: wait `full`, 4 wgmmas (k = 0, 16, 32, 48), commit, wait until at most one
-// group is in flight, then release the previous stage: lane 0 of each warp arrives on its
-// `empty` (8 arrivals), after the wgmmas that read it completed.
-// After a unit:
-//  * whole tile: the accumulators go to the importer of `acc` (the epilogue), whose stores
-//    overlap the loader already filling the next unit's stages;
-//  * contributor (does not reach the tile's last k-step): the partial sums go to this CTA's
-//    slot of workspace `partials` (coalesced float4), then one release-add on the tile's
-//    counter in workspace `flags`;
-//  * finisher (reaches the last k-step, started after 0): one thread waits (acquire) until
-//    every contributing CTA has counted, all add their partial sums (read through L2), the
-//    counter is reset to zero for the next launch (`flags` is a zero workspace), and the
-//    tile goes to the epilogue.
-// Named barrier `fixup` (the role's 256 threads) orders the slot writes before the count
-// and the wait before the reads.
+// Ring walk and stream-K fix-up are ring_consumer.h's (shared with wgmma_pingpong and
+// cute_consumer); this file supplies the MMA. Per k-step: 4 wgmmas (k = 0, 16, 32, 48),
+// commit, keep one group in flight; lane 0 of each warp releases a stage on `empty` (8
+// arrivals), on every CTA of the cluster. After a unit, a whole tile's accumulators go to the
+// importer of `acc` (the epilogue), whose stores overlap the loader already filling the next
+// unit's stages; a contributor's go to workspace `partials`, counted in `flags`. Named barrier
+// `fixup` (the role's 256 threads) orders the fix-up.
 // Owns block_m, block_n, block_k, b_parts (compile-time: -DCONSUMER_BLOCK_N=..,
 // -DCONSUMER_B_PARTS=..).
 // Export `acc`: [b_parts, block_m, block_n] f32 in layout "wgmma_acc(b_parts)": role thread
@@ -31,7 +23,7 @@
 #define PL_COMPONENT wgmma_consumer
 #include <pipelink.h>
 
-#include "stream_k.h"
+#include "ring_consumer.h"
 #include "tma_gemm.h"
 #include "wgmma.h"
 
@@ -61,11 +53,7 @@ PL_OWN_FACT(block_m, wgmma_consumer::BM);
 PL_OWN_FACT(block_n, wgmma_consumer::BN);
 PL_OWN_FACT(block_k, wgmma_consumer::BK);
 PL_OWN_FACT(b_parts, wgmma_consumer::PARTS);
-PL_DECLARE_RING(ab);
-PL_DECLARE_EXPORT(acc);
-PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
-PL_DECLARE_WORKSPACE(partials);
-PL_DECLARE_WORKSPACE(flags);
+RING_CONSUMER_DECLARATIONS();
 PL_DECLARE_BARRIER(fixup);
 PL_DECLARE_FACT(cluster_x);
 
@@ -75,11 +63,8 @@ PL_ENTRY(run) {
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const unsigned wg = pl::role_warpgroup(t);
   const bool lane0 = (t % 32) == 0;
-  uint8_t* base = pl::smem_base();
-  const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
-  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
-  const unsigned depth = PL_RING_DEPTH(ab);
+  const ring_consumer::Ring ring = RING_CONSUMER_RING();
+  const uint32_t buf = pl::smem_addr(ring.buffer);
 
   // Stage-0 descriptors: this warpgroup's 64 A rows, and all N B rows.
   const uint64_t desc_a0 = wgmma::desc_sw128(buf + 64 * wg * 128);
@@ -103,42 +88,27 @@ PL_ENTRY(run) {
     // of registers while the scheduler's arithmetic runs (else ptxas spills at 232).
 #pragma unroll
     for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
-    unsigned prev = 0;
-    for (unsigned kt = k_begin; kt < k_end; ++kt) {
-      pl::mbar_wait(full + stage, phase);
-      const uint64_t so = stage * kStageStep;
-      wgmma::fence_operands<FRAG>(acc);
-      wgmma::fence();
+    ring_consumer::consume_unit(
+        ring, stage, phase, k_begin, k_end, lane0,
+        [&](unsigned s, bool accumulate) {
+          const uint64_t so = s * kStageStep;
+          wgmma::fence_operands<FRAG>(acc);
+          wgmma::fence();
 #pragma unroll
-      for (unsigned ks = 0; ks < BK / 16; ++ks)
-        wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, (kt != k_begin) | ks);
-      wgmma::commit();
-      wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
-      wgmma::fence_operands<FRAG>(acc);
-      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-      prev = stage;
-      if (++stage == depth) { stage = 0; phase ^= 1u; }
-    }
-    wgmma::wait<0>();
-    wgmma::fence_operands<FRAG>(acc);
-    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      stream_k::store_partial<FRAG, THREADS>(partials + blockIdx.x * (FRAG / 4) * THREADS, acc, t);
-      __threadfence();
-      pl::named_barrier_sync(bar, THREADS);
-      if (t == 0) pl::red_release(flags + info[2], 1);
-      continue;
-    }
-    if (k_begin > 0) {  // finisher: add the contributors' partial sums
-      const unsigned contributors = (blockIdx.x - info[3]) / cx;
-      if (t == 0) {
-        while (pl::ld_acquire(flags + info[2]) < contributors) {
-        }
-        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
-      }
-      pl::named_barrier_sync(bar, THREADS);
-      for (unsigned c = info[3]; c < blockIdx.x; c += cx) stream_k::add_partial<FRAG, THREADS>(partials + c * (FRAG / 4) * THREADS, acc, t);
-    }
+          for (unsigned ks = 0; ks < BK / 16; ++ks)
+            wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, accumulate | ks);
+          wgmma::commit();
+          wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
+          wgmma::fence_operands<FRAG>(acc);
+        },
+        [&] {
+          wgmma::wait<0>();
+          wgmma::fence_operands<FRAG>(acc);
+        },
+        [&](unsigned s) { pl::mbar_arrive_cluster_ctas(ring.empty + s, cx); });
+    if (!ring_consumer::fix_up<FRAG, THREADS>(acc, partials, flags, info, k_tiles, t, cx,
+                                              [&] { pl::named_barrier_sync(bar, THREADS); }))
+      continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }
 }
