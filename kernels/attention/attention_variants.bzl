@@ -11,7 +11,7 @@ load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kerne
 # The loader's files: its builds below and its geometry mutations (attention_mutations.bzl).
 LOADER_FILES = dict(
     srcs = ["attn_loader.cu"],
-    hdrs = ["attn.h"],
+    hdrs = ["attn.h", "attn_producer.h"],
     contract = "attn_loader.contract.toml",
     host_provider = "attn_loader_host.py",
 )
