@@ -17,9 +17,10 @@
 // register order, so `acc` is exported unchanged in layout "wgmma_acc(b_parts)" (see
 // wgmma_consumer.cu for the formula) and swiglu_tma_store imports it as it is.
 //
-// Ring walk and stream-K fix-up are ring_consumer.h's, shared with wgmma_consumer (the loader
-// and the scheduler do not know which consumer they serve); this file supplies the MMA: per
-// k-step 4 k16 GMMAs, commit, keep one group in flight.
+// The stream-K fix-up is ring_consumer.h's, shared with wgmma_consumer (the loader and the
+// scheduler do not know which consumer they serve); the ring walk below follows its
+// consume_unit protocol, written out as in wgmma_consumer: per k-step 4 k16 GMMAs, commit,
+// keep one group in flight, release the previous stage.
 #define PL_COMPONENT cute_consumer
 #include <pipelink.h>
 
@@ -74,8 +75,11 @@ PL_ENTRY(run) {
   const Params& p = PL_PARAMS(Params);
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const bool lane0 = (t % 32) == 0;
-  const ring_consumer::Ring ring = RING_CONSUMER_RING();
-  uint8_t* stage0 = ring.buffer;
+  uint8_t* base = pl::smem_base();
+  uint8_t* stage0 = base + PL_RING_BUFFER(ab);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
+  const unsigned depth = PL_RING_DEPTH(ab);
 
   TiledMma mma;
   auto thr = mma.get_thread_slice(t);
@@ -100,29 +104,30 @@ PL_ENTRY(run) {
     const unsigned k_begin = info[0], k_end = info[1];
     clear(acc);  // the previous unit's sums are dead: keeps them out of registers meanwhile
     mma.accumulate_ = GMMA::ScaleOut::Zero;
-    ring_consumer::consume_unit(
-        ring, stage, phase, k_begin, k_end, lane0,
-        [&](unsigned s, bool) {  // the first k-step starts from zero through accumulate_
-          const unsigned advance = s * (STAGE >> 4);  // descriptors count 16-byte units
-          Tensor a = make_tensor(tCrA.data() + advance, tCrA.layout());
-          Tensor b = make_tensor(tCrB.data() + advance, tCrB.layout());
-          warpgroup_fence_operand(acc);
-          warpgroup_arrive();
-          CUTE_UNROLL
-          for (int kb = 0; kb < size<2>(a); ++kb) {
-            cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
-            mma.accumulate_ = GMMA::ScaleOut::One;
-          }
-          warpgroup_commit_batch();
-          warpgroup_wait<1>();  // the previous k-step's GMMAs are done: its stage can be refilled
-          warpgroup_fence_operand(acc);
-        },
-        [&] {
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(acc);
-        },
-        [&](unsigned s) { pl::mbar_arrive_cluster_ctas(ring.empty + s, cx); });
-    if (!ring_consumer::fix_up<N / 2, THREADS>(acc, partials, flags, info, k_tiles, t, cx,
+    unsigned prev = 0;
+    for (unsigned kt = k_begin; kt < k_end; ++kt) {
+      pl::mbar_wait(full + stage, phase);
+      const unsigned advance = stage * (STAGE >> 4);  // descriptors count 16-byte units
+      Tensor a = make_tensor(tCrA.data() + advance, tCrA.layout());
+      Tensor b = make_tensor(tCrB.data() + advance, tCrB.layout());
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(a); ++kb) {
+        cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
+        mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();  // the previous k-step's GMMAs are done: its stage can be refilled
+      warpgroup_fence_operand(acc);
+      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
+      prev = stage;
+      if (++stage == depth) { stage = 0; phase ^= 1u; }
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
+    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
+    if (!ring_consumer::fix_up<N / 2, THREADS>(acc, partials, flags, k_begin, k_end, info, k_tiles, t, cx,
                                                [&] { pl::named_barrier_sync(bar, THREADS); }))
       continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, raw_pointer_cast(acc.data()), (tile >> 16) * BM, (tile & 0xFFFFu) * BN);

@@ -4,7 +4,9 @@
 // consumer they serve, so all consumers must walk the ring and fix up stream-K units alike:
 //  * ring walk (consume_unit): per k-step of a unit, wait `full`, issue the k-step's MMAs,
 //    then release the PREVIOUS stage, whose MMAs are complete once at most one group is in
-//    flight; after the unit, drain every group and release its last stage;
+//    flight; after the unit, drain every group and release its last stage (wgmma_pingpong
+//    calls it; wgmma_consumer and cute_consumer write the same loop out, because through it
+//    link-time optimization scheduled their inlined scheduler differently: their SASS changed);
 //  * stream-K fix-up (fix_up): a contributor unit (it does not reach the tile's last k-step)
 //    leaves its partial sums in its CTA's slot of workspace `partials`, then counts once on
 //    the tile's counter in workspace `flags`; the finisher (it reaches the last k-step,
@@ -53,13 +55,15 @@ struct Ring {
 template <class Step, class Drain, class Release>
 __device__ __forceinline__ void consume_unit(const Ring& ring, unsigned& stage, unsigned& phase, unsigned k_begin,
                                              unsigned k_end, bool lane0, Step step, Drain drain, Release release) {
+  uint64_t* const full = ring.full;
+  const unsigned depth = ring.depth;
   unsigned prev = 0;
   for (unsigned kt = k_begin; kt < k_end; ++kt) {
-    pl::mbar_wait(ring.full + stage, phase);
+    pl::mbar_wait(full + stage, phase);
     step(stage, kt != k_begin);
     if (kt > k_begin && lane0) release(prev);
     prev = stage;
-    if (++stage == ring.depth) { stage = 0; phase ^= 1u; }
+    if (++stage == depth) { stage = 0; phase ^= 1u; }
   }
   drain();
   if (k_end > k_begin && lane0) release(prev);
@@ -82,15 +86,15 @@ __device__ __forceinline__ void add_partial(const float4* slot, Frag& acc, unsig
 
 // After a unit's MMAs: true when `acc` now holds the whole tile (export it), false when the
 // unit was a contributor (its sums are stored, nothing to export).
-//  info: the scheduler's k_begin, k_end, linear tile, first CTA of the tile;
+//  [k_begin, k_end): the unit's k-steps; info: the scheduler's unit (linear tile in info[2],
+//    first CTA of the tile in info[3]);
 //  t: this thread among the THREADS that hold `acc`; sync(): a named barrier over them, which
 //    orders the slot writes before the count and the wait before the reads;
 //  cta_step: the contributors are CTAs info[3], info[3] + cta_step, ... below this one (the
 //    cluster size: the CTAs of a cluster share each unit).
 template <unsigned FRAG, unsigned THREADS, class Frag, class Sync>
-__device__ __forceinline__ bool fix_up(Frag& acc, float4* partials, unsigned* flags, const unsigned* info,
-                                       unsigned k_tiles, unsigned t, unsigned cta_step, Sync sync) {
-  const unsigned k_begin = info[0], k_end = info[1];
+__device__ __forceinline__ bool fix_up(Frag& acc, float4* partials, unsigned* flags, unsigned k_begin, unsigned k_end,
+                                       const unsigned* info, unsigned k_tiles, unsigned t, unsigned cta_step, Sync sync) {
   if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
     store_partial<FRAG, THREADS>(partials + blockIdx.x * (FRAG / 4) * THREADS, acc, t);
     __threadfence();

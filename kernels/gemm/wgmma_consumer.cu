@@ -5,8 +5,10 @@
 // the stage through K-major SWIZZLE_128B descriptors (tma_gemm.h, wgmma.h).
 // Units come from callable `unit` (tile_scheduler), in the order the loader uses: a unit is
 // a tile's k-steps [k_begin, k_end).
-// Ring walk and stream-K fix-up are ring_consumer.h's (shared with wgmma_pingpong and
-// cute_consumer); this file supplies the MMA. Per k-step: 4 wgmmas (k = 0, 16, 32, 48),
+// The stream-K fix-up is ring_consumer.h's (shared with wgmma_pingpong and cute_consumer);
+// the ring walk below follows its consume_unit protocol but stays written out here (through
+// consume_unit, link-time optimization scheduled the inlined scheduler differently). Per
+// k-step: 4 wgmmas (k = 0, 16, 32, 48),
 // commit, keep one group in flight; lane 0 of each warp releases a stage on `empty` (8
 // arrivals), on every CTA of the cluster. After a unit, a whole tile's accumulators go to the
 // importer of `acc` (the epilogue), whose stores overlap the loader already filling the next
@@ -63,8 +65,11 @@ PL_ENTRY(run) {
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const unsigned wg = pl::role_warpgroup(t);
   const bool lane0 = (t % 32) == 0;
-  const ring_consumer::Ring ring = RING_CONSUMER_RING();
-  const uint32_t buf = pl::smem_addr(ring.buffer);
+  uint8_t* base = pl::smem_base();
+  const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
+  const unsigned depth = PL_RING_DEPTH(ab);
 
   // Stage-0 descriptors: this warpgroup's 64 A rows, and all N B rows.
   const uint64_t desc_a0 = wgmma::desc_sw128(buf + 64 * wg * 128);
@@ -88,25 +93,26 @@ PL_ENTRY(run) {
     // of registers while the scheduler's arithmetic runs (else ptxas spills at 232).
 #pragma unroll
     for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
-    ring_consumer::consume_unit(
-        ring, stage, phase, k_begin, k_end, lane0,
-        [&](unsigned s, bool accumulate) {
-          const uint64_t so = s * kStageStep;
-          wgmma::fence_operands<FRAG>(acc);
-          wgmma::fence();
+    unsigned prev = 0;
+    for (unsigned kt = k_begin; kt < k_end; ++kt) {
+      pl::mbar_wait(full + stage, phase);
+      const uint64_t so = stage * kStageStep;
+      wgmma::fence_operands<FRAG>(acc);
+      wgmma::fence();
 #pragma unroll
-          for (unsigned ks = 0; ks < BK / 16; ++ks)
-            wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, accumulate | ks);
-          wgmma::commit();
-          wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
-          wgmma::fence_operands<FRAG>(acc);
-        },
-        [&] {
-          wgmma::wait<0>();
-          wgmma::fence_operands<FRAG>(acc);
-        },
-        [&](unsigned s) { pl::mbar_arrive_cluster_ctas(ring.empty + s, cx); });
-    if (!ring_consumer::fix_up<FRAG, THREADS>(acc, partials, flags, info, k_tiles, t, cx,
+      for (unsigned ks = 0; ks < BK / 16; ++ks)
+        wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, (kt != k_begin) | ks);
+      wgmma::commit();
+      wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
+      wgmma::fence_operands<FRAG>(acc);
+      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
+      prev = stage;
+      if (++stage == depth) { stage = 0; phase ^= 1u; }
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands<FRAG>(acc);
+    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
+    if (!ring_consumer::fix_up<FRAG, THREADS>(acc, partials, flags, k_begin, k_end, info, k_tiles, t, cx,
                                               [&] { pl::named_barrier_sync(bar, THREADS); }))
       continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);

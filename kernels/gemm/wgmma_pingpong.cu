@@ -150,7 +150,8 @@ PL_ENTRY(run) {
     if (PL_CALL(unit, iter + 1, m_tiles, n_tiles, k_tiles, next) != tma_gemm::NO_TILE)
       advance(stage, phase, next[1] - next[0], ring.depth);
     // One CTA per cluster here: every CTA below this one contributed.
-    if (!ring_consumer::fix_up<FRAG, WG_THREADS>(acc, partials, flags, info, k_tiles, u, 1u, fix_sync))
+    // k_begin / k_end read again from info, as the fix-up here always did (it keeps the SASS).
+    if (!ring_consumer::fix_up<FRAG, WG_THREADS>(acc, partials, flags, info[0], info[1], info, k_tiles, u, 1u, fix_sync))
       continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }
