@@ -64,13 +64,16 @@ PL_ENTRY(run) {
   const unsigned c = p.kv_len / 2, cb = c / blk, n2 = 2 * p.world;
   uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
   uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
-  attn_producer::KvRing kv = ATTN_PRODUCER_KV_RING(bytes);
-  unsigned it = 0;
+  uint8_t* buf = base + PL_RING_BUFFER(kv);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
+  const unsigned depth = PL_RING_DEPTH(kv);
+  unsigned stage = 0, phase = 0, it = 0;
   for (; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
-    attn_producer::fill_stage(qfull, qempty, (it & 1u) ^ 1u, bytes, [&](uint64_t* bar) {  // ring q has one stage
-      attn_producer::load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), bar, ACCEPTED_HEAD_DIM, blk);
-    });
+    attn_producer::claim_stage(qfull, qempty, (it & 1u) ^ 1u, bytes);  // ring q has one stage
+    attn_producer::load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull,
+                             ACCEPTED_HEAD_DIM, blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned gb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
@@ -85,12 +88,14 @@ PL_ENTRY(run) {
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
         const int row = (int)(region + ((size_t)part * p.bh + bh) * p.kv_len + j);
-        kv.push([&](uint8_t* dst, uint64_t* bar) { attn_producer::load_tile(dst, &p.tmap_kv, row, bar, ACCEPTED_HEAD_DIM, blk); });
+        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
+        attn_producer::load_tile(buf + stage * bytes, &p.tmap_kv, row, full + stage, ACCEPTED_HEAD_DIM, blk);
+        attn_producer::next_stage(stage, phase, depth);
       }
     }
   }
   // drain: the core has released every stage (so every TMA read of this CTA is complete)
-  kv.drain();
+  attn_producer::drain(empty, stage, phase, depth);
   pl::mbar_wait(qempty, (it & 1u) ^ 1u);
   if (atom_acq_rel(mine + DARR, 1) == gridDim.x - 1) {  // the last CTA of this rank to finish
     mine[DARR] = 0;

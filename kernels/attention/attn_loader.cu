@@ -37,23 +37,28 @@ PL_ENTRY(run) {
   uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
   uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
   const unsigned qdepth = PL_RING_DEPTH(q);  // 2: tile t + 1's Q loads while the core works on tile t
-  attn_producer::KvRing kv = ATTN_PRODUCER_KV_RING(bytes);
+  uint8_t* buf = base + PL_RING_BUFFER(kv);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
+  const unsigned depth = PL_RING_DEPTH(kv);
+  unsigned stage = 0, phase = 0;
   for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
     const unsigned qs = it % qdepth;
-    attn_producer::fill_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes, [&](uint64_t* bar) {
-      attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk), bar,
-                               PL_FACT(head_dim), blk);
-    });
+    attn_producer::claim_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes);
+    attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
+                             qfull + qs, PL_FACT(head_dim), blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
       const int row = (int)(bh * p.kv_len + kb * blk);
 #pragma unroll 1
-      for (unsigned part = 0; part < 2; ++part)  // K, then V
-        kv.push([&](uint8_t* dst, uint64_t* bar) {
-          attn_producer::load_tile(dst, part ? &p.tmap_v : &p.tmap_k, row, bar, PL_FACT(head_dim), blk);
-        });
+      for (unsigned part = 0; part < 2; ++part) {  // K, then V
+        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
+        attn_producer::load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage,
+                                 PL_FACT(head_dim), blk);
+        attn_producer::next_stage(stage, phase, depth);
+      }
     }
   }
 }

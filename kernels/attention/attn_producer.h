@@ -29,45 +29,26 @@ __device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map
   if (d > 64) pl::tma_load_2d(dst + blk * 128, map, 64, row, bar);
 }
 
-// Fill one stage: wait until `empty` passes `parity`, expect `bytes` on `full`, then
-// load(full) issues the TMA (after the wait: the stage is free only then).
-template <class Load>
-__device__ __forceinline__ void fill_stage(uint64_t* full, uint64_t* empty, unsigned parity, unsigned bytes, Load load) {
+// Claim one stage for a tile: wait until `empty` passes `parity` (the core has freed it),
+// then expect `bytes` on `full`. The caller issues the tile's TMA next, with completion on
+// `full`.
+__device__ __forceinline__ void claim_stage(uint64_t* full, uint64_t* empty, unsigned parity, unsigned bytes) {
   pl::mbar_wait(empty, parity);
   pl::mbar_arrive_expect_tx(full, bytes);
-  load(full);
 }
 
-// Ring `kv` as its producer walks it: stages of `bytes` each (one K or V tile), in order.
-struct KvRing {
-  uint8_t* buffer;  // stage 0
-  uint64_t* full;
-  uint64_t* empty;
-  unsigned depth, bytes, stage, phase;
+// The ring position after one more stage.
+__device__ __forceinline__ void next_stage(unsigned& stage, unsigned& phase, unsigned depth) {
+  if (++stage == depth) { stage = 0; phase ^= 1u; }
+}
 
-  // Fill the next stage: load(dst, bar) issues the TMA into dst with completion on bar.
-  template <class Load>
-  __device__ __forceinline__ void push(Load load) {
-    uint8_t* dst = buffer + stage * bytes;
-    fill_stage(full + stage, empty + stage, phase ^ 1u, bytes, [&](uint64_t* bar) { load(dst, bar); });
-    next();
+// Wait until the core has released every stage of a ring of `depth` stages from (stage,
+// phase) on: every TMA read into it is complete.
+__device__ __forceinline__ void drain(uint64_t* empty, unsigned& stage, unsigned& phase, unsigned depth) {
+  for (unsigned d = 0; d < depth; ++d) {
+    pl::mbar_wait(empty + stage, phase ^ 1u);
+    next_stage(stage, phase, depth);
   }
-  // Wait until the core has released every stage: every TMA read into the ring is complete.
-  __device__ __forceinline__ void drain() {
-    for (unsigned d = 0; d < depth; ++d) {
-      pl::mbar_wait(empty + stage, phase ^ 1u);
-      next();
-    }
-  }
-  __device__ __forceinline__ void next() {
-    if (++stage == depth) { stage = 0; phase ^= 1u; }
-  }
-};
+}
+
 }  // namespace attn_producer
-
-// Inside PL_ENTRY (the handles take its instance); `bytes`: one tile.
-#define ATTN_PRODUCER_KV_RING(bytes)                                                       \
-  (attn_producer::KvRing{pl::smem_base() + PL_RING_BUFFER(kv),                             \
-                         reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_FULL(kv)),  \
-                         reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_EMPTY(kv)), \
-                         PL_RING_DEPTH(kv), (bytes), 0, 0})

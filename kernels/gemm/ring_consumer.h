@@ -1,6 +1,5 @@
 // ring_consumer.h — the one copy of the protocol every consumer of ring `ab` in the Hopper
-// GEMM family follows (wgmma_consumer, wgmma_pingpong, cute_consumer); each consumer supplies
-// only its MMA. The loader (tma_loader) and the scheduler (tile_scheduler) do not know which
+// GEMM family follows (wgmma_consumer, wgmma_pingpong, cute_consumer). The loader (tma_loader) and the scheduler (tile_scheduler) do not know which
 // consumer they serve, so all consumers must walk the ring and fix up stream-K units alike:
 //  * ring walk (consume_unit): per k-step of a unit, wait `full`, issue the k-step's MMAs,
 //    then release the PREVIOUS stage, whose MMAs are complete once at most one group is in
