@@ -2,9 +2,9 @@
 
     gemm_swiglu_tma(name = "gemm_swiglu_tma_bn64", block_n = 64)
 
-builds the wgmma consumer (owner B) for the variant (its define and its contract's
-`own` value from one number) and links it with the shared scheduler, TMA loader and
-SwiGLU epilogue packages, plus the SASS test against the single-unit control.
+builds the wgmma consumer (owner B) for the variant (its define and its contract's `own`
+value from one number: cuda_component's `facts`) and links it with the shared scheduler, TMA
+loader and SwiGLU epilogue packages, plus the SASS test against the single-unit control.
 `consumer = "cute"` builds the CuTe consumer (owner D, kernels/gemm/cute_consumer.cu, with
 the toolchain's CUTLASS headers) in its place; its kernel file names package cute_consumer.
 `consumer = "pingpong"` builds the ping-pong consumer (owner B, kernels/gemm/wgmma_pingpong.cu).
@@ -13,12 +13,12 @@ the toolchain's CUTLASS headers) in its place; its kernel file names package cut
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 load("//pipelink_rules/private:validate.bzl", "check_variant")
 
-# Consumers of ring `ab` (owner B's two, owner D's CuTe one): source, headers, and how a
-# variant's tile sizes reach the build (defines) and the contract (`# variant:` lines).
+# Consumers of ring `ab` (owner B's two, owner D's CuTe one): source and headers. A variant's
+# tile sizes reach the build and the contract through `facts`.
 _CONSUMERS = {
-    "wgmma": struct(component = "wgmma_consumer", hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
-    "cute": struct(component = "cute_consumer", hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h"], cutlass = True),
-    "pingpong": struct(component = "wgmma_pingpong", hdrs = ["gemm/stream_k.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
+    "wgmma": struct(component = "wgmma_consumer", hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
+    "cute": struct(component = "cute_consumer", hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h"], cutlass = True),
+    "pingpong": struct(component = "wgmma_pingpong", hdrs = ["gemm/ring_consumer.h", "gemm/tma_gemm.h", "gemm/wgmma.h"], cutlass = True),
 }
 
 def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = ":tile_scheduler",
@@ -34,24 +34,18 @@ def gemm_swiglu_tma(name, block_n, epilogue = ":swiglu_tma_store", scheduler = "
     c = _CONSUMERS[consumer]
     consumer_target = name + "_consumer"
     if consumer == "pingpong":
-        subs = {
-            "128  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
-            "64  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
-        }
-        defines = ["PINGPONG_BLOCK_M=%d" % block_m, "PINGPONG_BLOCK_N=%d" % block_n]
+        facts = {"block_m": "PINGPONG_BLOCK_M=%d" % block_m, "block_n": "PINGPONG_BLOCK_N=%d" % block_n}
     else:
-        subs = {"128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n}
-        defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=2"]
+        facts = {"block_n": "CONSUMER_BLOCK_N=%d" % block_n, "b_parts": "CONSUMER_B_PARTS=2"}
     cuda_component(
         name = consumer_target,
         component = c.component,
         srcs = ["gemm/%s.cu" % c.component],
         hdrs = c.hdrs,
         contract = "gemm/%s.contract.toml" % c.component,
-        contract_substitutions = subs,
+        facts = facts,
         copts = ["-O3"],
         cutlass = c.cutlass,
-        defines = defines,
     )
     fused_kernel(
         name = name,

@@ -5,7 +5,7 @@ SwiGLU library.
     moe_step(name = "moe_step_bm64", expert = ":moe_expert_bm64")
 
 The expert owner's tile geometry is one number each: its defines (EXPERT_BLOCK_*) and its
-contract's `own` values (the `# variant:` lines) come from it, so a geometry mutation is
+contract's `own` values come from it (cuda_component's `facts`), so a geometry mutation is
 one rebuilt package; the other owners read the facts through handles and only relink.
 
 moe_expert and moe_step name their files and default owners by //kernels labels (plain
@@ -88,19 +88,14 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, stages = 4, defi
         cutlass = True,
         contract = "//kernels:moe/expert.contract.toml",
         host_provider = "//kernels:moe/expert_host.py",
-        contract_substitutions = {
-            "64  # variant: BLOCK_M": "%d  # variant: BLOCK_M" % block_m,
-            "64  # variant: BLOCK_H": "%d  # variant: BLOCK_H" % block_h,
-            "128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n,
-            "4  # variant: STAGES": "%d  # variant: STAGES" % stages,
+        facts = {
+            "block_m": "EXPERT_BLOCK_M=%d" % block_m,
+            "block_h": "EXPERT_BLOCK_H=%d" % block_h,
+            "block_n": "EXPERT_BLOCK_N=%d" % block_n,
+            "expert_stages": "EXPERT_STAGES=%d" % stages,
         },
         copts = ["-O3"],
-        defines = [
-            "EXPERT_BLOCK_M=%d" % block_m,
-            "EXPERT_BLOCK_H=%d" % block_h,
-            "EXPERT_BLOCK_N=%d" % block_n,
-            "EXPERT_STAGES=%d" % stages,
-        ] + defines,
+        defines = defines,
         tags = tags,
     )
 

@@ -176,19 +176,15 @@ _symbol_link_mutations = rule(
 )
 
 def _consumer(block_n, parts):
-    # wgmma_consumer (owner B) rebuilt with other tile defines; its `own` lines follow (pack checks).
-    subs = {"128  # variant: BLOCK_N": "%d  # variant: BLOCK_N" % block_n}
-    if parts != 2:
-        subs["own = 2\n"] = "own = %d\n" % parts
+    # wgmma_consumer (owner B) rebuilt with other tile sizes: defines and `own` values from `facts`.
     return dict(
         component = "wgmma_consumer",
         srcs = ["//kernels:gemm/wgmma_consumer.cu"],
-        hdrs = ["//kernels:gemm/stream_k.h", "//kernels:gemm/tma_gemm.h", "//kernels:gemm/wgmma.h"],
+        hdrs = ["//kernels:gemm/ring_consumer.h", "//kernels:gemm/tma_gemm.h", "//kernels:gemm/wgmma.h"],
         cutlass = True,
         contract = "//kernels:gemm/wgmma_consumer.contract.toml",
-        contract_substitutions = subs,
+        facts = {"block_n": "CONSUMER_BLOCK_N=%d" % block_n, "b_parts": "CONSUMER_B_PARTS=%d" % parts},
         copts = ["-O3"],
-        defines = ["CONSUMER_BLOCK_N=%d" % block_n, "CONSUMER_B_PARTS=%d" % parts],
     )
 
 # The GEMM + SwiGLU TMA kernel (block_n 128, b_parts 2, stream-K scheduler with GROUP_M 8):

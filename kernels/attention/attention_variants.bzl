@@ -12,7 +12,7 @@ load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kerne
 # (experiments/symbol_link/attention_mutations.bzl).
 LOADER_FILES = dict(
     srcs = ["attn_loader.cu"],
-    hdrs = ["attn.h"],
+    hdrs = ["attn.h", "attn_producer.h"],
     contract = "attn_loader.contract.toml",
     host_provider = "attn_loader_host.py",
 )

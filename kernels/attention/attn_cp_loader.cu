@@ -14,14 +14,9 @@
 
 #include "attn.h"
 #include "attn_cp.h"
+#include "attn_producer.h"
 
-PL_DECLARE_FACT(block_q);
-PL_DECLARE_FACT(head_dim);
-PL_DECLARE_RING(q);
-PL_DECLARE_RING(kv);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, const void*, unsigned*);
-PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
-PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+ATTN_PRODUCER_DECLARATIONS();
 
 struct AttnCpLoaderParams {  // the contract's [params], in order
   const void* q;
@@ -34,11 +29,7 @@ static_assert(offsetof(AttnCpLoaderParams, q_len) == 24 && offsetof(AttnCpLoader
                   sizeof(AttnCpLoaderParams) == 320, "params layout (docs/CONTRACTS.md)");
 
 namespace {
-// Two boxes of [blk rows, 64 cols] (head_dim 128: the contract accepts only that), blk * 128 bytes each.
-__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned blk) {
-  pl::tma_load_2d(dst, map, 0, row, bar);
-  pl::tma_load_2d(dst + blk * 128, map, 64, row, bar);
-}
+constexpr unsigned ACCEPTED_HEAD_DIM = 128;  // the contract accepts only that: two boxes per tile
 using pl::ld_acquire_sys;  // pipelink.h: system-scope flags (peers are other GPUs)
 using pl::red_release_sys;
 using pl::atom_acq_rel;
@@ -80,9 +71,9 @@ PL_ENTRY(run) {
   unsigned stage = 0, phase = 0, it = 0;
   for (; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
-    pl::mbar_wait(qempty, (it & 1u) ^ 1u);  // ring q has one stage; a fresh barrier passes parity 1
-    pl::mbar_arrive_expect_tx(qfull, bytes);
-    load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull, blk);
+    attn_producer::claim_stage(qfull, qempty, (it & 1u) ^ 1u, bytes);  // ring q has one stage
+    attn_producer::load_tile(base + PL_RING_BUFFER(q), &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull,
+                             ACCEPTED_HEAD_DIM, blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned gb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
@@ -97,18 +88,14 @@ PL_ENTRY(run) {
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
         const int row = (int)(region + ((size_t)part * p.bh + bh) * p.kv_len + j);
-        pl::mbar_wait(empty + stage, phase ^ 1u);
-        pl::mbar_arrive_expect_tx(full + stage, bytes);
-        load_tile(buf + stage * bytes, &p.tmap_kv, row, full + stage, blk);
-        if (++stage == depth) { stage = 0; phase ^= 1u; }
+        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
+        attn_producer::load_tile(buf + stage * bytes, &p.tmap_kv, row, full + stage, ACCEPTED_HEAD_DIM, blk);
+        attn_producer::next_stage(stage, phase, depth);
       }
     }
   }
   // drain: the core has released every stage (so every TMA read of this CTA is complete)
-  for (unsigned d = 0; d < depth; ++d) {
-    pl::mbar_wait(empty + stage, phase ^ 1u);
-    if (++stage == depth) { stage = 0; phase ^= 1u; }
-  }
+  attn_producer::drain(empty, stage, phase, depth);
   pl::mbar_wait(qempty, (it & 1u) ^ 1u);
   if (atom_acq_rel(mine + DARR, 1) == gridDim.x - 1) {  // the last CTA of this rank to finish
     mine[DARR] = 0;

@@ -9,14 +9,9 @@
 #include <stddef.h>
 
 #include "attn.h"
+#include "attn_producer.h"
 
-PL_DECLARE_FACT(block_q);
-PL_DECLARE_FACT(head_dim);
-PL_DECLARE_RING(q);
-PL_DECLARE_RING(kv);
-PL_DECLARE_CALL_RET(unsigned, tile, unsigned, unsigned, unsigned, const void*, unsigned*);
-PL_DECLARE_CALL_RET(unsigned, kv_count, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
-PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*);
+ATTN_PRODUCER_DECLARATIONS();
 
 // The contract's [params], in order.
 struct AttnLoaderParams {
@@ -29,16 +24,6 @@ struct AttnLoaderParams {
 };
 static_assert(offsetof(AttnLoaderParams, q_len) == 32 && offsetof(AttnLoaderParams, tmap_q) == 64 &&
                   sizeof(AttnLoaderParams) == 448, "params layout (docs/CONTRACTS.md)");
-
-namespace {
-// d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 128 or 64; blk =
-// block_q: link-time constants, the core's facts).
-__device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d,
-                                          unsigned blk) {
-  pl::tma_load_2d(dst, map, 0, row, bar);
-  if (d > 64) pl::tma_load_2d(dst + blk * 128, map, 64, row, bar);
-}
-}  // namespace
 
 PL_ENTRY(run) {
   if (pl::role_thread(PL_WARP_BEGIN()) != 0) return;
@@ -60,20 +45,19 @@ PL_ENTRY(run) {
   for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
     const unsigned qs = it % qdepth;
-    pl::mbar_wait(qempty + qs, ((it / qdepth) & 1u) ^ 1u);  // a fresh barrier passes parity 1
-    pl::mbar_arrive_expect_tx(qfull + qs, bytes);
-    load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk), qfull + qs,
-              PL_FACT(head_dim), blk);
+    attn_producer::claim_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes);
+    attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
+                             qfull + qs, PL_FACT(head_dim), blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
       const int row = (int)(bh * p.kv_len + kb * blk);
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
-        pl::mbar_wait(empty + stage, phase ^ 1u);
-        pl::mbar_arrive_expect_tx(full + stage, bytes);
-        load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage, PL_FACT(head_dim), blk);
-        if (++stage == depth) { stage = 0; phase ^= 1u; }
+        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
+        attn_producer::load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage,
+                                 PL_FACT(head_dim), blk);
+        attn_producer::next_stage(stage, phase, depth);
       }
     }
   }

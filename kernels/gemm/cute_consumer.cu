@@ -17,18 +17,17 @@
 // register order, so `acc` is exported unchanged in layout "wgmma_acc(b_parts)" (see
 // wgmma_consumer.cu for the formula) and swiglu_tma_store imports it as it is.
 //
-// Pipeline and stream-K fixup are the protocol wgmma_consumer follows (the loader and the
-// scheduler do not know which consumer they serve): per k-step wait `full`, 4 k16 GMMAs,
-// commit, wait until one group is in flight, release the previous stage (lane 0 of each warp
-// on `empty`, every CTA of the cluster); contributors store partial sums in workspace
-// `partials` and count on `flags`, finishers wait for their contributors and add them.
+// The stream-K fix-up is ring_consumer.h's, shared with wgmma_consumer (the loader and the
+// scheduler do not know which consumer they serve); the ring walk below follows its
+// consume_unit protocol, written out as in wgmma_consumer: per k-step 4 k16 GMMAs, commit,
+// keep one group in flight, release the previous stage.
 #define PL_COMPONENT cute_consumer
 #include <pipelink.h>
 
 #include <cute/atom/mma_atom.hpp>
 #include <cute/tensor.hpp>
 
-#include "stream_k.h"
+#include "ring_consumer.h"
 #include "tma_gemm.h"
 
 #ifndef CONSUMER_BLOCK_N
@@ -67,11 +66,7 @@ PL_OWN_FACT(block_m, cute_consumer::BM);
 PL_OWN_FACT(block_n, cute_consumer::BN);
 PL_OWN_FACT(block_k, cute_consumer::BK);
 PL_OWN_FACT(b_parts, cute_consumer::PARTS);
-PL_DECLARE_RING(ab);
-PL_DECLARE_EXPORT(acc);
-PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
-PL_DECLARE_WORKSPACE(partials);
-PL_DECLARE_WORKSPACE(flags);
+RING_CONSUMER_DECLARATIONS();
 PL_DECLARE_BARRIER(fixup);
 PL_DECLARE_FACT(cluster_x);
 
@@ -132,23 +127,9 @@ PL_ENTRY(run) {
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
     if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      stream_k::store_partial<N / 2, THREADS>(partials + blockIdx.x * (N / 8) * THREADS, acc, t);
-      __threadfence();
-      pl::named_barrier_sync(bar, THREADS);
-      if (t == 0) pl::red_release(flags + info[2], 1);
-      continue;
-    }
-    if (k_begin > 0) {  // finisher: add the contributors' partial sums
-      const unsigned contributors = (blockIdx.x - info[3]) / cx;
-      if (t == 0) {
-        while (pl::ld_acquire(flags + info[2]) < contributors) {
-        }
-        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
-      }
-      pl::named_barrier_sync(bar, THREADS);
-      for (unsigned c = info[3]; c < blockIdx.x; c += cx) stream_k::add_partial<N / 2, THREADS>(partials + c * (N / 8) * THREADS, acc, t);
-    }
+    if (!ring_consumer::fix_up<N / 2, THREADS>(acc, partials, flags, k_begin, k_end, info, k_tiles, t, cx,
+                                               [&] { pl::named_barrier_sync(bar, THREADS); }))
+      continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, raw_pointer_cast(acc.data()), (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }
 }

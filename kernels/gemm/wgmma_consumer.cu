@@ -5,21 +5,15 @@
 // the stage through K-major SWIZZLE_128B descriptors (tma_gemm.h, wgmma.h).
 // Units come from callable `unit` (tile_scheduler), in the order the loader uses: a unit is
 // a tile's k-steps [k_begin, k_end).
-// Per k-step: wait `full`, 4 wgmmas (k = 0, 16, 32, 48), commit, wait until at most one
-// group is in flight, then release the previous stage: lane 0 of each warp arrives on its
-// `empty` (8 arrivals), after the wgmmas that read it completed.
-// After a unit:
-//  * whole tile: the accumulators go to the importer of `acc` (the epilogue), whose stores
-//    overlap the loader already filling the next unit's stages;
-//  * contributor (does not reach the tile's last k-step): the partial sums go to this CTA's
-//    slot of workspace `partials` (coalesced float4), then one release-add on the tile's
-//    counter in workspace `flags`;
-//  * finisher (reaches the last k-step, started after 0): one thread waits (acquire) until
-//    every contributing CTA has counted, all add their partial sums (read through L2), the
-//    counter is reset to zero for the next launch (`flags` is a zero workspace), and the
-//    tile goes to the epilogue.
-// Named barrier `fixup` (the role's 256 threads) orders the slot writes before the count
-// and the wait before the reads.
+// The stream-K fix-up is ring_consumer.h's (shared with wgmma_pingpong and cute_consumer);
+// the ring walk below follows its consume_unit protocol but stays written out here (through
+// consume_unit, link-time optimization scheduled the inlined scheduler differently). Per
+// k-step: 4 wgmmas (k = 0, 16, 32, 48),
+// commit, keep one group in flight; lane 0 of each warp releases a stage on `empty` (8
+// arrivals), on every CTA of the cluster. After a unit, a whole tile's accumulators go to the
+// importer of `acc` (the epilogue), whose stores overlap the loader already filling the next
+// unit's stages; a contributor's go to workspace `partials`, counted in `flags`. Named barrier
+// `fixup` (the role's 256 threads) orders the fix-up.
 // Owns block_m, block_n, block_k, b_parts (compile-time: -DCONSUMER_BLOCK_N=..,
 // -DCONSUMER_B_PARTS=..).
 // Export `acc`: [b_parts, block_m, block_n] f32 in layout "wgmma_acc(b_parts)": role thread
@@ -31,7 +25,7 @@
 #define PL_COMPONENT wgmma_consumer
 #include <pipelink.h>
 
-#include "stream_k.h"
+#include "ring_consumer.h"
 #include "tma_gemm.h"
 #include "wgmma.h"
 
@@ -61,11 +55,7 @@ PL_OWN_FACT(block_m, wgmma_consumer::BM);
 PL_OWN_FACT(block_n, wgmma_consumer::BN);
 PL_OWN_FACT(block_k, wgmma_consumer::BK);
 PL_OWN_FACT(b_parts, wgmma_consumer::PARTS);
-PL_DECLARE_RING(ab);
-PL_DECLARE_EXPORT(acc);
-PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
-PL_DECLARE_WORKSPACE(partials);
-PL_DECLARE_WORKSPACE(flags);
+RING_CONSUMER_DECLARATIONS();
 PL_DECLARE_BARRIER(fixup);
 PL_DECLARE_FACT(cluster_x);
 
@@ -122,23 +112,9 @@ PL_ENTRY(run) {
     wgmma::wait<0>();
     wgmma::fence_operands<FRAG>(acc);
     if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      stream_k::store_partial<FRAG, THREADS>(partials + blockIdx.x * (FRAG / 4) * THREADS, acc, t);
-      __threadfence();
-      pl::named_barrier_sync(bar, THREADS);
-      if (t == 0) pl::red_release(flags + info[2], 1);
-      continue;
-    }
-    if (k_begin > 0) {  // finisher: add the contributors' partial sums
-      const unsigned contributors = (blockIdx.x - info[3]) / cx;
-      if (t == 0) {
-        while (pl::ld_acquire(flags + info[2]) < contributors) {
-        }
-        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
-      }
-      pl::named_barrier_sync(bar, THREADS);
-      for (unsigned c = info[3]; c < blockIdx.x; c += cx) stream_k::add_partial<FRAG, THREADS>(partials + c * (FRAG / 4) * THREADS, acc, t);
-    }
+    if (!ring_consumer::fix_up<FRAG, THREADS>(acc, partials, flags, k_begin, k_end, info, k_tiles, t, cx,
+                                              [&] { pl::named_barrier_sync(bar, THREADS); }))
+      continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }
 }

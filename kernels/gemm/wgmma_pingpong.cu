@@ -7,14 +7,13 @@
 // The loader fills stages in unit order, so the warpgroups take turns at the mainloop:
 // named barriers `turn0` / `turn1` hand the ring from one to the other (bar.arrive after
 // the mainloop, bar.sync before the next), and each warpgroup skips the other's stages.
-// Stream-K units (a part of a tile's k-steps) are fixed up as in wgmma_consumer: a CTA has
-// at most one contributor unit, whose warpgroup leaves its partial sums in the CTA's slot
-// of workspace `partials` and counts on the tile's counter in `flags`; the finisher's
-// warpgroup waits for the count, adds the slots and resets the counter. Each warpgroup has
-// its own named barrier for that (`fix0`, `fix1`): the other may be in its own fixup.
-// Per k-step: wait `full`, BM / 64 x 4 wgmmas m64nNk16 (N = b_parts * block_n), commit, keep
-// one group in flight, release the previous stage: lane 0 of each of the warpgroup's four
-// warps arrives twice on `empty` (the ring's 8 arrivals per stage, as the loader expects).
+// Ring walk and stream-K fix-up are ring_consumer.h's (shared with wgmma_consumer and
+// cute_consumer); this file supplies the MMA and the turns. A CTA has at most one contributor
+// unit; each warpgroup fixes up its own units, with its own named barrier (`fix0`, `fix1`):
+// the other may be in its own fix-up.
+// Per k-step: BM / 64 x 4 wgmmas m64nNk16 (N = b_parts * block_n), commit, keep one group in
+// flight; lane 0 of each of the warpgroup's four warps arrives twice on `empty` (the ring's
+// 8 arrivals per stage, as the loader expects).
 // Owns block_m, block_n, block_k, b_parts (-DPINGPONG_BLOCK_M, -DPINGPONG_BLOCK_N).
 // Export `acc`: [b_parts, block_m, block_n] f32 in layout "wgmma_wg_acc(b_parts)", held
 // by the 128 threads of ONE warpgroup (the importer is called by each warpgroup on its
@@ -24,7 +23,7 @@
 #define PL_COMPONENT wgmma_pingpong
 #include <pipelink.h>
 
-#include "stream_k.h"
+#include "ring_consumer.h"
 #include "tma_gemm.h"
 #include "wgmma.h"
 
@@ -45,7 +44,7 @@ constexpr unsigned STAGE = tma_gemm::stage_bytes(BM, BN, PARTS);
 static_assert(FRAG <= 128, "a warpgroup holds at most 128 accumulators per thread");
 static_assert(N == 128 || N == 256, "b_parts * block_n in {128, 256}");
 static_assert(STAGE % 1024 == 0, "stages start on 1024-byte swizzle atoms");
-static_assert(FRAG % 4 == 0, "partial sums move as float4 (stream_k.h)");
+static_assert(FRAG % 4 == 0, "partial sums move as float4 (ring_consumer.h)");
 
 struct Params {  // the contract's [params]: m, n, k = "u32"
   uint32_t m, n, k;
@@ -66,13 +65,9 @@ PL_OWN_FACT(block_m, wgmma_pingpong::BM);
 PL_OWN_FACT(block_n, wgmma_pingpong::BN);
 PL_OWN_FACT(block_k, wgmma_pingpong::BK);
 PL_OWN_FACT(b_parts, wgmma_pingpong::PARTS);
-PL_DECLARE_WORKSPACE(partials);
-PL_DECLARE_WORKSPACE(flags);
+RING_CONSUMER_DECLARATIONS();
 PL_DECLARE_BARRIER(fix0);
 PL_DECLARE_BARRIER(fix1);
-PL_DECLARE_RING(ab);
-PL_DECLARE_EXPORT(acc);
-PL_DECLARE_CALL_RET(unsigned, unit, unsigned, unsigned, unsigned, unsigned, unsigned*);
 PL_DECLARE_BARRIER(turn0);
 PL_DECLARE_BARRIER(turn1);
 
@@ -82,11 +77,8 @@ PL_ENTRY(run) {
   const unsigned t = pl::role_thread(PL_WARP_BEGIN());
   const unsigned wg = pl::role_warpgroup(t);
   const bool lane0 = (t % 32) == 0;
-  uint8_t* base = pl::smem_base();
-  const uint32_t buf = pl::smem_addr(base + PL_RING_BUFFER(ab));
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(ab));
-  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(ab));
-  const unsigned depth = PL_RING_DEPTH(ab);
+  const ring_consumer::Ring ring = RING_CONSUMER_RING();
+  const uint32_t buf = pl::smem_addr(ring.buffer);
   // My turn starts when the other warpgroup's mainloop is done (it arrives on its barrier).
   // Each barrier id appears as a link-time immediate in its own instruction (L-SASS checks them).
   auto wait_turn = [&] {
@@ -115,7 +107,7 @@ PL_ENTRY(run) {
   unsigned stage = 0, phase = 0, info[4];
   if (wg == 1) {  // warpgroup 1 starts after unit 0's stages
     if (PL_CALL(unit, 0, m_tiles, n_tiles, k_tiles, info) != tma_gemm::NO_TILE)
-      advance(stage, phase, info[1] - info[0], depth);
+      advance(stage, phase, info[1] - info[0], ring.depth);
   }
   for (unsigned iter = wg;; iter += 2) {
     const unsigned tile = PL_CALL(unit, iter, m_tiles, n_tiles, k_tiles, info);
@@ -131,49 +123,36 @@ PL_ENTRY(run) {
     if (iter > 0) wait_turn();  // the ring is mine now
 #pragma unroll
     for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
-    unsigned prev = 0;
-    for (unsigned kt = k_begin; kt < k_end; ++kt) {
-      pl::mbar_wait(full + stage, phase);
-      const uint64_t so = stage * kStageStep;
-      wgmma::fence_operands<FRAG>(acc);
-      wgmma::fence();
+    ring_consumer::consume_unit(
+        ring, stage, phase, k_begin, k_end, lane0,
+        [&](unsigned s, bool accumulate) {
+          const uint64_t so = s * kStageStep;
+          wgmma::fence_operands<FRAG>(acc);
+          wgmma::fence();
 #pragma unroll
-      for (unsigned ks = 0; ks < BK / 16; ++ks)
+          for (unsigned ks = 0; ks < BK / 16; ++ks)
 #pragma unroll
-        for (unsigned mb = 0; mb < MB; ++mb)
-          wgmma::mma_m64k16<N>(acc + mb * FRAG_MB, desc_a0 + so + mb * kMBlock + ks * kKStep,
-                               desc_b0 + so + ks * kKStep, (kt != k_begin) | ks);
-      wgmma::commit();
-      wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
-      wgmma::fence_operands<FRAG>(acc);
-      if (kt > k_begin && lane0) pl::mbar_arrive_count(empty + prev, 2);
-      prev = stage;
-      if (++stage == depth) { stage = 0; phase ^= 1u; }
-    }
-    wgmma::wait<0>();
-    wgmma::fence_operands<FRAG>(acc);
-    if (k_end > k_begin && lane0) pl::mbar_arrive_count(empty + prev, 2);
+            for (unsigned mb = 0; mb < MB; ++mb)
+              wgmma::mma_m64k16<N>(acc + mb * FRAG_MB, desc_a0 + so + mb * kMBlock + ks * kKStep,
+                                   desc_b0 + so + ks * kKStep, accumulate | ks);
+          wgmma::commit();
+          wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
+          wgmma::fence_operands<FRAG>(acc);
+        },
+        [&] {
+          wgmma::wait<0>();
+          wgmma::fence_operands<FRAG>(acc);
+        },
+        [&](unsigned s) { pl::mbar_arrive_count(ring.empty + s, 2); });
     pass_turn();  // the other warpgroup's turn
     // Skip the other warpgroup's next unit in the ring (if it has one).
     unsigned next[4];
     if (PL_CALL(unit, iter + 1, m_tiles, n_tiles, k_tiles, next) != tma_gemm::NO_TILE)
-      advance(stage, phase, next[1] - next[0], depth);
-    if (k_end < k_tiles) {  // contributor: leave the partial sums for the tile's finisher
-      stream_k::store_partial<FRAG, WG_THREADS>(partials + blockIdx.x * (FRAG / 4) * WG_THREADS, acc, u);
-      __threadfence();
-      fix_sync();
-      if (u == 0) pl::red_release(flags + info[2], 1);
-      continue;
-    }
-    if (k_begin > 0) {  // finisher: add the contributors' partial sums
-      if (u == 0) {
-        while (pl::ld_acquire(flags + info[2]) < blockIdx.x - info[3]) {
-        }
-        flags[info[2]] = 0;  // every contributor has counted: ready for the next launch
-      }
-      fix_sync();
-      for (unsigned c = info[3]; c < blockIdx.x; ++c) stream_k::add_partial<FRAG, WG_THREADS>(partials + c * (FRAG / 4) * WG_THREADS, acc, u);
-    }
+      advance(stage, phase, next[1] - next[0], ring.depth);
+    // One CTA per cluster here: every CTA below this one contributed.
+    // k_begin / k_end read again from info, as the fix-up here always did (it keeps the SASS).
+    if (!ring_consumer::fix_up<FRAG, WG_THREADS>(acc, partials, flags, info[0], info[1], info, k_tiles, u, 1u, fix_sync))
+      continue;  // a contributor: the tile's finisher exports it
     PL_EXPORT(acc, acc, (tile >> 16) * BM, (tile & 0xFFFFu) * BN);
   }
 }

@@ -7,6 +7,7 @@
         contract = "loader.contract.toml",
         deps = [":common_headers"],        # cc_library headers (CcInfo)
         defines = ["BLOCK_M=128"],
+        facts = {"block_n": "LOADER_BLOCK_N=64"},  # -DLOADER_BLOCK_N=64 and the contract's own = 64
         copts = [],
         cutlass = False,                   # add the toolchain's CUTLASS/CuTe headers
     )
@@ -33,6 +34,7 @@ load(
     "check_component_name",
     "check_copts",
     "check_defines",
+    "check_facts",
     "check_files",
     "check_includes",
     "check_shell_paths",
@@ -174,7 +176,8 @@ def _cuda_component_impl(ctx):
     includes = [i for i in _dedup(includes) if i]
     check_shell_paths(ctx, ctx.files.srcs, includes)
     check_defines(ctx, "defines", ctx.attr.defines, inherited = dep_defines)
-    defines = _dedup(dep_defines + ctx.attr.defines)
+    fact_defines = check_facts(ctx, ctx.attr.facts, dep_defines + ctx.attr.defines)
+    defines = _dedup(dep_defines + ctx.attr.defines + fact_defines)
     user_copts = [ctx.expand_location(c, ctx.attr.deps) for c in ctx.attr.copts]
     check_copts(ctx, "copts", user_copts)
 
@@ -211,9 +214,10 @@ def _cuda_component_impl(ctx):
     packed_hdrs = depset(own_hdrs + extra_hdrs, transitive = dep_hdrs)
 
     package = ctx.actions.declare_file(ctx.label.name + ".plpkg")
-    if ctx.attr.contract_substitutions:
-        # One contract for several builds of a component (tile variants): the same values
-        # reach the contract here and the source through `defines`; pack checks they agree.
+    if ctx.attr.contract_substitutions or ctx.attr.facts:
+        # One contract for several builds of a component (tile variants): each `facts` value
+        # reaches the source as a define and the contract as its `own` value; pack checks
+        # that the source's PL_OWN_FACT agrees.
         contract = _expand_contract(ctx, contract)
     packed_contract = contract
     if not PACK_ARCH_FLAG and arch != DEFAULT_ARCH:
@@ -267,16 +271,24 @@ def _cuda_component_impl(ctx):
     ]
 
 def _expand_contract(ctx, contract):
-    """The contract with `contract_substitutions` applied (same lines, so same file:line)."""
+    """The contract with `contract_substitutions` applied and the `facts` values as the owned
+    facts' `own` values (same lines, so same file:line)."""
     out = ctx.actions.declare_file("_pl_contracts/%s/%s" % (ctx.label.name, contract.basename))
     subs = ctx.actions.declare_file("_pl_contracts/%s/substitutions.json" % ctx.label.name)
     ctx.actions.write(subs, json.encode(ctx.attr.contract_substitutions))
+    inputs = [subs]
+    arguments = [display_label(ctx.label), contract.path, out.path, subs.path]
+    if ctx.attr.facts:
+        facts = ctx.actions.declare_file("_pl_contracts/%s/facts.json" % ctx.label.name)
+        ctx.actions.write(facts, json.encode(ctx.attr.facts))
+        inputs.append(facts)
+        arguments.append(facts.path)
     python = ctx.toolchains[PYTHON_TOOLCHAIN_TYPE].python
     script = ctx.file._substitute_contract
     ctx.actions.run(
         executable = python.interpreter,
-        arguments = ["-s", script.path, display_label(ctx.label), contract.path, out.path, subs.path],
-        inputs = [script, contract, subs],
+        arguments = ["-s", script.path] + arguments,
+        inputs = [script, contract] + inputs,
         outputs = [out],
         mnemonic = "PipelinkSubstitute",
         progress_message = "Substituting %{label}'s contract",
@@ -332,8 +344,15 @@ cuda_component = rule(
             doc = "The component's contract (<component>.contract.toml), see docs/CONTRACTS.md.",
         ),
         "contract_substitutions": attr.string_dict(
-            doc = "Text substitutions applied to the contract before packing (e.g. " +
-                  "{\"@BLOCK_N@\": \"64\"} for a tile variant built with a matching define).",
+            doc = "Text substitutions applied to the contract before packing (e.g. another " +
+                  "ring depth). For an owned fact's value use `facts`: it writes the value once.",
+        ),
+        "facts": attr.string_dict(
+            doc = "Values of facts this component owns, each written once: fact name -> " +
+                  "\"MACRO=VALUE\" (VALUE a u32 in decimal). The sources get -DMACRO=VALUE and " +
+                  "the packed contract's [fact.<name>] gets own = VALUE; e.g. {\"block_n\": " +
+                  "\"CONSUMER_BLOCK_N=64\"} for a tile variant. A bad entry is B-FACT, as is a fact " +
+                  "whose table has no `own` (the component does not own it).",
         ),
         "host_provider": attr.label(
             allow_files = True,  # one .py, checked in the implementation (B-FILE-TYPE)
@@ -352,8 +371,9 @@ cuda_component = rule(
             doc = "Include directories relative to this package (as cc_library.includes).",
         ),
         "defines": attr.string_list(
-            doc = "Preprocessor defines (NAME or NAME=VALUE) for this component's sources only, " +
-                  "e.g. the value of a fact it owns (PL_OWN_FACT(tile, TILE)).",
+            doc = "Preprocessor defines (NAME or NAME=VALUE) for this component's sources only. " +
+                  "The value of a fact it owns (PL_OWN_FACT(tile, TILE)) goes in `facts` instead, " +
+                  "which also writes it into the contract.",
         ),
         "copts": attr.string_list(
             doc = "Extra nvcc options for this component's sources ($(location) expanded " +
@@ -377,7 +397,8 @@ cuda_component = rule(
         "_substitute_contract": attr.label(
             default = Label("//pipelink_rules/private:substitute_contract.py"),
             allow_single_file = True,
-            doc = "Applies contract_substitutions; a key the contract lacks is B-SUBST.",
+            doc = "Applies contract_substitutions and facts; a key the contract lacks is B-SUBST, " +
+                  "a fact it does not own B-FACT.",
         ),
         "_linker": attr.label(
             default = Label("//tools:pipelink_linker_files"),

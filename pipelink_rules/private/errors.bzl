@@ -6,10 +6,11 @@ through `pl_fail`, which renders one line in the linker's style (tools/pipelink/
     pipelink B-ARCH: //pkg:t: attribute arch: unsupported architecture 'sm_91'; supported:
     sm_90a, sm_100a, sm_120a, sm_90, sm_80. hint: set arch = "sm_90a"
 
-(Bazel prefixes it with "Error in fail:"). Three are also raised while actions run, in the same
+(Bazel prefixes it with "Error in fail:"). Four are also raised while actions run, in the same
 format: B-COMPILE (nvcc_wrapper.sh, under nvcc's own errors), B-SUBST (substitute_contract.py,
-a key the contract lacks) and B-FILE-TYPE (substitute_contract.py, a contract that is a
-directory or not UTF-8). The table below is the only list of B-* codes;
+a key the contract lacks), B-FACT (substitute_contract.py, a `facts` entry for a fact the
+contract does not own) and B-FILE-TYPE (substitute_contract.py, a contract that is a directory
+or not UTF-8). The table below is the only list of B-* codes;
 docs/CONTRACTS.md, "Bazel rule codes", documents each with an example, and
 tests/rules/ has one failure test per code.
 """
@@ -20,13 +21,14 @@ B_CODES = {
     "B-FILE-TYPE": "a file attribute holds the wrong kind of file, or several files where one goes, or a file the build cannot pass on (a source path with shell characters or not ASCII; a contract that is a directory or not UTF-8)",
     "B-SRCS": "a cuda_component has no .cu source, or two of its .cu would compile to one object path",
     "B-COMPONENTS": "a fused_kernel lists no components",
-    "B-FACTS": "a fused_kernel's `facts` is not a dict of C-identifier names to ints (u32), bools, or (\"u64\"|\"i32\", int) pairs within their type",
+    "B-KERNEL-FACT": "a fused_kernel's `facts` is not a dict of C-identifier names to ints (u32), bools, or (\"u64\"|\"i32\", int) pairs within their type",
     "B-DUP-PACKAGE": "two components of one fused_kernel provide the same package name",
     "B-NAME": "a component name (the `component` attribute or the target name) is not a C identifier, or a target's name holds a character nvcc's shell expands or is not ASCII",
     "B-DEFINE": "a define is malformed (empty, not NAME or NAME=VALUE, a comma, a reserved PL_/pl_ name, a character nvcc's shell expands) or given twice with different values",
     "B-COPT": "a copt sets what the rule controls (arch, output, compile mode, host compiler, temporaries; also through -Xcompiler), names a path outside the workspace or a response file, holds shell metacharacters, or lacks its value",
     "B-INCLUDE": "an `includes` entry is empty, absolute, climbs out of the package, or holds a comma or a character nvcc's shell expands",
     "B-SUBST": "a contract_substitutions key is empty or occurs nowhere in the contract, or its value has another number of line breaks than the key",
+    "B-FACT": "a cuda_component `facts` entry is not fact -> MACRO=VALUE with a u32 value, repeats a macro of `defines`, or (execution time) names a fact the contract does not own",
     "B-ARGS": "a fused_kernel_sass_test's args_extra is not a `pipelink sass-diff` option it may pass",
     "B-TOOLCHAIN": "the CUDA toolkit, host compiler, CUTLASS headers or the linker's Python are missing or misconfigured (or, for pipelink's own py_tests, the interpreter's path holds a ' or \\)",
     "B-MODULE": "a pipelink_toolchains module-extension tag (or its environment variable) is repeated or names a bad path, or a path the generated toolchain cannot carry (a host compiler with shell characters, an interpreter with a control character)",

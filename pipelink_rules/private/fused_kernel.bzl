@@ -24,7 +24,7 @@ inside and outside Bazel. The rule's `arch` is passed as `--arch` and overrides 
 to the kernel file, so one set of component packages serves many models, one fused_kernel each:
 an int is a u32, True/False a bool, ("u64", v) or ("i32", v) the other types. The rule writes
 the kernel file plus those `[fact.X] own = V` tables (`_pl_facts/<name>/<kernel file>`) and links
-that; a value of another kind is B-FACTS.
+that; a value of another kind is B-KERNEL-FACT.
 """
 
 load(":arch.bzl", "SUPPORTED_ARCHS", "arch_transition", "check_arch")
@@ -73,7 +73,7 @@ _IDENT_REST = _IDENT_START + "0123456789"
 _FACTS_HINT = 'write facts = {"hidden": 4096} (a u32), True/False (a bool), or ("u64", v) / ("i32", v)'
 
 def _fact_value(ctx, name, v):
-    """(type, TOML value) of one facts entry, or B-FACTS."""
+    """(type, TOML value) of one facts entry, or B-KERNEL-FACT."""
     what = "attribute facts: %s = %r" % (name, v)
     if type(v) == "bool":
         return "bool", "true" if v else "false"
@@ -83,12 +83,12 @@ def _fact_value(ctx, name, v):
     if type(v) == "list" and len(v) == 2 and type(v[0]) == "string":
         ftype, value = v[0], v[1]
         if ftype not in _FACT_BOUNDS:
-            pl_fail(ctx, "B-FACTS", "%s: unknown fact type '%s'" % (what, ftype), _FACTS_HINT)
+            pl_fail(ctx, "B-KERNEL-FACT", "%s: unknown fact type '%s'" % (what, ftype), _FACTS_HINT)
     if type(value) != "int":
-        pl_fail(ctx, "B-FACTS", "%s is a %s, not an integer or a bool" % (what, type(value)), _FACTS_HINT)
+        pl_fail(ctx, "B-KERNEL-FACT", "%s is a %s, not an integer or a bool" % (what, type(value)), _FACTS_HINT)
     lo, hi = _FACT_BOUNDS[ftype]
     if value < lo or value > hi:
-        pl_fail(ctx, "B-FACTS", "%s is outside %s's %d..%d" % (what, ftype, lo, hi), _FACTS_HINT)
+        pl_fail(ctx, "B-KERNEL-FACT", "%s is outside %s's %d..%d" % (what, ftype, lo, hi), _FACTS_HINT)
     return ftype, str(value)
 
 def _fact_tables(ctx):
@@ -97,11 +97,11 @@ def _fact_tables(ctx):
         return ""
     facts = json.decode(ctx.attr.facts_json)
     if type(facts) != "dict":
-        pl_fail(ctx, "B-FACTS", "attribute facts is a %s, not a dict of fact names to values" % type(facts), _FACTS_HINT)
+        pl_fail(ctx, "B-KERNEL-FACT", "attribute facts is a %s, not a dict of fact names to values" % type(facts), _FACTS_HINT)
     lines = ["", "# from fused_kernel(facts = ...) of " + display_label(ctx.label)]
     for name in sorted(facts):
         if not name or name[0] not in _IDENT_START or [c for c in name.elems() if c not in _IDENT_REST]:
-            pl_fail(ctx, "B-FACTS", "attribute facts: '%s' is not a C identifier" % name, "name the fact as the contracts do")
+            pl_fail(ctx, "B-KERNEL-FACT", "attribute facts: '%s' is not a C identifier" % name, "name the fact as the contracts do")
         ftype, value = _fact_value(ctx, name, facts[name])
         lines += ["", "[fact.%s]" % name] + (['type = "%s"' % ftype] if ftype != "u32" else []) + ["own = " + value]
     return "\n".join(lines) + "\n"
@@ -244,7 +244,7 @@ _fused_kernel = rule(
         ),
         "facts_json": attr.string(
             doc = "The fused_kernel macro's `facts`, JSON-encoded (a rule attribute cannot hold ints and " +
-                  "bools in one dict); checked here, at analysis, for coded B-FACTS errors.",
+                  "bools in one dict); checked here, at analysis, for coded B-KERNEL-FACT errors.",
         ),
         "spills": attr.string(
             default = "error",

@@ -1,6 +1,12 @@
-"""The contract_substitutions action: apply a cuda_component's substitutions to its contract.
+"""The packed-contract action: apply a cuda_component's contract_substitutions and `facts`.
 
-    python substitute_contract.py LABEL CONTRACT OUT SUBSTITUTIONS.json
+    python substitute_contract.py LABEL CONTRACT OUT SUBSTITUTIONS.json [FACTS.json]
+
+FACTS.json maps a fact name to "MACRO=VALUE" (the rule passes -DMACRO=VALUE to the sources):
+the `own` value of the contract's [fact.<name>] table becomes VALUE, on its own line, so the
+value is written once, in the BUILD file. A fact whose table is missing or has no `own` (the
+component reads it, another owns it) is B-FACT: the define would reach the source while the
+contract kept its old value.
 
 Like expand_template, but a key that occurs nowhere in the contract is an error (B-SUBST):
 the variant it was meant to make would silently be the original. The keys are replaced in
@@ -14,6 +20,7 @@ line on stderr and leaves no output. Standard library only.
 import json
 import re
 import sys
+import tomllib
 
 _HINT_KEY = ("use a marker that occurs in the contract (copy it from the file, line breaks and spacing included), "
              "and no key inside another key's occurrence")
@@ -35,7 +42,48 @@ def _fail(code: str, label: str, message: str, hint: str) -> int:
     return 1
 
 
-def main(label: str, contract: str, out: str, subs_json: str) -> int:
+_TABLE = re.compile(r"\s*\[\s*([^\[\]]*?)\s*\]\s*(#.*)?")
+_OWN = re.compile(r"(\s*own\s*=\s*)(.*?)(\s*(#.*)?)")
+_HINT_FACT = ("list in `facts` only the facts whose [fact.<name>] table has an `own` value (the facts this component "
+              "owns); a fact it reads comes from its owner")
+
+
+def _set_owned(text: str, fact: str, value: str) -> str | None:
+    """`text` with [fact.<fact>]'s `own` value replaced by `value`; None if it has none."""
+    lines = text.splitlines(keepends=True)
+    table = None
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        header = _TABLE.fullmatch(body)
+        if header:
+            table = header.group(1)
+            continue
+        own = _OWN.fullmatch(body) if table == f"fact.{fact}" else None
+        if own:
+            lines[i] = own.group(1) + value + own.group(3) + line[len(body):]
+            return "".join(lines)
+    return None
+
+
+def _apply_facts(label: str, contract: str, text: str, facts: dict) -> tuple[str | None, int]:
+    for fact, given in facts.items():
+        value = given.partition("=")[2]
+        new = _set_owned(text, fact, value)
+        owned = None
+        if new is not None:
+            try:
+                owned = tomllib.loads(new).get("fact", {}).get(fact, {}).get("own")
+            except tomllib.TOMLDecodeError:
+                owned = None
+        if new is None or owned != int(value):
+            return None, _fail("B-FACT", label, f"attribute facts: {contract} owns no fact {fact!r} (no `own = ...` line "
+                                                f"in a [fact.{fact}] table), so -D{given} would disagree with it",
+                               _HINT_FACT)
+        text = new
+    return text, 0
+
+
+def main(label: str, contract: str, out: str, subs_json: str, facts_json: str | None = None) -> int:
     try:
         with open(contract, "rb") as f:
             raw = f.read()
@@ -65,6 +113,11 @@ def main(label: str, contract: str, out: str, subs_json: str) -> int:
         where = "occurs nowhere in" if k not in raw.decode("utf-8") else "occurs only inside another key's occurrence in"
         return _fail("B-SUBST", label, f"attribute contract_substitutions: key {k!r} {where} {contract}, so the "
                                        f"substitution would change nothing", _HINT_KEY)
+    if facts_json:
+        with open(facts_json, encoding="utf-8") as f:
+            text, rc = _apply_facts(label, contract, text, json.load(f))
+        if rc:
+            return rc
     with open(out, "w", encoding="utf-8") as f:
         f.write(text)
     return 0

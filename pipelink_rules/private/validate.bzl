@@ -117,6 +117,33 @@ def check_defines(ctx, attr, defines, inherited = []):
                     "keep one value (a deps' cc_library define counts too)")
         seen[name] = d
 
+# ---- facts ----------------------------------------------------------------------------------
+
+_U32_MAX = 4294967295
+_FACTS_HINT = 'write {"<fact>": "<MACRO>=<value>"}: the fact\'s [fact.<name>] table, the macro the source reads, a decimal number, e.g. {"block_n": "CONSUMER_BLOCK_N=64"}'
+
+def check_facts(ctx, facts, defines):
+    """B-FACT: each `facts` entry is a fact name (a C identifier) -> "MACRO=VALUE", MACRO a
+    define the rule may pass (B-DEFINE's rules), VALUE a u32 in decimal; MACRO is not also in
+    `defines` (the value would be written twice again). Returns the defines ("MACRO=VALUE")."""
+    out = []
+    for fact, given in facts.items():
+        if not is_c_identifier(fact):
+            pl_fail(ctx, "B-FACT", "attribute facts: key '%s' is not a fact name (a C identifier)" % fact, _FACTS_HINT)
+        name, eq, value = given.partition("=")
+        problem, _ = _define_problem(given)
+        if problem or not eq or "(" in name:
+            pl_fail(ctx, "B-FACT", "attribute facts: fact %s is given as '%s', not MACRO=VALUE%s" %
+                                   (fact, given, " (%s)" % problem if problem else ""), _FACTS_HINT)
+        if not value.isdigit() or (len(value) > 1 and value[0] == "0") or len(value) > 10 or int(value) > _U32_MAX:
+            pl_fail(ctx, "B-FACT", "attribute facts: fact %s's value '%s' is not a u32 in decimal" % (fact, value), _FACTS_HINT)
+        for d in defines:
+            if d.partition("=")[0].partition("(")[0] == name:
+                pl_fail(ctx, "B-FACT", "attribute facts: macro %s carries fact %s and is also defined as '%s'" % (name, fact, d),
+                        "drop it from `defines` (or a deps' cc_library): facts passes -D%s itself" % given)
+        out.append(given)
+    return out
+
 # ---- copts ----------------------------------------------------------------------------------
 
 _ARCH_HINT = "drop it: the rule compiles for the kernel's arch (fused_kernel(arch = ...) or --//pipelink_rules:arch)"

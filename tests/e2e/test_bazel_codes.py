@@ -94,16 +94,48 @@ def test_compile_success_is_unchanged(tmp_path):
 
 # ---- B-SUBST at execution time: substitute_contract.py, the contract_substitutions action ----------
 
-def _substitute(tmp_path: Path, subs: dict) -> tuple[subprocess.CompletedProcess, Path]:
+def _substitute(tmp_path: Path, subs: dict, facts: dict | None = None,
+                contract_text: str = '[component]\nname = "c"\n[fact.tile]\ntype = "u32"\nown = 64  # variant: TILE\n',
+                ) -> tuple[subprocess.CompletedProcess, Path]:
     import json
     import sys
 
     contract, out, js = tmp_path / "c.contract.toml", tmp_path / "out.toml", tmp_path / "subs.json"
-    contract.write_text('[component]\nname = "c"\n[fact.tile]\ntype = "u32"\nown = 64  # variant: TILE\n')
+    contract.write_text(contract_text)
     js.write_text(json.dumps(subs))
-    res = subprocess.run([sys.executable, "-s", str(RULES / "private" / "substitute_contract.py"), "//pkg:c",
-                          str(contract), str(out), str(js)], capture_output=True, text=True, timeout=60)
+    args = [str(contract), str(out), str(js)]
+    if facts is not None:
+        (tmp_path / "facts.json").write_text(json.dumps(facts))
+        args.append(str(tmp_path / "facts.json"))
+    res = subprocess.run([sys.executable, "-s", str(RULES / "private" / "substitute_contract.py"), "//pkg:c", *args],
+                         capture_output=True, text=True, timeout=60)
     return res, out
+
+
+# ---- B-FACT at execution time: cuda_component(facts = ...) sets the owned fact's `own` line ----------
+
+_FACTS_CONTRACT = ('[component]\nname = "c"\n\n[fact.tile]   # the tile\ntype = "u32"\nown = 64\n\n'
+                   '[fact.width]\ntype = "u32"\naccept = [1, 2]\n\n[smem.buf]\nbytes = "tile * 4"\n')
+
+
+def test_facts_set_the_owned_value_on_its_line(tmp_path):
+    res, out = _substitute(tmp_path, {}, {"tile": "TILE=128"}, _FACTS_CONTRACT)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == _FACTS_CONTRACT.replace("own = 64\n", "own = 128\n")
+
+
+def test_facts_and_substitutions_apply_together(tmp_path):
+    res, out = _substitute(tmp_path, {"tile * 4": "tile * 8"}, {"tile": "TILE=32"}, _FACTS_CONTRACT)
+    assert res.returncode == 0, res.stderr
+    assert "own = 32\n" in out.read_text() and '"tile * 8"' in out.read_text()
+
+
+@pytest.mark.parametrize("fact", ["width", "depth"])  # read (accept only), and not declared at all
+def test_a_fact_the_contract_does_not_own_is_b_fact(tmp_path, fact):
+    res, out = _substitute(tmp_path, {}, {fact: "X=2"}, _FACTS_CONTRACT)
+    assert res.returncode == 1 and not out.exists()
+    assert "pipelink B-FACT: //pkg:c: attribute facts: " in res.stderr and f"owns no fact '{fact}'" in res.stderr
+    assert "hint: list in `facts` only the facts whose [fact.<name>] table has an `own` value" in res.stderr
 
 
 def test_substitution_applies_every_key(tmp_path):

@@ -1,7 +1,7 @@
 """Incremental relink of //kernels:moe_step when the expert owner's tile geometry changes.
 
-A geometry mutation is one number of `moe_expert(...)` (kernels/moe.bzl rewrites the
-EXPERT_BLOCK_* define and the contract's `# variant:` line together). The other owners
+A geometry mutation is one number of `moe_expert(...)` (kernels/moe.bzl gives it to
+cuda_component's `facts`: the EXPERT_BLOCK_* define and the contract's `own` value together). The other owners
 (router, dispatch, combine) and the SwiGLU library read block_m / block_h / block_n as facts
 through handles, so the mutation must recompile and repack only the expert and relink
 moe_step: no reader's compile. Counted from Bazel's --execution_log_json_file.

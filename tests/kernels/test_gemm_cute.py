@@ -72,11 +72,12 @@ def hopper_packages(tmp_path_factory):
          GSW / "swiglu_tma_store_host.py"),
     ]:
         obj = _nvcc(src, tmp / f"{name}.o", *opts)
-        if "-DTILE_SCHEDULER_STREAM_K=0" in opts:  # what Bazel's contract_substitutions does
+        if "-DTILE_SCHEDULER_STREAM_K=0" in opts:  # what Bazel's facts = {"stream_k": ...} does
             contract = tmp / "tile_scheduler_dp.contract.toml"
-            contract.write_text((GEMM / "tile_scheduler.contract.toml").read_text()
-                                .replace("own = 1  # variant: STREAM_K", "own = 0  # variant: STREAM_K"))
-        sources = [str(src)] + ([str(GEMM / "stream_k.h"), str(GEMM / "tma_gemm.h")] if "gemm" in str(src.parent) else [])
+            text = (GEMM / "tile_scheduler.contract.toml").read_text()
+            assert text.count("own = 1\n") == 1  # [fact.stream_k]'s, the only fact it owns
+            contract.write_text(text.replace("own = 1\n", "own = 0\n"))
+        sources = [str(src)] + ([str(GEMM / "ring_consumer.h"), str(GEMM / "tma_gemm.h")] if "gemm" in str(src.parent) else [])
         out[name] = pack(str(contract), [str(obj)], sources=sources,
                          copts=[o for o in opts if not o.startswith("-frandom")],
                          host_provider=str(host) if host else None)

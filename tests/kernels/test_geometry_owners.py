@@ -106,8 +106,10 @@ def expert_objects(lto):
 @pytest.mark.parametrize("source,contract", [(5, 4), (4, 5)])
 def test_a_stage_count_on_one_side_only_is_refused_at_pack(expert_objects, packer, source, contract):
     text = (MOE / "expert.contract.toml").read_text()
-    assert "own = 4  # variant: STAGES" in text
-    path = packer.contract_file(text.replace("own = 4  # variant: STAGES", f"own = {contract}  # variant: STAGES"),
+    stages = "[fact.expert_stages]"
+    head, _, tail = text.partition(stages)
+    assert stages in text and "\nown = 4\n" in tail.partition("\n[")[0]
+    path = packer.contract_file(head + stages + tail.replace("\nown = 4\n", f"\nown = {contract}\n", 1),
                                 "moe_expert")
     shutil.copy(MOE / "expert_host.py", path.parent / "expert_host.py")
     e = rejected(packer.pack, path, [expert_objects[source]])

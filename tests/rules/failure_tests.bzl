@@ -114,9 +114,9 @@ CASES = [
     ("bad_no_cu", "B-SRCS", "list at least one .cu", "attribute srcs has no .cu file"),
     ("bad_no_components", "B-COMPONENTS", "list the cuda_component targets", "attribute components is empty"),
     ("bad_duplicate_package", "B-DUP-PACKAGE", "list each package once", "both provide package 'comp'"),
-    ("bad_facts_value", "B-FACTS", 'write facts = {"hidden": 4096}', 'attribute facts: hidden = "4096" is a string'),
-    ("bad_facts_type", "B-FACTS", 'write facts = {"hidden": 4096}', "unknown fact type 'f32'"),
-    ("bad_facts_range", "B-FACTS", 'write facts = {"hidden": 4096}', "is outside u32's 0..4294967295"),
+    ("bad_facts_value", "B-KERNEL-FACT", 'write facts = {"hidden": 4096}', 'attribute facts: hidden = "4096" is a string'),
+    ("bad_facts_type", "B-KERNEL-FACT", 'write facts = {"hidden": 4096}', "unknown fact type 'f32'"),
+    ("bad_facts_range", "B-KERNEL-FACT", 'write facts = {"hidden": 4096}', "is outside u32's 0..4294967295"),
     ("bad_component_name", "B-NAME", 'set component = "my_comp"', "'my-comp' is not a C identifier"),
     ("bad-target-name", "B-NAME", 'set component = "bad_target_name"', "the target name; `component` is not set"),
     ("bad_define_empty", "B-DEFINE", "remove it", "is an empty define"),
@@ -160,6 +160,11 @@ CASES = [
     ("bad_include_up", "B-INCLUDE", "give a directory relative to this package", "'../x'"),
     ("bad_subst_empty", "B-SUBST", "use a marker that occurs in the contract", "an empty key"),
     ("bad_subst_newline", "B-SUBST", "give the value as many line breaks as its key", "replaces 0 line break(s) with 1"),
+    ("bad_fact_value", "B-FACT", 'write {"<fact>": "<MACRO>=<value>"}', "fact tile's value '0x40' is not a u32 in decimal"),
+    ("bad_fact_value_big", "B-FACT", 'write {"<fact>": "<MACRO>=<value>"}', "fact tile's value '4294967296' is not a u32"),
+    ("bad_fact_no_macro", "B-FACT", 'write {"<fact>": "<MACRO>=<value>"}', "fact tile is given as '64', not MACRO=VALUE"),
+    ("bad_fact_name", "B-FACT", 'write {"<fact>": "<MACRO>=<value>"}', "key 'ti-le' is not a fact name"),
+    ("bad_fact_and_define", "B-FACT", "drop it from `defines`", "macro TILE carries fact tile and is also defined as 'TILE=128'"),
     ("bad_sass_args", "B-ARGS", "use --kernel=NAME", "'; rm -rf x'"),
     ("bad_variant", "B-VARIANT", "set moe_expert block_n to one of 64, 128", "moe_expert block_n = 96 is not a variant"),
     ("bad_mutation_row", "B-MUTATION", "give exactly one: component = dict(", "gives neither of component and target"),
@@ -243,6 +248,11 @@ def failure_fixtures():
     _component("bad_include_up", includes = ["../x"])
     _component("bad_subst_empty", contract_substitutions = {"": "x"})
     _component("bad_subst_newline", contract_substitutions = {"@X@": "1\n2"})
+    _component("bad_fact_value", facts = {"tile": "TILE=0x40"})
+    _component("bad_fact_value_big", facts = {"tile": "TILE=4294967296"})
+    _component("bad_fact_no_macro", facts = {"tile": "64"})
+    _component("bad_fact_name", facts = {"ti-le": "TILE=64"})
+    _component("bad_fact_and_define", facts = {"tile": "TILE=64"}, defines = ["TILE=128"])
     fused_kernel(name = "kern_for_sass", kernel = _KERNEL, components = [":comp", ":other_pkg"], tags = m)
     fused_kernel_sass_test(name = "bad_sass_args", kernel = ":kern_for_sass", args_extra = ["; rm -rf x"], tags = m)
     _variant_probe(name = "bad_variant", value = "96", built = ["64", "128"], tags = m)

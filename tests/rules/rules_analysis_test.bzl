@@ -85,6 +85,30 @@ def _component_test_impl(ctx):
 
 component_test = analysistest.make(_component_test_impl)
 
+# ---- cuda_component(facts = ...): one number, to the define and to the packed contract --------
+
+def _facts_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    info = analysistest.target_under_test(env)[CudaComponentInfo]
+    _contains(env, info.copts, "-DTILE=128", "recorded copts")
+    compile = _one_action(env, "CudaCompile")
+    if compile:
+        _contains(env, compile.argv, "-DTILE=128", "compile argv")
+    write = [a for a in _actions(env, "FileWrite") if a.outputs.to_list()[0].basename == "facts.json"]
+    asserts.equals(env, 1, len(write), "one facts.json")
+    if write:
+        asserts.equals(env, {"tile": "TILE=128"}, json.decode(write[0].content))
+    subst = _one_action(env, "PipelinkSubstitute")
+    pack = _one_action(env, "PipelinkPack")
+    if subst and pack:
+        _contains(env, subst.argv, write[0].outputs.to_list()[0].path if write else "facts.json", "substitute argv")
+        packed = subst.outputs.to_list()[0]
+        asserts.equals(env, [packed.path], _flag_values(pack.argv, "--contract"), "pack reads the contract with the fact's value")
+        asserts.equals(env, packed, info.packed_contract)
+    return analysistest.end(env)
+
+facts_test = analysistest.make(_facts_test_impl)
+
 def _component_arch_test_impl(ctx):
     env = analysistest.begin(ctx)
     info = analysistest.target_under_test(env)[CudaComponentInfo]
@@ -278,6 +302,14 @@ def rules_analysis_test_suite(name):
         tags = ["manual"],
     )
     cuda_component(
+        name = "comp_facts",  # TILE once, for the define and the contract (analysed only: comp owns no fact)
+        component = "comp",
+        srcs = ["testdata/comp.cu"],
+        contract = "testdata/comp.contract.toml",
+        facts = {"tile": "TILE=128"},
+        tags = ["manual"],
+    )
+    cuda_component(
         name = "other_pkg",
         component = "other",
         srcs = ["testdata/other.cu"],
@@ -315,6 +347,7 @@ def rules_analysis_test_suite(name):
     component_test(name = "component_test", target_under_test = ":comp", size = "small")
     component_arch_test(name = "component_arch_test", target_under_test = ":comp", size = "small")
     cutlass_test(name = "cutlass_test", target_under_test = ":comp_cutlass", size = "small")
+    facts_test(name = "facts_test", target_under_test = ":comp_facts", size = "small")
     kernel_test(name = "kernel_test", target_under_test = ":kern", size = "small")
     kernel_test(name = "kernel_sm100a_test", target_under_test = ":kern_sm100a", size = "small", arch = "sm_100a")
     kernel_test(name = "kernel_sm120a_test", target_under_test = ":kern_sm120a", size = "small", arch = "sm_120a")
@@ -335,6 +368,7 @@ def rules_analysis_test_suite(name):
             ":component_test",
             ":component_arch_test",
             ":cutlass_test",
+            ":facts_test",
             ":kernel_test",
             ":kernel_sm100a_test",
             ":kernel_sm120a_test",
