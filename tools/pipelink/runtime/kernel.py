@@ -28,6 +28,10 @@ Everything up to the launch call is pure and runs without a GPU: the manifest
 host buffer): no allocation, no synchronisation, so a launch can be captured into a CUDA
 graph (`torch.cuda.graph`). Every CUDA return code is checked; every failure is a
 `LaunchError` (a `Rejected` with one R-* diagnostic and a hint).
+
+A manifest with host providers carries Python that planning runs: loading checks first that it is
+bound to this cubin and is this workspace's code, or that the caller opted in
+(`trust_host_code=`; pipelink.runtime.host_trust), else R-HOST before anything runs.
 """
 
 from __future__ import annotations
