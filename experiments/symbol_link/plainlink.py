@@ -64,7 +64,7 @@ def plain_link(kernel: str, packages: list, mutant, *, arch: str | None = None,
             inputs += [(f"{pkg.name}/{k}", v) for k, v in sorted(objs.items())]
         inputs.append((obj.name, obj.read_bytes()))
         cubin = nvjitlink_link(inputs, lto_link_options(comp.arch, comp.name))
-    manifest = make_manifest(ch, pl, resource_usage(cubin, comp.name, tk))
+    manifest = make_manifest(ch, pl, resource_usage(cubin, comp.name, tk), cubin)
     manifest["plain_link"] = {"mutant": mutant.name, "mutant_digest": mutant.digest(),
                               "note": "original composition's glue and manifest; no contract check"}
     return cubin, manifest, src

@@ -140,7 +140,8 @@ CODES: dict[str, str] = {
     "R-MANIFEST": "the manifest is missing, damaged, or does not match the cubin",
     "R-CUDA": "a CUDA driver call failed (the driver's error is quoted)",
     "R-WORKSPACE": "a caller-lent workspace buffer names no workspace of the kernel, is too small or misaligned",
-    "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region",
+    "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region; or its code "
+              "is not bound to this manifest and cubin, or not this workspace's and not opted in (trust_host_code)",
     "R-RANK": "a world size or rank is out of range, or two processes claim one rank (pipelink.runtime.peers)",
     "R-PEER": "the ranks' symmetric buffers disagree (size) or a peer mapping or exchange failed (pipelink.runtime.peers)",
 }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipelink.common.diagnostics import Fact, Rejected, reject
+from pipelink.common.host_binding import binding_digest, sha256_hex
 from pipelink.common.manifest_schema import MANIFEST_FORMAT
 from pipelink.linker.check import check
 from pipelink.linker.check_types import Checked
@@ -131,7 +132,7 @@ def _link_once(comp, ch, pl, src, timings, control, tk, spills="error") -> LinkR
                      facts=[Fact(r.inst.name, f"budget {pl.budgets[r.inst.name]} x {r.warps} warps",
                                  str(r.inst.contract.role.origin)) for r in ch.roles],
                      hint="lower a role's maximum registers (regs = [min, max])")
-    manifest = make_manifest(ch, pl, usage)
+    manifest = make_manifest(ch, pl, usage, cubin, control_cubin)
     report = make_report(ch, pl, usage, timings)
     return LinkResult(ch, pl, src, cubin, manifest, report, make_map(ch, pl, usage), control_cubin, timings,
                       control_error, warnings)
@@ -149,10 +150,14 @@ def resource_usage(cubin: bytes, kernel: str, tk: Toolkit) -> dict[str, int]:
     return {}
 
 
-def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
+def make_manifest(ch: Checked, pl: Placement, usage: dict, cubin: bytes, control_cubin: bytes | None = None) -> dict:
     layout = param_layout(ch)
     comp = ch.comp
-    return {
+    host = [{"instance": i.name, "package": i.package.name, "package_digest": i.package.digest(), "provider": h.provider,
+             "source": i.package.host[h.provider].decode("utf-8"), "source_sha256": sha256_hex(i.package.host[h.provider]),
+             "fills": list(h.fills), "reads": list(h.reads), "facts": list(h.facts)}
+            for i in comp.instances if (h := i.contract.host)]
+    manifest = {
         "format": MANIFEST_FORMAT,
         "kernel": comp.name,
         "entry": comp.name,
@@ -177,13 +182,15 @@ def make_manifest(ch: Checked, pl: Placement, usage: dict) -> dict:
                         "bytes": str(w.bytes), "zero": w.zero, "align": w.align,
                         **({"scope": w.scope} if w.scope != "instance" else {})}
                        for i in comp.instances for w in i.contract.workspaces],
-        "host": [{"instance": i.name, "package": i.package.name, "provider": h.provider,
-                  "source": i.package.host[h.provider].decode("utf-8"), "fills": list(h.fills),
-                  "reads": list(h.reads), "facts": list(h.facts)}
-                 for i in comp.instances if (h := i.contract.host)],
+        "host": host,
         # Instances that wait for other CTAs: the runtime refuses a grid larger than what fits (R-GRID).
         **({"co_resident": co} if (co := [i.name for i in comp.instances if i.contract.co_resident]) else {}),
     }
+    if host:  # provider code is bound to its packages and this cubin: the runtime checks it before running any
+        cubins = [sha256_hex(cubin)] + ([sha256_hex(control_cubin)] if control_cubin is not None else [])
+        manifest["host_binding"] = {"cubin_sha256": cubins, "digest": binding_digest(
+            cubins, [(h["instance"], h["package"], h["package_digest"], h["provider"], h["source_sha256"]) for h in host])}
+    return manifest
 
 
 def make_report(ch: Checked, pl: Placement, usage: dict, timings: dict) -> dict:

@@ -104,6 +104,9 @@ def _check_digests(manifest: dict, contract: bytes, objects: dict[str, bytes], s
     """Packages written before digests were recorded have none; recorded ones must all match."""
     digests = manifest.get("digests")
     if digests is None:
+        # Provider code is bound to the package digest (the manifest records it per provider), so
+        # a package carrying Python must let that digest be checked against the bytes it holds.
+        _need(not host, "it carries host provider code but records no digests")
         return
     _need(isinstance(digests, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()),
           "digests is not a table of sha256 strings")

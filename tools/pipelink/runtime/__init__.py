@@ -17,7 +17,8 @@ What this package offers callers:
 
 Peer buffers for several ranks are pipelink.runtime.peers (the exchange) and
 pipelink.runtime.peers_cuda (the mappings); host providers and workspaces, which the manifest
-names, are pipelink.runtime.host and pipelink.runtime.workspace. The linker never imports this
+names, are pipelink.runtime.host and pipelink.runtime.workspace; what Kernel checks before any
+provider's Python runs (its binding, and whose code it is) is pipelink.runtime.host_trust. The linker never imports this
 package: the two halves share only pipelink.common.
 """
 

@@ -44,15 +44,41 @@ class HostProvider:
     fills: tuple[str, ...]
     reads: tuple[str, ...]
     facts: tuple[str, ...]
+    package_digest: str = ""  # the package the source came from ("" in manifests linked before the binding)
+    source_sha256: str = ""  # sha256 of `source` at link time
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "HostProvider":
         return cls(str(d["instance"]), str(d["package"]), str(d["provider"]), str(d["source"]),
                    tuple(str(x) for x in d["fills"]), tuple(str(x) for x in d["reads"]),
-                   tuple(str(x) for x in d["facts"]))
+                   tuple(str(x) for x in d["facts"]), _text(d.get("package_digest", ""), "package_digest"),
+                   _text(d.get("source_sha256", ""), "source_sha256"))
 
     def where(self) -> str:
         return f"host provider {self.provider} of {self.instance} ({self.package})"
+
+
+@dataclass(frozen=True)
+class HostBinding:
+    """The manifest's `host_binding`: the sha256 of the cubins its providers were linked with, and one
+    digest over those and every provider's package digest and source sha256
+    (pipelink.common.host_binding)."""
+
+    cubin_sha256: tuple[str, ...]
+    digest: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "HostBinding":
+        shas = d["cubin_sha256"]
+        if not isinstance(shas, list):
+            raise TypeError(f"host_binding.cubin_sha256 must be a JSON array, not {type(shas).__name__}")
+        return cls(tuple(_text(s, "host_binding.cubin_sha256 entry") for s in shas), _text(d["digest"], "host_binding.digest"))
+
+
+def _text(v, what: str) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{what} must be a string, not {type(v).__name__}")
+    return v
 
 
 _COMPILED: dict[str, Any] = {}  # source -> provide function (one exec per distinct source)

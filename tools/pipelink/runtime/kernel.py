@@ -28,6 +28,10 @@ Everything up to the launch call is pure and runs without a GPU: the manifest
 host buffer): no allocation, no synchronisation, so a launch can be captured into a CUDA
 graph (`torch.cuda.graph`). Every CUDA return code is checked; every failure is a
 `LaunchError` (a `Rejected` with one R-* diagnostic and a hint).
+
+A manifest with host providers carries Python that planning runs: loading checks first that it is
+bound to this cubin and is this workspace's code, or that the caller opted in
+(`trust_host_code=`; pipelink.runtime.host_trust), else R-HOST before anything runs.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any, Iterable, Mapping
 
 from pipelink.common.files import display, read_regular, why_unreadable
 from pipelink.runtime.host import HostEncoder, run_providers
+from pipelink.runtime.host_trust import TrustHostCode, check_host_code
 from pipelink.runtime.launch_error import LaunchError
 from pipelink.runtime.launch_plan import (
     LaunchPlan, Packer, Validator, coerce_params, grid_dims, lent_workspaces, plan_launch, signature_text,
@@ -109,7 +114,13 @@ class Kernel:
     """A linked kernel loaded on one GPU. Launch with `kernel(**params)` or `kernel.launch(...)`."""
 
     def __init__(self, manifest: Manifest, cubin: bytes, device: int = 0, *,
-                 validate: Validator | Iterable[Validator] | None = None, name: str = ""):
+                 validate: Validator | Iterable[Validator] | None = None, name: str = "",
+                 trust_host_code: TrustHostCode = False, cubin_path: str | Path | None = None):
+        """`trust_host_code`: run the manifest's host providers (Python) even when they are not
+        this workspace's own (True, or the binding digests to trust); see runtime/host_trust.py.
+        `cubin_path`: where the cubin was read (a control cubin is bound through its linked cubin)."""
+        # Before the driver and before anything else: a refused provider never runs.
+        check_host_code(manifest, cubin, trust_host_code=trust_host_code, cubin_path=cubin_path)
         self.manifest = manifest
         self.device = int(device)
         self.name = name or manifest.kernel
@@ -187,7 +198,7 @@ class Kernel:
 
     @classmethod
     def load(cls, cubin_path: str | Path, manifest_path: str | Path | None = None, device: int = 0, *,
-             validate: Validator | Iterable[Validator] | None = None) -> "Kernel":
+             validate: Validator | Iterable[Validator] | None = None, trust_host_code: TrustHostCode = False) -> "Kernel":
         cp = input_path(cubin_path, "cubin_path")
         try:
             cubin = read_regular(cp)
@@ -195,7 +206,8 @@ class Kernel:
             raise LaunchError("R-MANIFEST", f"cannot read cubin {display(cp)}: {why_unreadable(e)}",
                               hint="`pipelink link --out-dir DIR` writes DIR/<kernel>.cubin") from None
         manifest = Manifest.from_file(default_manifest_path(cp) if manifest_path is None else manifest_path)
-        return cls(manifest, cubin, device, validate=validate, name=cp.name)
+        return cls(manifest, cubin, device, validate=validate, name=cp.name, trust_host_code=trust_host_code,
+                   cubin_path=cp)
 
     def _check_param_size(self) -> None:
         drv, m = self._drv, self.manifest

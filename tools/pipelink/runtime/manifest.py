@@ -12,7 +12,7 @@ from typing import Mapping
 from pipelink.common.expr import ExprError, names_in
 from pipelink.common.files import MAX_TEXT_BYTES, display, read_regular, why_unreadable
 from pipelink.common.manifest_schema import BUILTIN_GRID_NAMES, DYNAMIC_SMEM_MAX, MANIFEST_FORMAT, PARAM_BLOCK_MAX
-from pipelink.runtime.host import HostProvider
+from pipelink.runtime.host import HostBinding, HostProvider
 from pipelink.runtime.launch_error import LaunchError
 from pipelink.runtime.workspace import Workspace
 
@@ -68,6 +68,7 @@ class Manifest:
     host: tuple[HostProvider, ...] = ()  # providers filling the tmap parameters
     workspaces: tuple[Workspace, ...] = ()  # runtime-lent global memory (hidden ptr fields)
     co_resident: tuple[str, ...] = ()  # instances that wait for other CTAs: all CTAs must fit at once
+    host_binding: HostBinding | None = None  # ties the providers' source to their packages and the cubin
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -152,8 +153,10 @@ class Manifest:
         workspaces = tuple(Workspace.from_dict(_obj(w, "workspaces entry"))
                            for w in _arr(d.get("workspaces", []) or [], "workspaces"))
         co_resident = tuple(_str(n, "co_resident entry") for n in _arr(d.get("co_resident", []) or [], "co_resident"))
+        binding = d.get("host_binding")
+        binding = None if binding is None else HostBinding.from_dict(_obj(binding, "host_binding"))
         return cls(kernel, arch, block, cluster, tuple(grid), dynamic_smem, size, by_name, slots, facts,
-                   requires, (), host, workspaces, co_resident, source, dict(d))
+                   requires, (), host, workspaces, co_resident, binding, source, dict(d))
 
 
 def _check_param_block(m: Manifest, bad) -> None:
