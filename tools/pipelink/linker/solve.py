@@ -398,15 +398,6 @@ def _solve_warps(ch: Checked, timeout_ms: int):
             for j in range(i + 1, len(roles)):
                 a, b = roles[i].inst.name, roles[j].inst.name
                 layout.append(z3.Or(begin[a] + roles[i].warps <= begin[b], begin[b] + roles[j].warps <= begin[a]))
-        # Symmetry breaking: interchangeable roles (same warps, alignment and register range)
-        # take their warps in listed order. Swapping two of them changes nothing but the
-        # tie-break, whose optimum already puts the earlier-listed one first.
-        last_of_kind = {}
-        for r in roles:
-            kind = (r.warps, r.aligned, tuple(r.regs))
-            if kind in last_of_kind:
-                layout.append(begin[last_of_kind[kind]] + r.warps <= begin[r.inst.name])
-            last_of_kind[kind] = r.inst.name
         probe = z3.Solver(ctx=ctx)
         probe.set("timeout", timeout_ms)
         probe.add(*layout)
