@@ -37,42 +37,18 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from attention import VARIANTS, attention, create_block_mask, reference  # noqa: E402
+import attention_check  # noqa: E402
+from attention import VARIANTS, attention, create_block_mask  # noqa: E402
+from attention_check import ATOL, RTOL, docs_for, entry_variant, rand_qkv, variant_kwargs  # noqa: E402
 from gpu_bench import (both_ways_ratio, expect, interleaved, parse_builds, parse_counts, parse_shapes,  # noqa: E402
                        run_gates, sanitizer)
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
-ATOL = RTOL = 2e-2
 WINDOW = 1024
 
 
 def sparse_pred(b, h, q, k):  # ~10% of blocks, every Q block keeps some
     return ((q // 128) * 13 + (k // 128) * 7) % 10 == 0
-
-
-def sparse_partial_pred(b, h, q, k):  # full and partial blocks: a causal band inside kept blocks
-    return (((q // 128) * 3 + (k // 128)) % 4 == 0) & ((k <= q) | ((q + k + h) % 3 == 0))
-
-
-def docs_for(B, S, seed, device, mean=700):
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.zeros(B, S, dtype=torch.int32)
-    for b in range(B):
-        pos, d = 0, 0
-        while pos < S:
-            n = int(torch.randint(1, 2 * mean, (1,), generator=g))
-            ids[b, pos:pos + n] = d
-            pos, d = pos + n, d + 1
-    return ids.to(device)
-
-
-def rand_qkv(B, H, Lq, Lkv, seed=None, D=128):
-    import torch
-    g = torch.Generator(device="cuda")
-    g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
-    mk = lambda L: torch.randn(B, H, L, D, device="cuda", generator=g).bfloat16()  # noqa: E731
-    return mk(Lq), mk(Lkv), mk(Lkv)
 
 
 def split_dim(v: str) -> tuple[str, int]:
@@ -87,40 +63,9 @@ def split_dim(v: str) -> tuple[str, int]:
 NAMES = VARIANTS + ("decode_uniform", "decode_streamk")
 
 
-def entry_variant(name: str) -> str:
-    return "decode" if name.startswith("decode") else name
-
-
-def variant_kwargs(variant, B, H, S, device, seed=0):
-    if variant.startswith("decode_"):
-        return {"schedule": variant.removeprefix("decode_")}, {}
-    if variant == "sliding":
-        return {"window": 300}, {"window": 300}
-    if variant == "softcap":
-        return {"softcap": 2.0}, {"softcap": 2.0}
-    if variant == "document":
-        d = docs_for(B, S, seed, device, mean=max(200, S // 4))  # long ones too: FULL blocks
-        return {"doc_ids": d}, {"doc_ids": d}
-    if variant == "block_sparse":
-        bm = create_block_mask(sparse_partial_pred, None, H, S, S, device=device)
-        return {"block_mask": bm}, {"block_mask_pred": sparse_partial_pred}
-    return {}, {}
-
-
 def check_one(variant, B, H, Lq, Lkv, control, D=128):
-    import torch
-    q, k, v = rand_qkv(B, H, Lq, Lkv, D=D)
-    kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
-    out = torch.full_like(q, float("nan"))
-    attention(q, k, v, entry_variant(variant), out=out, control=control, kernel_dir=BIN, **kw)
-    torch.cuda.synchronize()
-    ref = reference(q, k, v, "full" if entry_variant(variant) == "decode" else variant, **rkw)
-    nan = int(torch.isnan(out).sum())
-    err = (out.float() - ref).abs()
-    bad = int((err > ATOL + RTOL * ref.abs()).sum())
-    rel = float(err.norm() / ref.norm().clamp(min=1e-30))
-    ok = nan == 0 and bad == 0
-    return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}, rel {rel:.2e}"
+    """attention_check.check_one on the kernels in BIN."""
+    return attention_check.check_one(variant, B, H, Lq, Lkv, control, D, kernel_dir=BIN)
 
 
 def cmd_check(a) -> int:

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bazel_scale.py                     # 40 components, 20 kernels
     .venv/bin/python benchmarks/bazel_scale.py --components 6 --kernels 3 --out DIR
+    .venv/bin/python benchmarks/bazel_scale.py --generate-only --out DIR   # the workspace; no build
 
 Generates a workspace that depends on this checkout (local_path_override; toolchains found
 by the extension's defaults): `owners` components that each own the fact `width`
@@ -288,9 +289,15 @@ def main(argv=None) -> int:
     ap.add_argument("--readers-per-kernel", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=REPO / ".pipelink" / "bench" / "scale")
+    ap.add_argument("--generate-only", action="store_true",
+                    help="write the workspace to <out>/ws and print its kernels' components as JSON; build nothing")
     args = ap.parse_args(argv)
     if args.owners < 1 or args.components <= args.owners:
         ap.error("need at least one owner and one reader")
+    if args.generate_only:
+        kmap = generate(args.out.resolve() / "ws", args.components, args.kernels, args.owners, args.readers_per_kernel)
+        print(json.dumps(kmap))
+        return 0
     summary = run(args.out.resolve(), args.components, args.kernels, args.owners, args.readers_per_kernel, args.jobs)
     print(table(summary))
     print(f"expected: {json.dumps(summary['expected'])}")

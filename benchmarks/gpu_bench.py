@@ -15,12 +15,16 @@
                 tests/linker/test_guard.py). Kernels: toy, and the gemm_swiglu interface (params x, w,
                 out, m, n, k; facts block_m/n/k).
 
+  builds        a benchmark's --builds value checked (parse_builds), on the CPU machine before a GPU run.
+
   python3 benchmarks/gpu_bench.py target --kernel gemm_swiglu --cubin bazel-bin/kernels/gemm_swiglu.cubin
+  python3 benchmarks/gpu_bench.py builds before=.xfer/before --needs moe_step.manifest.json moe_step.cubin
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -258,14 +262,20 @@ def cmd_target(a) -> int:
     return 0 if good else 1
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("target")
     t.add_argument("--kernel", required=True, help="toy or " + ", ".join(GSW_KERNELS))
     t.add_argument("--cubin", required=True)
     t.add_argument("--manifest")
-    a = ap.parse_args()
+    b = sub.add_parser("builds", help="check a --builds value; print the builds it names as JSON")
+    b.add_argument("builds", help="name=dir,... as a benchmark's --builds takes it")
+    b.add_argument("--needs", nargs="*", default=[], help="globs each dir must match (the benchmark's files)")
+    a = ap.parse_args(argv)
+    if a.cmd == "builds":
+        print(json.dumps(parse_builds(b, a.builds, *a.needs)))
+        return 0
     return cmd_target(a)
 
 

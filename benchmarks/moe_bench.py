@@ -22,7 +22,7 @@ Columns:
                               config: its autotuner would compile 32 configs per kernel). It calls
                               .item() once per step, so it cannot be captured: timed eagerly.
   sglang, sglang:kernels      SGLang 0.5.23's Triton fused MoE with its H200 config for this layer
-                              (benchmarks/moe_sglang.py; PIPELINK_SGLANG_DIR = the unpacked wheel):
+                              (kernels/moe/moe_sglang.py; PIPELINK_SGLANG_DIR = the unpacked wheel):
                               the whole step, and its four kernels alone on routing made beforehand.
 
 Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
@@ -170,7 +170,7 @@ def sglang_factory():
     """moe_sglang.step_factory over PIPELINK_SGLANG_DIR, or raise with the reason it cannot run."""
     root = os.environ.get("PIPELINK_SGLANG_DIR")
     if not root:
-        raise moe_sglang.Unavailable("PIPELINK_SGLANG_DIR is not set (benchmarks/moe_sglang.py says how)")
+        raise moe_sglang.Unavailable("PIPELINK_SGLANG_DIR is not set (kernels/moe/moe_sglang.py says how)")
     return moe_sglang.step_factory(root, route, E, TOP_K)
 
 

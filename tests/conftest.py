@@ -10,8 +10,9 @@
 * `toy`: the examples/toy packages (producer -> ring -> consumer -> sink).
 * `requires_gpu` marker (`requires_gpu(sm=90)`: an sm_90 device): skipped, with the reason, when
   cuInit(0) fails or no device exists (tests/helpers/gpu.py). It is the suite's only GPU gate.
-* tests/helpers/: the GPU check, CUTLASS headers, `load_script` (a benchmark's or experiment's
-  script loaded by path), the entry points' fakes and the multi-rank GPU workers.
+* tests/helpers/: the GPU check, CUTLASS headers, `load_script` (the symbol-link experiment's
+  harness loaded by path), the entry points' fakes and the multi-rank GPU workers.
+* tests/fuzz/: the bad-input fuzzers (test_fuzz.py runs seeded slices; `python -m fuzz.cli`).
 
 Run: `.venv/bin/python -m pytest tests` (the suite puts tools/ on sys.path itself).
 """

@@ -1,8 +1,8 @@
-"""Load a script of the repository (a benchmark's or an experiment's) as a module, by its path.
-
-Some tests check code that lives in a script (benchmarks/, experiments/). They load it from its
-file instead of putting its folder on sys.path, so no test's imports depend on another folder's
-module names. The module is registered under its file name (dataclasses look their module up).
+"""Load the symbol-link experiment's harness (experiments/symbol_link/symbol_link_counterexample.py)
+as a module, by its path: its watchdog, verdicts and problems have unit tests but no command
+line of their own. Nothing else may use this: benchmarks and experiments are tested through
+their command lines, and code a test shares with them lives beside the kernel it serves.
+The module is registered under its file name (dataclasses look their module up).
 """
 
 from __future__ import annotations

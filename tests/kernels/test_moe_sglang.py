@@ -1,11 +1,15 @@
-"""benchmarks/moe_sglang.py: the slot alignment SGLang's kernels read, built in torch (CPU here)."""
+"""kernels/moe/moe_sglang.py (the SGLang baseline): the slot alignment SGLang's kernels read,
+built in torch (CPU here)."""
+
+import sys
 
 import pytest
 
-from helpers.scripts import load_script
+from conftest import ROOT
 
 torch = pytest.importorskip("torch")
-moe_sglang = load_script("benchmarks/moe_sglang.py")
+sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+import moe_sglang  # noqa: E402
 
 
 def reference_align(ei, experts, block_m):

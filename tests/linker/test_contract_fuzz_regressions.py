@@ -1,5 +1,5 @@
-"""Classes of bad input found by the real-kernel corpora of benchmarks/fuzz_cli.py
-(benchmarks/fuzz_corpora.py): each was accepted by `plan` (and failed only at launch, in
+"""Classes of bad input found by the real-kernel corpora of tests/fuzz/cli.py
+(tests/fuzz/corpora.py): each was accepted by `plan` (and failed only at launch, in
 nvJitLink, or in the generated C++), and is now a coded diagnostic with its file:line and a
 hint. One test per class, over every clause of that kind.
 """

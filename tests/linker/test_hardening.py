@@ -633,9 +633,9 @@ def test_gemm_bench_refuses_kernels_it_cannot_find(kernels, tmp_path):
 
 
 def test_bench_builds_option_accepts_a_build(tmp_path):
-    import argparse
-
-    from helpers.scripts import load_script
-    parse_builds = load_script("benchmarks/gpu_bench.py").parse_builds
+    """What a benchmark's --builds takes (gpu_bench.parse_builds), through gpu_bench.py's `builds` check."""
     (tmp_path / "moe_step.manifest.json").write_text("{}")
-    assert parse_builds(argparse.ArgumentParser(), f"a={tmp_path},", "moe_step.manifest.json") == [("a", str(tmp_path))]
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_bench.py"), "builds", f"a={tmp_path},",
+                        "--needs", "moe_step.manifest.json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [tuple(b) for b in json.loads(r.stdout)] == [("a", str(tmp_path))]

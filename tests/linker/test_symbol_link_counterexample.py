@@ -1,12 +1,15 @@
 """The symbol-linking counterexample (issue 9): plain-link generation (CPU), the watchdog
 (CPU, with a stand-in child), and the GPU run over bazel-bin (skipped without a GPU or
 without `tools/bazel build //experiments:gemm_swiglu_tma_mutations` / `:moe_step_mutations`).
-The experiment's code lives in experiments/symbol_link/ (plainlink.py, symbol_link_counterexample.py)."""
+The experiment's code lives in experiments/symbol_link/ (plainlink.py, symbol_link_counterexample.py);
+these tests run its command lines, as its Bazel actions and its users do."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,18 +17,34 @@ from pathlib import Path
 import pytest
 
 from helpers.scripts import load_script
-from pipelink.common.diagnostics import Rejected
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "examples" / "toy"
+EXPERIMENT = ROOT / "experiments" / "symbol_link"
+MEAS = ROOT / "tests" / "components" / "meas"  # a component that is not in the toy
 
 
 def _harness():
     return load_script("experiments/symbol_link/symbol_link_counterexample.py")
 
 
-_plainlink = load_script("experiments/symbol_link/plainlink.py")
-contracted_link, plainlink_main, plain_link = _plainlink.contracted_link, _plainlink.main, _plainlink.plain_link
+def plainlink(args: list[str]) -> subprocess.CompletedProcess:
+    """experiments/symbol_link/plainlink.py ARGS, with pipelink importable (as its Bazel action runs it)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    return subprocess.run([sys.executable, str(EXPERIMENT / "plainlink.py"), *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def _link(mode: str, toy, packer, mutant, out: Path) -> tuple[bytes, bytes, Path]:
+    """plainlink.py MODE of the toy with `mutant` -> (cubin, manifest bytes, out); writes out/{cubin,manifest,...}."""
+    out.mkdir(parents=True, exist_ok=True)
+    args = [mode, "--kernel", str(toy.kernel), "--mutant", str(packer.save(mutant, f"{mutant.name}_{out.name}")),
+            "--cubin", str(out / "cubin"), "--manifest", str(out / "manifest.json")]
+    args += [a for p in toy.packages for a in ("--package", str(packer.save(p)))]
+    args += ["--source", str(out / "generated.cu")] if mode == "plain" else ["--result", str(out / "result.json")]
+    r = plainlink(args)
+    assert r.returncode == 0, r.stderr
+    return (out / "cubin").read_bytes(), (out / "manifest.json").read_bytes(), out
 
 
 def _mutant_consumer(lto, packer, tile: int):
@@ -35,50 +54,52 @@ def _mutant_consumer(lto, packer, tile: int):
     return packer.pack(text, [obj])
 
 
-def test_plain_link_bakes_in_the_original_glue(toy, lto, packer):
+def test_plain_link_bakes_in_the_original_glue(toy, lto, packer, tmp_path):
     mutant = _mutant_consumer(lto, packer, 512)
-    cubin, manifest, src = plain_link(str(toy.kernel), toy.packages, mutant)
+    cubin, manifest, out = _link("plain", toy, packer, mutant, tmp_path / "mutant")
+    manifest, src = json.loads(manifest), (out / "generated.cu").read_text()
     assert cubin[:4] == b"\x7fELF"
     # the reader (producer) and the ring still get the ORIGINAL owner's tile: 256, stage 1024 B
     assert manifest["facts"]["tile"] == 256
     assert "pl_producer__fact__tile" in src and "256u" in src
     assert manifest["plain_link"]["mutant_digest"] == mutant.digest()
     # the mutant's code is what got linked: a different cubin from the original glue + original object
-    orig_cubin, _, _ = plain_link(str(toy.kernel), toy.packages, toy.consumer)
+    orig_cubin, _, _ = _link("plain", toy, packer, toy.consumer, tmp_path / "original")
     assert orig_cubin != cubin
 
 
-def test_contracted_link_propagates_or_rejects(toy, lto, packer):
-    result, cubin, manifest = contracted_link(str(toy.kernel), toy.packages, _mutant_consumer(lto, packer, 512))
-    assert result["outcome"] == "linked" and result["facts"]["tile"] == 512 and manifest["facts"]["tile"] == 512
+def test_contracted_link_propagates_or_rejects(toy, lto, packer, tmp_path):
+    cubin, manifest, out = _link("contracted", toy, packer, _mutant_consumer(lto, packer, 512), tmp_path / "t512")
+    result = json.loads((out / "result.json").read_text())
+    assert result["outcome"] == "linked" and result["facts"]["tile"] == 512 and json.loads(manifest)["facts"]["tile"] == 512
     assert cubin[:4] == b"\x7fELF"
-    result, cubin, manifest = contracted_link(str(toy.kernel), toy.packages, _mutant_consumer(lto, packer, 48))
+    cubin, manifest, out = _link("contracted", toy, packer, _mutant_consumer(lto, packer, 48), tmp_path / "t48")
+    result = json.loads((out / "result.json").read_text())
     assert result["outcome"] == "rejected" and "L-FACT-ACCEPT" in result["codes"]
-    assert cubin == b"" and manifest == {}
+    assert cubin == b"" and manifest == b""  # a rejection writes empty files (an empty manifest)
     d = result["diagnostics"][result["codes"].index("L-FACT-ACCEPT")]  # the whole diagnostic, as data
     assert d["clause"] and d["hint"] and len(d["facts"]) == 2 and all(f["origin"] for f in d["facts"])
 
 
-def test_mutant_must_replace_an_owner(toy):
-    import dataclasses
-    from pipelink.linker.contract import parse_contract_text
-    stranger = dataclasses.replace(toy.sink, contract=parse_contract_text(
-        toy.contract_text("sink").replace('name = "sink"', 'name = "stranger"'), "stranger.toml"))
-    with pytest.raises(Rejected) as e:
-        plain_link(str(toy.kernel), toy.packages, stranger)
-    assert e.value.diagnostics[0].code == "E-USAGE"
+def test_mutant_must_replace_an_owner(toy, lto, packer, tmp_path):
+    stranger = packer.pack(MEAS.with_suffix(".contract.toml"), [lto(MEAS.with_suffix(".cu"))])
+    r = plainlink(["plain", "--kernel", str(toy.kernel), "--mutant", str(packer.save(stranger)),
+                   "--cubin", str(tmp_path / "p.cubin"), "--manifest", str(tmp_path / "p.json")]
+                  + [a for p in toy.packages for a in ("--package", str(packer.save(p)))])
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert re.findall(r"\b[A-Z]+-[A-Z-]+\b", r.stderr)[0] == "E-USAGE", r.stderr  # the first diagnostic
 
 
 def test_cli_writes_both_links(toy, lto, packer, tmp_path):
     pkgs = [str(packer.save(p)) for p in toy.packages]
     mutant = str(packer.save(_mutant_consumer(lto, packer, 48), "consumer_tile48"))
     base = ["--kernel", str(toy.kernel), "--mutant", mutant] + [a for p in pkgs for a in ("--package", p)]
-    assert plainlink_main(["plain", *base, "--cubin", str(tmp_path / "p.cubin"),
-                           "--manifest", str(tmp_path / "p.json")]) == 0
+    assert plainlink(["plain", *base, "--cubin", str(tmp_path / "p.cubin"),
+                      "--manifest", str(tmp_path / "p.json")]).returncode == 0
     assert (tmp_path / "p.cubin").read_bytes()[:4] == b"\x7fELF"
     assert json.loads((tmp_path / "p.json").read_text())["facts"]["tile"] == 256
-    assert plainlink_main(["contracted", *base, "--cubin", str(tmp_path / "c.cubin"), "--manifest",
-                           str(tmp_path / "c.json"), "--result", str(tmp_path / "r.json")]) == 0
+    assert plainlink(["contracted", *base, "--cubin", str(tmp_path / "c.cubin"), "--manifest",
+                      str(tmp_path / "c.json"), "--result", str(tmp_path / "r.json")]).returncode == 0
     r = json.loads((tmp_path / "r.json").read_text())
     assert r["outcome"] == "rejected" and r["codes"] == ["L-FACT-ACCEPT"]
     assert (tmp_path / "c.cubin").read_bytes() == b""
@@ -176,11 +197,15 @@ def test_moe_problem_marks_near_ties():
 
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step", "attn_causal", "attn_decode"])
-def test_counterexample_on_the_gpu(kernel):
-    index = _harness().default_index(kernel)
-    if not index.exists():
-        pytest.skip(f"build it first: tools/bazel build //{index.parent.relative_to(ROOT / 'bazel-bin')}:{kernel}_mutations")
-    r = _harness().run(index, watchdog=8.0, seed=None)
+def test_counterexample_on_the_gpu(kernel, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    p = subprocess.run([sys.executable, str(EXPERIMENT / "symbol_link_counterexample.py"), "--kernel", kernel,
+                        "--watchdog", "8.0", "--json", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, timeout=3600, env=env)
+    if p.stdout.startswith("FAIL") and "is missing" in p.stdout:  # no index of mutations in bazel-bin
+        pytest.skip(f"build it first: {p.stdout.strip()}")
+    assert (tmp_path / "r.json").exists(), p.stdout + p.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
     assert r["original"][0] == "correct", r["original"]
     for row in r["rows"]:
         assert row["pipelink"].startswith("rejected") or row["pipelink"] == "propagated-and-correct", row

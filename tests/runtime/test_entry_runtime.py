@@ -125,7 +125,7 @@ def test_refuse_unused_names_the_reader():
     assert e.code == "R-PARAM" and "window=" in str(e) and "sliding" in e.hint
 
 
-# ---- a damaged manifest is R-MANIFEST, whatever the damage (benchmarks/fuzz_manifest.py found these) ----
+# ---- a damaged manifest is R-MANIFEST, whatever the damage (tests/fuzz/manifest.py found these) ----
 
 _GOOD = {"format": 1, "kernel": "k", "block": [32, 1, 1], "grid": ["1", "1", "1"],
          "params": {"size": 8, "by_name": {"p": "ptr"}, "fields": [{"instance": "a", "name": "p", "type": "ptr", "offset": 0}]}}

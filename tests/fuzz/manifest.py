@@ -3,13 +3,13 @@
 A manifest travels beside its cubin and is read back by `pipelink.runtime` (Manifest.from_dict)
 and planned for a launch (plan_launch: parameter coercion, grid, host providers, workspaces,
 the packed parameter block). Each case damages a real kernel's manifest (from bazel-bin) at 1-3
-random places: a value replaced by one from fuzz_damage.py's pools (any type) or by another of
+random places: a value replaced by one from fuzz/damage.py's pools (any type) or by another of
 its own type (`like`), a key dropped or added, a list entry duplicated. The runtime must then either plan the launch or refuse it with
 a coded diagnostic that has a hint (R-MANIFEST, R-PARAM, R-GRID, R-HOST, R-WORKSPACE, ...);
 any other exception is a failure. Host providers' own source is left intact (their damage is
-fuzz_damage.py's, through pack).
+fuzz/damage.py's, through pack).
 
-    PYTHONPATH=tools .venv/bin/python benchmarks/fuzz_manifest.py --cases 20000 --seed 3
+    PYTHONPATH=tools:tests .venv/bin/python -m fuzz.manifest --cases 20000 --seed 3
 """
 
 from __future__ import annotations
@@ -22,16 +22,14 @@ import sys
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from pipelink.common.diagnostics import Rejected
+from pipelink.runtime.host import HostEncoder
+from pipelink.runtime.launch_plan import plan_launch
+from pipelink.runtime.manifest import Manifest
 
-from pipelink.common.diagnostics import Rejected  # noqa: E402
-from pipelink.runtime.host import HostEncoder  # noqa: E402
-from pipelink.runtime.launch_plan import plan_launch  # noqa: E402
-from pipelink.runtime.manifest import Manifest  # noqa: E402
+from fuzz.damage import like, pool  # the CLI fuzzer's value pools
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fuzz_damage import like, pool  # noqa: E402  (the CLI fuzzer's value pools)
+ROOT = Path(__file__).resolve().parents[2]
 
 MANIFESTS = ["examples/toy/toy", "kernels/gemm_swiglu", "kernels/gemm_swiglu_tma", "kernels/gemm_swiglu_tma_c2",
              "kernels/moe_step", "kernels/attention/attn_causal", "kernels/attention/attn_decode",
@@ -92,7 +90,7 @@ def run(cases: int, seed: int, bin_dir: Path) -> dict:
     bases = [(n, json.loads((bin_dir / f"{n}.manifest.json").read_text())) for n in MANIFESTS
              if (bin_dir / f"{n}.manifest.json").exists()]
     if not bases:
-        raise SystemExit(f"fuzz_manifest: no manifests under {bin_dir} (build them: tools/bazel build //...)")
+        raise SystemExit(f"fuzz.manifest: no manifests under {bin_dir} (build them: tools/bazel build //...)")
     rng = random.Random(seed)
     counts = {"cases": 0, "refused_reading": 0, "planned": 0, "refused_planning": 0, "failures": 0}
     failures = []

@@ -1,4 +1,4 @@
-"""Real-kernel corpora for benchmarks/fuzz_cli.py: clause-aware damage of the contracts and
+"""Real-kernel corpora for fuzz/cli.py: clause-aware damage of the contracts and
 kernel files of moe_step, attention (prefill, split-KV decode, context-parallel) and the
 2-CTA-cluster GEMM, whose clauses the toy does not use: kernel-scope workspaces, co_resident
 grids, host providers, callables, rings with expressions, tensors with layouts and scopes,
@@ -23,7 +23,9 @@ import shutil
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from fuzz.damage import DICTS, HOST_SOURCES, INTS, LISTS, STRS, damage_expr, dumps, like, pool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # corpus -> (kernel file in the repository, packages in bazel-bin/kernels, linked in a subprocess?)
 CORPORA = {
@@ -48,8 +50,6 @@ HANDLE_KINDS = {"smem": ["smem"], "barrier": ["bar"], "fact": ["fact", "own"], "
                 "ring": ["ring_depth", "ring_buffer", "ring_full", "ring_empty"],
                 "callable.export": ["callable"], "callable.import": ["call"]}
 NAMED = ["fact", "smem", "barrier", "ring", "export", "import", "workspace", "callable.export", "callable.import"]
-
-from fuzz_damage import DICTS, HOST_SOURCES, INTS, LISTS, STRS, damage_expr, dumps, like, pool  # noqa: E402
 
 # ---- structural damage -------------------------------------------------------------------------------------
 
@@ -293,7 +293,7 @@ def load_corpora(bin_dir: Path, work: Path, names=None) -> dict[str, dict]:
     return out
 
 
-# ---- case builders (called by fuzz_cli.Fuzzer) -----------------------------------------------------------
+# ---- case builders (called by fuzz.cli.Fuzzer) -----------------------------------------------------------
 
 def _names(corpus: dict) -> tuple[list[tuple[str, str]], list[str], list[str]]:
     """(instances, "inst.export" names, "inst.import" names) of a corpus's kernel file."""
@@ -319,7 +319,7 @@ def real_contract_case(fz, d: Path, rng: random.Random):
     """A clause-damaged contract injected into one built package of a real kernel."""
     import zipfile
 
-    from fuzz_damage import mutate_toml, rezip
+    from fuzz.damage import mutate_toml, rezip
 
     cname = rng.choice(sorted(fz.corpora))
     corpus = fz.corpora[cname]
@@ -330,7 +330,7 @@ def real_contract_case(fz, d: Path, rng: random.Random):
     hosts = [n for n in zipfile.ZipFile(src).namelist() if n.startswith("host/")]
     r = rng.random()
     if r < 0.12 or (r < 0.2 and hosts):  # the package's bytes, manifest types, or its host provider
-        from fuzz_damage import damage_package
+        from fuzz.damage import damage_package
 
         p = d / src.name
         if r < 0.12:
@@ -374,7 +374,7 @@ def real_kernel_case(fz, d: Path, rng: random.Random):
         new, bad = mutate_kernel(text, rng, inst, exp, imp)
         data = new.encode()
     else:
-        from fuzz_damage import mutate_toml
+        from fuzz.damage import mutate_toml
 
         data, bad = mutate_toml(text, rng)
     k = d / Path(corpus["kernel"]).name

@@ -1,6 +1,6 @@
-"""Damage for benchmarks/fuzz_cli.py: line edits of TOML files, package byte/manifest/contract
+"""Damage for fuzz/cli.py: line edits of TOML files, package byte/manifest/contract
 damage with re-recorded digests, typed value pools, expression edits and a small TOML writer
-(for the clause-aware damage of benchmarks/fuzz_corpora.py)."""
+(for the clause-aware damage of fuzz/corpora.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SGLang's Triton fused MoE as a baseline for moe_step (issue 9), from its PyPI wheel.
+"""SGLang's Triton fused MoE as a baseline for moe_step (issue 9), from its PyPI wheel: the column
+benchmarks/moe_bench.py times beside moe_step (kept beside the kernel it is measured against).
 
 SGLang (and vLLM, whose kernel it descends from) serve Qwen3-30B-A3B with one Triton GEMM kernel,
 `fused_moe_kernel`, launched for gate/up and for down over expert-sorted, block-padded slots,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz the pipelink CLI with malformed inputs (issue 11) and count what must never happen.
 
-    PYTHONPATH=tools python benchmarks/fuzz_cli.py --cases 10000 --seed 1
+    PYTHONPATH=tools:tests .venv/bin/python -m fuzz.cli --cases 10000 --seed 1
 
 Each case damages one input of a command that works: a contract (packed, or injected into a
 package so that `plan`/`link` read it), a kernel file, a package's bytes (zip headers,
@@ -37,21 +37,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from pipelink.linker import cli
+from pipelink.common.diagnostics import CODES
+
+from fuzz import corpora as real_kernels
+from fuzz.damage import JUNK, VALUES, damage_package, mutate_toml, rezip  # noqa: F401 - re-exported
+
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
 TOY = ROOT / "examples" / "toy"
-for _p in (TOOLS, ROOT / "benchmarks"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from pipelink.linker import cli  # noqa: E402
-from pipelink.common.diagnostics import CODES  # noqa: E402
 
 NAMES = ("producer", "consumer", "sink")
 # Codes of a native step (nvcc, nvJitLink) refusing what every check accepted: not failures,
 # but each one is a check that could have named the mistake earlier (reported as "notable").
 NATIVE_CODES = {"L-LINK", "L-COMPILE", "P-COMPILE"}
-from fuzz_damage import JUNK, VALUES, damage_package, mutate_toml, rezip  # noqa: E402,F401 - re-exported
 
 # ---- running one case -----------------------------------------------------------------------------------
 
@@ -95,11 +94,10 @@ class Fuzzer:
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
-        if self.corpora and rng.random() < self.real_share:  # benchmarks/fuzz_corpora.py: the real kernels
-            import fuzz_corpora
+        if self.corpora and rng.random() < self.real_share:  # fuzz/corpora.py: the real kernels
 
             kind = rng.choice(["real_contract", "real_contract", "real_contract", "real_kernel"])
-            argv, outputs, must_fail = getattr(fuzz_corpora, f"{kind}_case")(self, d, rng)
+            argv, outputs, must_fail = getattr(real_kernels, f"{kind}_case")(self, d, rng)
         else:
             kind = rng.choice(["contract", "contract", "injected", "injected", "kernel", "kernel", "package", "package",
                                "outputs", "argv"])
@@ -313,7 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work", help="keep the inputs of failing cases here (default: a temporary folder)")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--bin", default=str(ROOT / "bazel-bin" / "kernels"),
-                    help="bazel-bin/kernels holding the real kernels' packages (benchmarks/fuzz_corpora.py)")
+                    help="bazel-bin/kernels holding the real kernels' packages (tests/fuzz/corpora.py)")
     ap.add_argument("--real-share", type=float, default=0.6, help="share of cases that damage a real kernel's inputs")
     ap.add_argument("--real-link-rate", type=float, default=0.01,
                     help="share of real-kernel cases that run a real link (attention only; moe links are slow)")
@@ -322,9 +320,7 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     objects, packages = build_toy(work)
-    from fuzz_corpora import load_corpora
-
-    corpora = load_corpora(Path(args.bin), work)
+    corpora = real_kernels.load_corpora(Path(args.bin), work)
     print(f"real corpora: {sorted(corpora) or 'none (build them: see BENCHMARKS.md)'}", file=sys.stderr)
     fz = Fuzzer(work / "cases", objects, packages, link_every=args.link_every, corpora=corpora,
                 real_share=args.real_share if corpora else 0.0, real_link_rate=args.real_link_rate)

@@ -1,0 +1,80 @@
+"""The check of one attention variant against its fp32 reference, on fresh random inputs: what
+benchmarks/attention_bench.py `check` and tests/kernels/test_attention.py run (and the inputs
+the benchmarks time).
+
+    from attention_check import check_one
+    ok, msg = check_one("causal", B=2, H=3, Lq=1024, Lkv=1024, control=False)
+
+q, k, v ~ N(0, 1) bf16; the output is poisoned with NaN first, so every element must be written,
+and |out - ref| <= ATOL + RTOL |ref| everywhere against `attention.reference` of the same mask /
+score function (P is rounded to bf16 as in FA3: ~0.4% relative). Variant names are the entry's,
+plus decode_uniform / decode_streamk (variant "decode" with that schedule forced).
+"""
+
+from __future__ import annotations
+
+from attention import attention, create_block_mask, reference
+
+ATOL = RTOL = 2e-2
+
+
+def sparse_partial_pred(b, h, q, k):  # full and partial blocks: a causal band inside kept blocks
+    return (((q // 128) * 3 + (k // 128)) % 4 == 0) & ((k <= q) | ((q + k + h) % 3 == 0))
+
+
+def docs_for(B, S, seed, device, mean=700):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.zeros(B, S, dtype=torch.int32)
+    for b in range(B):
+        pos, d = 0, 0
+        while pos < S:
+            n = int(torch.randint(1, 2 * mean, (1,), generator=g))
+            ids[b, pos:pos + n] = d
+            pos, d = pos + n, d + 1
+    return ids.to(device)
+
+
+def rand_qkv(B, H, Lq, Lkv, seed=None, D=128):
+    import torch
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    mk = lambda L: torch.randn(B, H, L, D, device="cuda", generator=g).bfloat16()  # noqa: E731
+    return mk(Lq), mk(Lkv), mk(Lkv)
+
+
+def entry_variant(name: str) -> str:
+    return "decode" if name.startswith("decode") else name
+
+
+def variant_kwargs(variant, B, H, S, device, seed=0):
+    if variant.startswith("decode_"):
+        return {"schedule": variant.removeprefix("decode_")}, {}
+    if variant == "sliding":
+        return {"window": 300}, {"window": 300}
+    if variant == "softcap":
+        return {"softcap": 2.0}, {"softcap": 2.0}
+    if variant == "document":
+        d = docs_for(B, S, seed, device, mean=max(200, S // 4))  # long ones too: FULL blocks
+        return {"doc_ids": d}, {"doc_ids": d}
+    if variant == "block_sparse":
+        bm = create_block_mask(sparse_partial_pred, None, H, S, S, device=device)
+        return {"block_mask": bm}, {"block_mask_pred": sparse_partial_pred}
+    return {}, {}
+
+
+def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None):
+    """-> (ok, a line of what was found). kernel_dir: attention's default when None."""
+    import torch
+    q, k, v = rand_qkv(B, H, Lq, Lkv, D=D)
+    kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
+    out = torch.full_like(q, float("nan"))
+    attention(q, k, v, entry_variant(variant), out=out, control=control, kernel_dir=kernel_dir, **kw)
+    torch.cuda.synchronize()
+    ref = reference(q, k, v, "full" if entry_variant(variant) == "decode" else variant, **rkw)
+    nan = int(torch.isnan(out).sum())
+    err = (out.float() - ref).abs()
+    bad = int((err > ATOL + RTOL * ref.abs()).sum())
+    rel = float(err.norm() / ref.norm().clamp(min=1e-30))
+    ok = nan == 0 and bad == 0
+    return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}, rel {rel:.2e}"
