@@ -57,3 +57,10 @@ def test_fuzzed_command_lines_never_exit_without_a_code(capsys, tmp_path, monkey
             assert text.startswith("error "), (argv, text)
             diags = [{"code": text.split()[1].rstrip(":"), "hint": "hint:" in text}]
         assert all(d["code"][:2] in ("E-", "C-", "P-") and d["hint"] for d in diags), (argv, text)
+
+
+def test_a_trailing_format_without_value_keeps_the_json_asked_for_before(capsys):
+    """`--format=json ... --format` (no value) is a usage error reported in the JSON asked for."""
+    rc = cli.main(["--format=json", "explain", "L-BIND", "--format"])
+    out = capsys.readouterr().out
+    assert rc == 2 and '"E-USAGE"' in out and '"hint"' in out

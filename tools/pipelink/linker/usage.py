@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pipelink.common.diagnostics import Diagnostic
 
+
 def requested_format(argv: list[str]) -> str:
     """"json" if argv asks for it in any spelling argparse accepts (`--format=json`,
     `--format json`, an abbreviation such as `--form=json`), else "human"."""
@@ -19,7 +20,9 @@ def requested_format(argv: list[str]) -> str:
         name, eq, value = arg.partition("=")
         if len(name) < 4 or not "--format".startswith(name):  # "--f" .. "--format"; "--" is not one
             continue
-        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if not eq and (i + 1 >= len(argv) or argv[i + 1].startswith("-")):
+            continue  # `--format` with no value is the usage error itself; an earlier choice stands
+        value = value if eq else argv[i + 1]
         fmt = "json" if value == "json" else "human"  # the last one given wins, as in argparse
     return fmt
 
