@@ -39,7 +39,7 @@ def moe_step_mutations(name = "moe_step_mutations", kernel = "//kernels:moe_step
 
 # (block_m, block_h, block_n, stages) beyond the mutations above and the default (64, 64, 128,
 # 4): every stage count from 2 that fits shared memory, each block size. The first five spilled
-# 8-24 B (L-REGS) with four A rows held per thread (BENCHMARKS.md issue 9 runs 20 and 21).
+# 8-24 B (L-REGS) with four A rows held per thread (BENCHMARKS.md, MoE geometries).
 MOE_STEP_GEOMETRIES = [
     (16, 32, 128, 4), (64, 64, 128, 2), (32, 64, 64, 2), (16, 64, 64, 4), (64, 32, 128, 3),
     (16, 32, 64, 2), (32, 32, 128, 4), (64, 64, 64, 4), (64, 32, 64, 6), (32, 64, 128, 3),
