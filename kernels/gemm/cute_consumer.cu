@@ -104,29 +104,23 @@ PL_ENTRY(run) {
     const unsigned k_begin = info[0], k_end = info[1];
     clear(acc);  // the previous unit's sums are dead: keeps them out of registers meanwhile
     mma.accumulate_ = GMMA::ScaleOut::Zero;
-    unsigned prev = 0;
-    for (unsigned kt = k_begin; kt < k_end; ++kt) {
-      pl::mbar_wait(full + stage, phase);
+    RING_CONSUMER_WALK(pl::mbar_arrive_cluster_ctas(empty + prev, cx),
       const unsigned advance = stage * (STAGE >> 4);  // descriptors count 16-byte units
       Tensor a = make_tensor(tCrA.data() + advance, tCrA.layout());
       Tensor b = make_tensor(tCrB.data() + advance, tCrB.layout());
       warpgroup_fence_operand(acc);
       warpgroup_arrive();
-      CUTE_UNROLL
+      _Pragma("unroll")  // CUTE_UNROLL, which expands to a directive a macro argument cannot hold
       for (int kb = 0; kb < size<2>(a); ++kb) {
         cute::gemm(mma, a(_, _, kb), b(_, _, kb), acc);
         mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
       warpgroup_wait<1>();  // the previous k-step's GMMAs are done: its stage can be refilled
-      warpgroup_fence_operand(acc);
-      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-      prev = stage;
-      if (++stage == depth) { stage = 0; phase ^= 1u; }
-    }
+      warpgroup_fence_operand(acc);)
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
-    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
+    RING_CONSUMER_RELEASE_LAST(pl::mbar_arrive_cluster_ctas(empty + prev, cx));
     if (!ring_consumer::fix_up<N / 2, THREADS>(acc, partials, flags, k_begin, k_end, info, k_tiles, t, cx,
                                                [&] { pl::named_barrier_sync(bar, THREADS); }))
       continue;  // a contributor: the tile's finisher exports it

@@ -1,11 +1,9 @@
 // ring_consumer.h — the one copy of the protocol every consumer of ring `ab` in the Hopper
 // GEMM family follows (wgmma_consumer, wgmma_pingpong, cute_consumer). The loader (tma_loader) and the scheduler (tile_scheduler) do not know which
 // consumer they serve, so all consumers must walk the ring and fix up stream-K units alike:
-//  * ring walk (consume_unit): per k-step of a unit, wait `full`, issue the k-step's MMAs,
-//    then release the PREVIOUS stage, whose MMAs are complete once at most one group is in
-//    flight; after the unit, drain every group and release its last stage (wgmma_pingpong
-//    calls it; wgmma_consumer and cute_consumer write the same loop out, because through it
-//    link-time optimization scheduled their inlined scheduler differently: their SASS changed);
+//  * ring walk (RING_CONSUMER_WALK; consume_unit wraps it): per k-step of a unit, wait `full`,
+//    issue the k-step's MMAs, then release the PREVIOUS stage, whose MMAs are complete once at
+//    most one group is in flight; after the unit, drain every group and release its last stage;
 //  * stream-K fix-up (fix_up): a contributor unit (it does not reach the tile's last k-step)
 //    leaves its partial sums in its CTA's slot of workspace `partials`, then counts once on
 //    the tile's counter in workspace `flags`; the finisher (it reaches the last k-step,
@@ -47,6 +45,26 @@ struct Ring {
 
 // Consume k-steps [k_begin, k_end) of one unit, starting at ring position (stage, phase) and
 // leaving it after them.
+// The ring walk itself, as text: consume_unit expands it, and so do wgmma_consumer and
+// cute_consumer in place. A macro, not a call, for those two: through a function boundary
+// link-time optimization schedules their inlined scheduler differently (their SASS changed),
+// while the expansion is the very token stream they compiled before. Expects in scope:
+// `full` (uint64_t*), `depth`, `stage`, `phase` (unsigned&), `k_begin`, `k_end`, `lane0`.
+// RELEASE is the statement that frees stage `prev`; the rest (...) is the k-step on `stage`
+// (`kt != k_begin`: accumulate), its MMAs committed with at most one group left in flight.
+#define RING_CONSUMER_WALK(RELEASE, ...)                 \
+  unsigned prev = 0;                                     \
+  for (unsigned kt = k_begin; kt < k_end; ++kt) {        \
+    pl::mbar_wait(full + stage, phase);                  \
+    __VA_ARGS__                                          \
+    if (kt > k_begin && lane0) RELEASE;                  \
+    prev = stage;                                        \
+    if (++stage == depth) { stage = 0; phase ^= 1u; }    \
+  }
+// After the walk and the drain: free the unit's last stage.
+#define RING_CONSUMER_RELEASE_LAST(RELEASE) \
+  if (k_end > k_begin && lane0) RELEASE
+
 //  step(s, accumulate): the k-step's MMAs on stage s, committed, with at most one group left
 //    in flight (accumulate is false on the unit's first k-step: start from zero);
 //  drain(): wait until no group is in flight;
@@ -56,16 +74,9 @@ __device__ __forceinline__ void consume_unit(const Ring& ring, unsigned& stage, 
                                              unsigned k_end, bool lane0, Step step, Drain drain, Release release) {
   uint64_t* const full = ring.full;
   const unsigned depth = ring.depth;
-  unsigned prev = 0;
-  for (unsigned kt = k_begin; kt < k_end; ++kt) {
-    pl::mbar_wait(full + stage, phase);
-    step(stage, kt != k_begin);
-    if (kt > k_begin && lane0) release(prev);
-    prev = stage;
-    if (++stage == depth) { stage = 0; phase ^= 1u; }
-  }
+  RING_CONSUMER_WALK(release(prev), step(stage, kt != k_begin);)
   drain();
-  if (k_end > k_begin && lane0) release(prev);
+  RING_CONSUMER_RELEASE_LAST(release(prev));
 }
 
 template <unsigned FRAG, unsigned THREADS, class Frag>

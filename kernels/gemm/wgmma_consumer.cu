@@ -93,25 +93,19 @@ PL_ENTRY(run) {
     // of registers while the scheduler's arithmetic runs (else ptxas spills at 232).
 #pragma unroll
     for (unsigned i = 0; i < FRAG; ++i) acc[i] = 0.f;
-    unsigned prev = 0;
-    for (unsigned kt = k_begin; kt < k_end; ++kt) {
-      pl::mbar_wait(full + stage, phase);
+    RING_CONSUMER_WALK(pl::mbar_arrive_cluster_ctas(empty + prev, cx),
       const uint64_t so = stage * kStageStep;
       wgmma::fence_operands<FRAG>(acc);
       wgmma::fence();
-#pragma unroll
+      _Pragma("unroll")
       for (unsigned ks = 0; ks < BK / 16; ++ks)
         wgmma::mma_m64k16<N>(acc, desc_a0 + so + ks * kKStep, desc_b0 + so + ks * kKStep, (kt != k_begin) | ks);
       wgmma::commit();
       wgmma::wait<1>();  // the previous k-step's wgmmas are done: its stage can be refilled
-      wgmma::fence_operands<FRAG>(acc);
-      if (kt > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
-      prev = stage;
-      if (++stage == depth) { stage = 0; phase ^= 1u; }
-    }
+      wgmma::fence_operands<FRAG>(acc);)
     wgmma::wait<0>();
     wgmma::fence_operands<FRAG>(acc);
-    if (k_end > k_begin && lane0) pl::mbar_arrive_cluster_ctas(empty + prev, cx);
+    RING_CONSUMER_RELEASE_LAST(pl::mbar_arrive_cluster_ctas(empty + prev, cx));
     if (!ring_consumer::fix_up<FRAG, THREADS>(acc, partials, flags, k_begin, k_end, info, k_tiles, t, cx,
                                               [&] { pl::named_barrier_sync(bar, THREADS); }))
       continue;  // a contributor: the tile's finisher exports it

@@ -100,10 +100,12 @@ def test_every_claim_of_a_real_component_is_sized_by_facts():
 def expert_objects(lto):
     cutlass = require_cutlass()
     src = MOE / "expert.cu"
-    return {s: lto(src, defines=[f"EXPERT_STAGES={s}"], includes=[cutlass]) for s in (4, 5)}
+    return {s: lto(src, defines=[f"EXPERT_STAGES={s}"], includes=[cutlass]) for s in (3, 4)}
 
 
-@pytest.mark.parametrize("source,contract", [(5, 4), (4, 5)])
+# Both counts fit shared memory, so pack reaches the fact check (5 stages of the default tile
+# would not: P-LIMIT refuses such a contract before any object is read).
+@pytest.mark.parametrize("source,contract", [(3, 4), (4, 3)])
 def test_a_stage_count_on_one_side_only_is_refused_at_pack(expert_objects, packer, source, contract):
     text = (MOE / "expert.contract.toml").read_text()
     stages = "[fact.expert_stages]"
