@@ -17,10 +17,9 @@
 // register order, so `acc` is exported unchanged in layout "wgmma_acc(b_parts)" (see
 // wgmma_consumer.cu for the formula) and swiglu_tma_store imports it as it is.
 //
-// The stream-K fix-up is ring_consumer.h's, shared with wgmma_consumer (the loader and the
-// scheduler do not know which consumer they serve); the ring walk below follows its
-// consume_unit protocol, written out as in wgmma_consumer: per k-step 4 k16 GMMAs, commit,
-// keep one group in flight, release the previous stage.
+// The ring walk and the stream-K fix-up are ring_consumer.h's, shared with wgmma_consumer
+// and wgmma_pingpong (the loader and the scheduler do not know which consumer they serve):
+// per k-step 4 k16 GMMAs, commit, keep one group in flight, release the previous stage.
 #define PL_COMPONENT cute_consumer
 #include <pipelink.h>
 

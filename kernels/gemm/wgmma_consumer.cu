@@ -5,9 +5,8 @@
 // the stage through K-major SWIZZLE_128B descriptors (tma_gemm.h, wgmma.h).
 // Units come from callable `unit` (tile_scheduler), in the order the loader uses: a unit is
 // a tile's k-steps [k_begin, k_end).
-// The stream-K fix-up is ring_consumer.h's (shared with wgmma_pingpong and cute_consumer);
-// the ring walk below follows its consume_unit protocol but stays written out here (through
-// consume_unit, link-time optimization scheduled the inlined scheduler differently). Per
+// The ring walk and the stream-K fix-up are ring_consumer.h's (shared with wgmma_pingpong and
+// cute_consumer; the walk is expanded in place, RING_CONSUMER_WALK). Per
 // k-step: 4 wgmmas (k = 0, 16, 32, 48),
 // commit, keep one group in flight; lane 0 of each warp releases a stage on `empty` (8
 // arrivals), on every CTA of the cluster. After a unit, a whole tile's accumulators go to the
