@@ -346,12 +346,20 @@ def _greedy(ch: Checked, cap: int, depths: dict[str, int]) -> dict[str, int] | N
     kernel-long claims first, then each phase's, each group by largest alignment, then size.
     Claims whose sizes are multiples of their alignment pack without padding, so each phase
     sits right on top of the kernel-long claims and the footprint often meets the lower bound."""
-    def size(c):
-        return c.bytes + (c.per_depth * depths[c.ring] if c.ring else 0)
+    order = sorted(ch.claims, key=lambda c: (c.phase != "kernel", c.phase, -c.align, -_sized(c, depths)))
+    return _first_fit_offsets(order, depths, cap)
 
+
+def _sized(c: Claim, depths: dict[str, int]) -> int:
+    return c.bytes + (c.per_depth * depths[c.ring] if c.ring else 0)
+
+
+def _first_fit_offsets(claims: list[Claim], depths: dict[str, int], cap: int) -> dict[str, int] | None:
+    """Each claim in the given order at the lowest aligned offset clear of the claims placed
+    before it that share a phase with it; None where one would end past `cap`."""
     placed, offsets = [], {}
-    for c in sorted(ch.claims, key=lambda c: (c.phase != "kernel", c.phase, -c.align, -size(c))):
-        o, sz = 0, size(c)
+    for c in claims:
+        o, sz = 0, _sized(c, depths)
         while True:
             o = -(-o // c.align) * c.align
             clash = next((e for (s, e, other) in placed if _phases_meet(c, other) and o < e and s < o + sz), None)
@@ -478,18 +486,7 @@ def first_fit(ch: Checked, depths: dict[str, int]) -> int | None:
 
     Returns the footprint, or None when it does not fit. Used to show what the solver buys.
     """
-    cap = dynamic_capacity(ch)
-    placed: list[tuple[int, int, Claim]] = []
-    for c in ch.claims:
-        sz = c.bytes + (c.per_depth * depths[c.ring] if c.ring else 0)
-        o = 0
-        while True:
-            o = -(-o // c.align) * c.align
-            clash = next((e for (s, e, other) in placed if _phases_meet(c, other) and o < e and s < o + sz), None)
-            if clash is None:
-                break
-            o = clash
-        if o + sz > cap:
-            return None
-        placed.append((o, o + sz, c))
-    return max((e for _, e, _ in placed), default=0)
+    offsets = _first_fit_offsets(list(ch.claims), depths, dynamic_capacity(ch))
+    if offsets is None:
+        return None
+    return max((offsets[c.key] + _sized(c, depths) for c in ch.claims), default=0)
