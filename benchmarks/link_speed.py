@@ -38,6 +38,18 @@ SMEM_PER_COMPONENT = 2
 MAX_BARRIER_COMPONENTS = 12
 
 
+
+def entry_lines(reads: list[str]) -> list[str]:
+    """A synthetic component's entry: folds every handle it reads into one stored value, so
+    none of them is dead code and each stays a call the trial link can see."""
+    return ["struct Params { unsigned* out; };",
+            "PL_ENTRY(run) {",
+            "  const Params& p = PL_PARAMS(Params);",
+            "  unsigned acc = threadIdx.x;",
+            *[f"  acc = acc * 3u + {r};" for r in reads],
+            "  p.out[blockIdx.x * 32u + threadIdx.x % 32u] = acc;",
+            "}"]
+
 def component(i: int, n: int, smem: int = SMEM_PER_COMPONENT) -> tuple[str, str]:
     """(source, contract) of component c<i> of a composition of n components."""
     name = f"c{i}"
@@ -72,13 +84,7 @@ def component(i: int, n: int, smem: int = SMEM_PER_COMPONENT) -> tuple[str, str]
                    f'arrivals = {1 if side == "producer" else 32}\n')
         reads += [f"PL_RING_DEPTH({ring})", f"PL_RING_BUFFER({ring})", f"PL_RING_FULL({ring})", f"PL_RING_EMPTY({ring})"]
     reads += ["PL_WARP_BEGIN()", "PL_WARPS()"]
-    src += ["struct Params { unsigned* out; };",
-            "PL_ENTRY(run) {",
-            "  const Params& p = PL_PARAMS(Params);",
-            "  unsigned acc = threadIdx.x;",
-            *[f"  acc = acc * 3u + {r};" for r in reads],
-            "  p.out[blockIdx.x * 32u + threadIdx.x % 32u] = acc;",
-            "}"]
+    src += entry_lines(reads)
     return "\n".join(src) + "\n", "\n".join(con)
 
 

@@ -44,6 +44,8 @@ from pipelink.linker.package_io import read_package, write_package  # noqa: E402
 from pipelink.linker.solve import solve, solver_status  # noqa: E402
 from pipelink.linker.toolkit import find_toolkit  # noqa: E402
 
+from link_speed import entry_lines  # noqa: E402  (its neighbour in benchmarks/)
+
 INCLUDE = ROOT / "tools" / "pipelink" / "include"
 COMPONENTS = 8  # one-warp roles (fewer in small compositions), as many as real kernels have (the handles grow, the roles do not)
 MAX_BARRIERS = 15  # named barrier ids 1..15
@@ -110,13 +112,7 @@ def component(i: int, sh: Shape, rng: random.Random, ring_draws: list[tuple[int,
                    f'arrivals = {1 if side == "producer" else 32}\n')
         reads += [f"PL_RING_DEPTH({ring})", f"PL_RING_BUFFER({ring})", f"PL_RING_FULL({ring})", f"PL_RING_EMPTY({ring})"]
     reads += ["PL_WARP_BEGIN()", "PL_WARPS()"]
-    src += ["struct Params { unsigned* out; };",
-            "PL_ENTRY(run) {",
-            "  const Params& p = PL_PARAMS(Params);",
-            "  unsigned acc = threadIdx.x;",
-            *[f"  acc = acc * 3u + {r};" for r in reads],
-            "  p.out[blockIdx.x * 32u + threadIdx.x % 32u] = acc;",
-            "}"]
+    src += entry_lines(reads)
     return "\n".join(src) + "\n", "\n".join(con)
 
 
