@@ -14,6 +14,7 @@ strings, so they resolve in the calling repository), so experiments/ can build t
 
 load("//pipelink_rules:defs.bzl", "cuda_component", "fused_kernel", "fused_kernel_sass_test")
 load("//pipelink_rules/private:validate.bzl", "check_variant")
+load(":moe_models.bzl", "MOE_MODELS", "moe_model_facts")
 
 MOE_HDRS = ["moe/moe_shapes.h", "moe/warp_mma.h"]
 
@@ -101,12 +102,15 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, stages = 4, defi
 
 def moe_step(name, expert = "//kernels:moe_expert", swiglu = "//kernels:moe_swiglu", router = "//kernels:moe_router",
              dispatch = "//kernels:moe_dispatch", combine = "//kernels:moe_combine", sass_test = True, tags = [],
-             spills = "error"):
+             spills = "error", model = "qwen3_30b_a3b"):
+    """The step of `model` (a MOE_MODELS key, kernels/moe_models.bzl): the same packages, the
+    model's shape as the kernel file's facts."""
     fused_kernel(
         name = name,
         arch = "sm_90a",
         components = [router, dispatch, expert, swiglu, combine],
         kernel = "//kernels:moe/moe_step.kernel.toml",
+        facts = moe_model_facts(model),
         visibility = ["//visibility:public"],
         tags = tags,
         spills = spills,
@@ -118,3 +122,14 @@ def moe_step(name, expert = "//kernels:moe_expert", swiglu = "//kernels:moe_swig
             name = name + "_sass_test",
             kernel = ":" + name,
         )
+
+def moe_models():
+    """One fused_kernel per served model (qwen3_30b_a3b is //kernels:moe_step, built beside
+    its trace and swiglu2 variants in kernels/BUILD.bazel), and the alias by model name."""
+    for model, m in MOE_MODELS.items():
+        if not m["served"]:
+            continue
+        if m["target"] != "moe_step":
+            moe_step(name = m["target"], model = model)
+        if m["target"] != model:
+            native.alias(name = model, actual = ":" + m["target"], visibility = ["//visibility:public"])

@@ -3,8 +3,8 @@
 // are fewer tokens than warps (T = 1: one warp loaded the 8 ys rows in 8 dependent rounds,
 // ~8 us after the last expert was done; 8 warps load them in one). A token is ready (YDONE,
 // acquire) once the expert owner has finished every down-projection tile of each of its
-// experts: ceil(count / block_m) row tiles × 2048 / block_n column blocks (the expert owner's
-// geometry, read as facts). Each warp combines its units in the order they become ready (a
+// experts: ceil(count / block_m) row tiles × hidden / block_n column blocks (the expert owner's
+// geometry and the model's hidden, read as facts). Each warp combines its units in the order they become ready (a
 // sweep that skips the others).
 // With world > 1 ranks (moe_shapes.h) the expert's rank may be another GPU: the count is the
 // total over ranks (the count exchange), and YDONE and the ys rows are the owner's, read
@@ -21,6 +21,8 @@
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(block_m);
 PL_DECLARE_FACT(block_n);
+PL_DECLARE_FACT(hidden);
+PL_DECLARE_FACT(experts);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(rows);
@@ -32,6 +34,8 @@ struct Params {  // [params]: out = "ptr", t, rank, world = "u32", peers = "ptr"
   unsigned t, rank, world;
   const unsigned long long* peers;
 };
+constexpr unsigned TOP_K = 8;  // [fact.top_k] accept = [8]: a choice's row and weight per lane, 32 / 8 tokens a test
+constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // [fact.experts] accept = [128]: the counters' lane layout
 }  // namespace moe_combine
 
 PL_ENTRY(run) {
@@ -40,8 +44,9 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
-  if (PL_FACT(top_k) != moe::TOP_K) __trap();  // readiness groups of 32 / top_k tokens (folds away)
-  const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = moe::HIDDEN / PL_FACT(block_n);
+  if (PL_FACT(top_k) != TOP_K || PL_FACT(experts) != EXPERTS) __trap();  // outside accept (folds away)
+  const unsigned hidden = PL_FACT(hidden);
+  const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = hidden / PL_FACT(block_n);
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
@@ -56,10 +61,11 @@ PL_ENTRY(run) {
   const __nv_bfloat16* ys = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(ys));
 
   const unsigned world = p.world;
-  // Work units: (token, column part); parts = 1, 2, 4 or 8 parts of 2048 / parts columns.
-  constexpr unsigned CHUNKS = moe::HIDDEN / 256;  // 256 columns: 8 per lane, one uint4
+  // Work units: (token, column part); parts = a power of two that divides the row's chunks.
+  const unsigned CHUNKS = hidden / 256;  // 256 columns: 8 per lane, one uint4 (accept: a multiple of 256)
   unsigned shift = 0;  // parts = 1 << shift
-  while ((1u << shift) < CHUNKS && T << (shift + 1) <= nw) ++shift;
+  const unsigned max_parts = CHUNKS & (0u - CHUNKS);  // the largest power of two that divides CHUNKS
+  while ((1u << shift) < max_parts && T << (shift + 1) <= nw) ++shift;
   const unsigned parts = 1u << shift, per_part = CHUNKS >> shift;
   const unsigned units = T * parts, n = units > gw ? moe::ceil_div(units - gw, nw) : 0u;
   if (n == 0) return;  // nothing to combine: this warp need not poll
@@ -74,7 +80,7 @@ PL_ENTRY(run) {
   const auto choice_done = [&](unsigned e) {
     unsigned cnt = 0;
     for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
-    const unsigned owner = e / (moe::EXPERTS / world);
+    const unsigned owner = e / (EXPERTS / world);
     const unsigned* done = cur + moe::YDONE + e;
     if (owner != p.rank)
       done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
@@ -107,15 +113,15 @@ PL_ENTRY(run) {
     const unsigned e = __ldcg(route_e + tok * top_k + k);
     const float w = __ldcg(route_w + tok * top_k + k);
     const __nv_bfloat16* src = ys;
-    if (world > 1 && e / (moe::EXPERTS / world) != p.rank)
-      src = reinterpret_cast<const __nv_bfloat16*>(p.peers[moe::PEER_WORDS * (e / (moe::EXPERTS / world)) + moe::PEER_YS]);
+    if (world > 1 && e / (EXPERTS / world) != p.rank)
+      src = reinterpret_cast<const __nv_bfloat16*>(p.peers[moe::PEER_WORDS * (e / (EXPERTS / world)) + moe::PEER_YS]);
     // rows[] was written before the READY release that the expert acquired: visible now.
-    src += (size_t)__ldcg(rows + tok * top_k + k) * moe::HIDDEN;
+    src += (size_t)__ldcg(rows + tok * top_k + k) * hidden;
     __syncwarp();
-    const __nv_bfloat16* yk[moe::TOP_K];
-    float wk[moe::TOP_K];
+    const __nv_bfloat16* yk[TOP_K];
+    float wk[TOP_K];
 #pragma unroll
-    for (unsigned k = 0; k < moe::TOP_K; ++k) {  // (top_k == TOP_K: checked above)
+    for (unsigned k = 0; k < TOP_K; ++k) {  // (top_k == TOP_K: checked above)
       yk[k] = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
       wk[k] = __shfl_sync(0xffffffffu, w, k);
     }
@@ -124,16 +130,16 @@ PL_ENTRY(run) {
     // round trips a token, the combine's tail after the last expert ~195 us at T = 16384.
     const auto chunks = [&](unsigned j, auto u) {
       constexpr unsigned U = decltype(u)::value;
-      uint4 y[U][moe::TOP_K];
+      uint4 y[U][TOP_K];
 #pragma unroll
-      for (unsigned k = 0; k < moe::TOP_K; ++k)
+      for (unsigned k = 0; k < TOP_K; ++k)
 #pragma unroll
         for (unsigned v = 0; v < U; ++v) y[v][k] = __ldcg(reinterpret_cast<const uint4*>(yk[k] + (j + v) * 256 + lane * 8));
 #pragma unroll
       for (unsigned v = 0; v < U; ++v) {
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (unsigned k = 0; k < moe::TOP_K; ++k) {
+        for (unsigned k = 0; k < TOP_K; ++k) {
           const unsigned yw[4] = {y[v][k].x, y[v][k].y, y[v][k].z, y[v][k].w};
 #pragma unroll
           for (unsigned i = 0; i < 4; ++i) {
@@ -146,7 +152,7 @@ PL_ENTRY(run) {
         __nv_bfloat162 h2 = __floats2bfloat162_rn(acc[4], acc[5]), h3 = __floats2bfloat162_rn(acc[6], acc[7]);
         o.x = *reinterpret_cast<unsigned*>(&h0), o.y = *reinterpret_cast<unsigned*>(&h1);
         o.z = *reinterpret_cast<unsigned*>(&h2), o.w = *reinterpret_cast<unsigned*>(&h3);
-        *reinterpret_cast<uint4*>(p.out + (size_t)tok * moe::HIDDEN + (j + v) * 256 + lane * 8) = o;
+        *reinterpret_cast<uint4*>(p.out + (size_t)tok * hidden + (j + v) * 256 + lane * 8) = o;
       }
     };
     unsigned j = part * per_part;
@@ -161,7 +167,7 @@ PL_ENTRY(run) {
   // tokens behind it are ready; experts finish over the whole down pass). Readiness is tested
   // 32 / top_k units at a time, lane g top_k + k testing choice k of unit g's token. Windows of
   // 1024 units: lane l keeps bit m for window unit l + 32 m.
-  constexpr unsigned GROUP = 32 / moe::TOP_K;
+  constexpr unsigned GROUP = 32 / TOP_K;
   // While none of its units is ready a warp sleeps 256 ns, doubling up to 1 us: each refresh
   // reads the few L2 lines that hold YDONE and COUNTS, in slices the expert's weight stream
   // also needs, and 512 warps refreshing every 256 ns made the step 1.7-4.6% slower at

@@ -24,6 +24,8 @@
 
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(block_m);
+PL_DECLARE_FACT(hidden);
+PL_DECLARE_FACT(experts);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(rows);
@@ -44,12 +46,13 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
-  const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k);
+  const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k), hidden = PL_FACT(hidden);
+  if (PL_FACT(experts) != moe::EXPERT_SLOTS) __trap();  // the counters' lane layout (accept; folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
   const unsigned set = moe::enter(sync, moe::DISPATCH, nw, lane, last, gen);
-  if (last) moe::finish_launch(sync, moe::DISPATCH, set, moe::READY, moe::EXPERTS, lane);
+  if (last) moe::finish_launch(sync, moe::DISPATCH, set, moe::READY, moe::EXPERT_SLOTS, lane);
   unsigned* cur = sync + moe::SET(set);
   const unsigned T = p.t, S = T * top_k;
   const unsigned* route_e = static_cast<const unsigned*>(PL_WORKSPACE(route));
@@ -61,7 +64,7 @@ PL_ENTRY(run) {
   moe::wait_at_least(cur + moe::ROUTED, T);
   moe::stamp(sync, moe::DISPATCH_BEGIN, lane);
   unsigned padded[4], first[4], total;
-  const unsigned world = p.world, per_rank = moe::EXPERTS / world;
+  const unsigned world = p.world, per_rank = moe::EXPERT_SLOTS / world;
   if (world == 1) {
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
@@ -94,36 +97,43 @@ PL_ENTRY(run) {
     moe::stamp(sync, moe::DISPATCH_END, lane);
     return;
   }
-  // world > 1. One token per warp step: its x row is loaded once and stored to its top_k rows
-  // (on their owners), then one system-scope fence covers all of them before each slot's lane
-  // releases its expert's READY counter.
+  // world > 1. One token per warp step: its x row is loaded once, CHUNK x 256 columns at a
+  // time (a uint4 a lane per 256), and stored to its top_k rows (on their owners), then one
+  // system-scope fence covers all of them before each slot's lane releases its expert's READY
+  // counter. (hidden = 2048 is one chunk: the whole row is loaded once.)
+  constexpr unsigned CHUNK = 8;
+  const unsigned chunks = hidden / 256;  // accept: hidden is a multiple of 256
   for (unsigned tok = gw; tok < T; tok += nw) {
-    const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)tok * moe::HIDDEN);
-    uint4 v[moe::HIDDEN / 256];
-#pragma unroll
-    for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) v[j] = __ldg(src + j * 32 + lane);
+    const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)tok * hidden);
     unsigned e = 0, row = 0;
     unsigned* ready = nullptr;
-    if (lane < top_k) {
-      const unsigned slot = tok * top_k + lane;
-      e = __ldcg(route_e + slot);
-      row = __ldcg(route_pos + slot);
-    }
-    const unsigned e4 = e;
-    for (unsigned k = 0; k < top_k; ++k) {
-      const unsigned ek = __shfl_sync(0xffffffffu, e4, k);
-      const unsigned rk = moe::pick4(first, ek) + __shfl_sync(0xffffffffu, row, k);
-      const unsigned owner = ek / per_rank;
-      __nv_bfloat16* dst_xs = xs;
-      unsigned* dst_sync = cur;
-      if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
-        dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_XS]);
-        dst_sync = reinterpret_cast<unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set);
-      }
-      if (lane == k) rows[tok * top_k + k] = rk, ready = dst_sync + moe::READY + ek;
-      uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)rk * moe::HIDDEN);
+    for (unsigned c0 = 0; c0 < chunks; c0 += CHUNK) {
+      uint4 v[CHUNK];
 #pragma unroll
-      for (unsigned j = 0; j < moe::HIDDEN / 256; ++j) __stcg(dst + j * 32 + lane, v[j]);
+      for (unsigned j = 0; j < CHUNK; ++j)
+        if (c0 + j < chunks) v[j] = __ldg(src + (c0 + j) * 32 + lane);
+      if (c0 == 0 && lane < top_k) {
+        const unsigned slot = tok * top_k + lane;
+        e = __ldcg(route_e + slot);
+        row = __ldcg(route_pos + slot);
+      }
+      const unsigned e4 = e;
+      for (unsigned k = 0; k < top_k; ++k) {
+        const unsigned ek = __shfl_sync(0xffffffffu, e4, k);
+        const unsigned rk = moe::pick4(first, ek) + __shfl_sync(0xffffffffu, row, k);
+        const unsigned owner = ek / per_rank;
+        __nv_bfloat16* dst_xs = xs;
+        unsigned* dst_sync = cur;
+        if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
+          dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_XS]);
+          dst_sync = reinterpret_cast<unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set);
+        }
+        if (c0 == 0 && lane == k) rows[tok * top_k + k] = rk, ready = dst_sync + moe::READY + ek;
+        uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)rk * hidden);
+#pragma unroll
+        for (unsigned j = 0; j < CHUNK; ++j)
+          if (c0 + j < chunks) __stcg(dst + (c0 + j) * 32 + lane, v[j]);
+      }
     }
     moe::fence_sys();  // the owner may be another GPU
     __syncwarp();

@@ -10,7 +10,9 @@
 // no tensor map can describe them: the consuming threads copy them, and their copies arrive on
 // the stage's mbarrier beside the TMA's expect-tx, so one wait covers both operands.
 // Owns the tile geometry (block_m <= 64 with the wgmma always m64, block_h, block_n): the
-// contract's `own` values come from the same defines.
+// contract's `own` values come from the same defines. Reads the model's hidden and inter
+// (kernel facts): they fold into the k-loops' trip counts, strides and the tile arithmetic at
+// link time; experts and top_k size the schedule and the workspaces (accept).
 #define PL_COMPONENT moe_expert
 #include <pipelink.h>
 
@@ -45,7 +47,7 @@ constexpr unsigned BM = EXPERT_BLOCK_M, BH = EXPERT_BLOCK_H, BN = EXPERT_BLOCK_N
 static_assert(BM == 16 || BM == 32 || BM == 64, "block_m: 16, 32 or 64 (one wgmma m64)");
 static_assert(BH == 32 || BH == 64, "block_h: 32 or 64 (gate/up wgmma N = 2 * block_h)");
 static_assert(BN == 64 || BN == 128, "block_n: 64 or 128 (down wgmma N)");
-constexpr unsigned HBLOCKS = moe::INTER / BH, NBLOCKS = moe::HIDDEN / BN;
+constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // [fact.experts] accept = [128]: Sched, the counters' lane layout
 // Both modes' stage counts size the smem claims ([smem.stages], [smem.bars]): the contract
 // computes them from the owned facts expert_stages and team_stages, so a stage count changed
 // here but not there (or there but not here) is P-FACT-VALUE at pack, never an overflow into
@@ -60,7 +62,7 @@ struct Mode {
   static constexpr unsigned STAGES = WGS == 1 ? EXPERT_STAGES : EXPERT_TEAM_STAGES;
   static constexpr unsigned A_BYTES = 64 * WGS * ROW;
   static constexpr unsigned STAGE = A_BYTES + B_ROWS * ROW;  // multiple of 1024 (swizzle atom)
-  static_assert(STAGES >= 2 && STAGES <= 12, "stages: 2 .. 12 (K = 768 has 12 k-steps)");
+  static_assert(STAGES >= 2 && STAGES <= 12, "stages: 2 .. 12 (accept: inter >= 768, 12 k-steps)");
 };
 using Solo = Mode<1>;
 using Team = Mode<2>;
@@ -73,8 +75,8 @@ struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w
   const __nv_bfloat16* w2;
   const __nv_bfloat16* x;
   unsigned t, rank, world;
-  pl::TensorMap tmap_w13;  // [128 * 1536, 2048] bf16, box [block_h, 64], SWIZZLE_128B
-  pl::TensorMap tmap_w2;   // [128 * 2048, 768] bf16, box [block_n, 64], SWIZZLE_128B
+  pl::TensorMap tmap_w13;  // [experts * 2 * inter, hidden] bf16, box [block_h, 64], SWIZZLE_128B
+  pl::TensorMap tmap_w2;   // [experts * hidden, inter] bf16, box [block_n, 64], SWIZZLE_128B
 };
 static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 192 && sizeof(Params) == 320,
               "params layout (docs/CONTRACTS.md: natural alignment, tmap = 128 B aligned to 64)");
@@ -85,7 +87,7 @@ static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 1
 // live through every unit, the SwiGLU export included, where the budget is tightest, and
 // tile geometries spilled there. A unit reads it a few times.
 struct Sched {
-  unsigned count[moe::EXPERTS], first_row[moe::EXPERTS], first[2][moe::EXPERTS];
+  unsigned count[EXPERTS], first_row[EXPERTS], first[2][EXPERTS];
 };
 // Lane l's four values of a per-expert table (experts 4 l .. 4 l + 3), as count[] was held.
 __device__ __forceinline__ uint4 lane4(const unsigned* table, unsigned lane) {
@@ -204,30 +206,31 @@ struct Pending {
 // stages in flight, and the weight stream runs on through readiness waits.
 // `sync` is the ring's named barrier (an immediate id per warpgroup, or the team's; see PL_ENTRY).
 // The weight tile of k-step k into ring position r.it + kt (thread 0 issues the TMA).
-template <class M, unsigned N, unsigned PARTS, int PART_STRIDE>
-__device__ __forceinline__ void load_b(Ring& r, unsigned kt, unsigned k, const pl::TensorMap* map, const Tile& b) {
+template <class M, unsigned N, unsigned PARTS>
+__device__ __forceinline__ void load_b(Ring& r, unsigned kt, unsigned k, const pl::TensorMap* map, const Tile& b,
+                                       int part_stride) {
   const unsigned s = (r.it + kt) % M::STAGES;
   uint8_t* st = r.smem + s * M::STAGE;
   if (r.t == 0) {
     pl::mbar_arrive_expect_tx(r.full + s, N * ROW);
     pl::tma_load_2d(st + M::A_BYTES, map, (int)(k * 64), b.b, r.full + s);
     if (PARTS == 2)
-      pl::tma_load_2d(st + M::A_BYTES + (N / 2) * ROW, map, (int)(k * 64), b.b + PART_STRIDE, r.full + s);
+      pl::tma_load_2d(st + M::A_BYTES + (N / 2) * ROW, map, (int)(k * 64), b.b + part_stride, r.full + s);
   }
 }
 // Before a pass's first readiness wait: the first unit's weights need no readiness.
-template <class M, unsigned N, unsigned PARTS, int PART_STRIDE>
-__device__ __forceinline__ void prime(Ring& r, const pl::TensorMap* map, const Tile& first) {
+template <class M, unsigned N, unsigned PARTS>
+__device__ __forceinline__ void prime(Ring& r, const pl::TensorMap* map, const Tile& first, int part_stride) {
   if (!(first.meta & VALID)) return;
 #pragma unroll
-  for (unsigned kt = 0; kt < M::STAGES - 1; ++kt) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt, map, first);
+  for (unsigned kt = 0; kt < M::STAGES - 1; ++kt) load_b<M, N, PARTS>(r, kt, kt, map, first, part_stride);
   r.primed_b = true;
 }
 
 // Ring rows of unit t: row0 + i, or xrow[row0 + i] when `xrow` is given (after the unit's
 // readiness acquire by this thread: plain L2 loads, the rows were written in this launch).
-template <class M, unsigned K>
-__device__ __forceinline__ void resolve_rows(Ring& r, const Tile& t, const unsigned* xrow) {
+template <class M>
+__device__ __forceinline__ void resolve_rows(Ring& r, const Tile& t, const unsigned* xrow, unsigned K) {
 #pragma unroll
   for (unsigned j = 0; j < 4; ++j) {
     const unsigned i = r.t / 8 + M::THREADS / 8 * j;
@@ -235,11 +238,14 @@ __device__ __forceinline__ void resolve_rows(Ring& r, const Tile& t, const unsig
   }
 }
 
-template <class M, unsigned N, unsigned K, unsigned PARTS, int PART_STRIDE, class Sync>
+// K (the model's hidden or inter, a fact) and part_stride fold to immediates at link time; the
+// contracts accept K >= 768, so KT >= 12 >= STAGES: the ring is filled from one unit.
+template <class M, unsigned N, unsigned PARTS, class Sync>
 __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat16* a, const unsigned* xrow,
-                                         const pl::TensorMap* map, const Tile& w, const Tile& next, const Sync& sync) {
-  constexpr unsigned KT = K / 64, STAGES = M::STAGES;
-  static_assert(KT >= STAGES, "the ring is filled from one unit");
+                                         const pl::TensorMap* map, const Tile& w, const Tile& next, const Sync& sync,
+                                         unsigned K, int part_stride) {
+  const unsigned KT = K / 64;
+  constexpr unsigned STAGES = M::STAGES;
   auto load_a = [&](unsigned kt) {  // this thread's chunks of the rows in r.row
     const unsigned k = kt < KT ? kt : kt - KT;
     const uint32_t base = pl::smem_addr(r.smem + (r.it + kt) % STAGES * M::STAGE);
@@ -254,17 +260,17 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   };
   auto load = [&](unsigned kt) {
     if (kt >= KT) {  // the next unit's first k-steps (this unit's last row load was kt - 1)
-      if (next.meta & VALID) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt - KT, map, next);
+      if (next.meta & VALID) load_b<M, N, PARTS>(r, kt, kt - KT, map, next, part_stride);
       if (next.meta & READY) {
-        if (kt == KT) resolve_rows<M, K>(r, next, xrow);
+        if (kt == KT) resolve_rows<M>(r, next, xrow, K);
         load_a(kt);
       }
       return;
     }
-    if (!(r.primed_b && kt < STAGES - 1)) load_b<M, N, PARTS, PART_STRIDE>(r, kt, kt, map, w);
+    if (!(r.primed_b && kt < STAGES - 1)) load_b<M, N, PARTS>(r, kt, kt, map, w, part_stride);
     if (!(r.primed_a && kt < STAGES - 1)) load_a(kt);
   };
-  if (!r.primed_a) resolve_rows<M, K>(r, w, xrow);
+  if (!r.primed_a) resolve_rows<M>(r, w, xrow, K);
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   sync();  // every warp's wgmma of the last unit read its stages
@@ -298,14 +304,14 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   r.primed_a = next.meta & READY;
 }
 // A warp's 16 rows x N columns of an m64nN accumulator (rows g and g + 8 of lane 4 g + q,
-// columns 8 j + 2 q, 8 j + 2 q + 1) rounded to bf16 into `out` (row stride HIDDEN) at row0, col0;
+// columns 8 j + 2 q, 8 j + 2 q + 1) rounded to bf16 into `out` (row stride hidden) at row0, col0;
 // rows >= valid are not written. Each 4 x 4 block of a quad's bf16 pairs (4 column groups of 8)
 // is transposed by two xor-shuffle steps so that lane q stores group 4 m + q of its row as
 // one 16-B store: a warp's store writes 8 rows x 64 B (8 instructions a row pair, not 32 of
 // 4 B): the 4-B stores, not the epilogue's wait, were what the down pass paid for.
 template <unsigned N>
-__device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* out, unsigned row0, unsigned col0,
-                                             unsigned valid, unsigned lane) {
+__device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* out, unsigned hidden, unsigned row0,
+                                             unsigned col0, unsigned valid, unsigned lane) {
   const unsigned g = lane / 4, q = lane % 4;
   const bool b0 = q & 1u, b1 = q & 2u;
 #pragma unroll
@@ -333,7 +339,7 @@ __device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* ou
         else a[p + 2] = got;
       }
       if (r < valid)
-        *reinterpret_cast<uint4*>(out + (size_t)(row0 + r) * moe::HIDDEN + col0 + 8 * (4 * m + q)) =
+        *reinterpret_cast<uint4*>(out + (size_t)(row0 + r) * hidden + col0 + 8 * (4 * m + q)) =
             make_uint4(a[0], a[1], a[2], a[3]);
     }
   }
@@ -347,6 +353,9 @@ PL_OWN_FACT(expert_stages, moe_expert::Solo::STAGES);  // with team_stages, size
 PL_OWN_FACT(team_stages, moe_expert::Team::STAGES);
 PL_OWN_FACT(sched_bytes, (unsigned)sizeof(moe_expert::Sched));  // sizes [smem.sched]
 PL_DECLARE_FACT(top_k);
+PL_DECLARE_FACT(hidden);
+PL_DECLARE_FACT(inter);
+PL_DECLARE_FACT(experts);
 PL_DECLARE_EXPORT(acc);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(xs);
@@ -387,7 +396,10 @@ PL_ENTRY(run) {
   const __nv_bfloat16* hs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(hs));
   __nv_bfloat16* ys = static_cast<__nv_bfloat16*>(PL_WORKSPACE(ys));
 
-  if (PL_FACT(top_k) != moe::TOP_K) __trap();  // xs/hs/ys are sized for it (folds away)
+  // Outside the accepted values (L-FACT-ACCEPT stops such a link; these fold away).
+  if (PL_FACT(top_k) != 8 || PL_FACT(experts) != EXPERTS) __trap();
+  const unsigned hidden = PL_FACT(hidden), inter = PL_FACT(inter);
+  const unsigned hblocks = inter / BH, nblocks = hidden / BN;  // (accept: whole blocks)
   unsigned count[4], padded[4], first_row[4];
   if (p.world == 1) {
     // One warp polls ROUTED and the role's barrier hands its acquire on (the CUTLASS semaphore
@@ -399,7 +411,7 @@ PL_ENTRY(run) {
     for (unsigned i = 0; i < 4; ++i) count[i] = __ldcg(cur + moe::COUNTS + 4 * lane + i);
   } else {  // this rank's experts only: their rows from every rank (the count exchange)
     moe::gather_counts(sync, set, gen + 1, p.rank, p.world, lane, count, padded);
-    const bool mine = 4 * lane / (moe::EXPERTS / p.world) == p.rank;
+    const bool mine = 4 * lane / (EXPERTS / p.world) == p.rank;
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) count[i] = mine ? count[i] : 0u;
   }
@@ -410,7 +422,7 @@ PL_ENTRY(run) {
     // (fused_kernel_sass_test).
     unsigned s = set;
     asm("" : "+r"(s));
-    moe::finish_launch(sync, moe::EXPERT, s, moe::HREADY, 2 * moe::EXPERTS, lane);
+    moe::finish_launch(sync, moe::EXPERT, s, moe::HREADY, 2 * EXPERTS, lane);
   }
   unsigned total;
 #pragma unroll
@@ -452,7 +464,7 @@ PL_ENTRY(run) {
       store4(sched.first_row, first_row, lane);
 #pragma unroll
       for (unsigned pass = 0; pass < 2; ++pass) {
-        const unsigned blocks = pass == 0 ? HBLOCKS : NBLOCKS;
+        const unsigned blocks = pass == 0 ? hblocks : nblocks;
         const unsigned f[4] = {first[0] * blocks, first[1] * blocks, first[2] * blocks, first[3] * blocks};
         store4(sched.first[pass], f, lane);
       }
@@ -460,27 +472,27 @@ PL_ENTRY(run) {
     team_sync();
 
     // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
-    unsigned total = tiles_total * HBLOCKS;
+    unsigned total = tiles_total * hblocks;
     // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
     Known known{0};
     const auto gateup_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
-      const Unit w = locate<ROWS>(u, sched, 0, HBLOCKS, lane);
+      const Unit w = locate<ROWS>(u, sched, 0, hblocks, lane);
       const unsigned cnt = w.count, row0 = sched.first_row[w.e] + w.tile * ROWS;
       if (check && !known.has(w.e)) known.refresh(cur + moe::READY, sched, 1, p.world > 1, lane);
       const bool ready = check && known.has(w.e);
-      return Tile{(int)(w.e * 2 * moe::INTER + w.block * BH), row0,
+      return Tile{(int)(w.e * 2 * inter + w.block * BH), row0,
                   min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
     };
     Tile tile = gateup_tile(gwg, false);
-    prime<M, 2 * BH, 2, (int)moe::INTER>(ring, &p.tmap_w13, tile);
+    prime<M, 2 * BH, 2>(ring, &p.tmap_w13, tile, (int)inter);
     moe::stamp(sync, moe::GATEUP_BEGIN, lane);  // (before the first readiness wait: the loop has no room)
     Pending pending{};
     // The loop's unit is `tile` (the last unit's `next`): what the epilogue needs is decoded
     // from its three words after the main loop, so nothing else is live through it.
     for (unsigned u = gwg; u < total; u += nwg) {
       if (!known_ready(tile)) {
-        const unsigned e = (unsigned)tile.b / (2 * moe::INTER), cnt = sched.count[e];
+        const unsigned e = (unsigned)tile.b / (2 * inter), cnt = sched.count[e];
         if (p.world > 1) {  // rows from other GPUs: system scope
           while (moe::ld_acquire_sys(cur + moe::READY + e) < cnt) __nanosleep(64);
           __syncwarp();
@@ -490,18 +502,18 @@ PL_ENTRY(run) {
       }
       const Tile next = gateup_tile(u + nwg, true);
       float acc[BH];  // m64 x n(2 BH): BH floats per thread
-      mainloop<M, 2 * BH, moe::HIDDEN, 2, (int)moe::INTER>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr,
-                                                           &p.tmap_w13, tile, next, ring_sync);
+      mainloop<M, 2 * BH, 2>(acc, ring, one_rank ? p.x : xs, one_rank ? xrow : nullptr, &p.tmap_w13, tile, next,
+                             ring_sync, hidden, (int)inter);
       const Tile done = tile;
       tile = next;
       pending.release(cur, lane == 0);  // the last unit's HREADY (its h rows were stored a unit ago)
-      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / (2 * moe::INTER);
+      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / (2 * inter);
       // Solo: rows >= block_m belong to the next tile. Team: a unit's rows past its valid ones
       // may be the next expert's (whole block_m tiles of padding are never read): only warps
       // with a valid row export (their 16 rows lie in one block_m tile of this expert).
       if (r0 < (TEAM ? valid : BM)) {
         if (valid > r0) pending = {moe::HREADY + e, min(16u, valid - r0) * BH};
-        PL_EXPORT(acc, acc, done.row0 + r0, (unsigned)done.b - e * 2 * moe::INTER);  // (w13 row = h column)
+        PL_EXPORT(acc, acc, done.row0 + r0, (unsigned)done.b - e * 2 * inter);  // (w13 row = h column)
       }
     }
     __syncwarp();  // the warp's h rows are stored before lane 0 releases them
@@ -510,38 +522,38 @@ PL_ENTRY(run) {
     moe::stamp(sync, moe::GATEUP_END, lane);
 
     // Pass 2: down projection into ys.
-    total = tiles_total * NBLOCKS;
+    total = tiles_total * nblocks;
     // Unit u of pass 2: rows of w2, h rows of hs; `check`: test HREADY now.
     const auto down_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
-      const Unit w = locate<ROWS>(u, sched, 1, NBLOCKS, lane);
+      const Unit w = locate<ROWS>(u, sched, 1, nblocks, lane);
       const unsigned cnt = w.count, row0 = sched.first_row[w.e] + w.tile * ROWS;
-      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, sched, moe::INTER, false, lane);
+      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, sched, inter, false, lane);
       const bool ready = check && known.has(w.e);
-      return Tile{(int)(w.e * moe::HIDDEN + w.block * BN), row0,
+      return Tile{(int)(w.e * hidden + w.block * BN), row0,
                   min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
     };
     known = {0};
     tile = down_tile(gwg, false);
-    prime<M, BN, 1, 0>(ring, &p.tmap_w2, tile);
+    prime<M, BN, 1>(ring, &p.tmap_w2, tile, 0);
     moe::stamp(sync, moe::DOWN_BEGIN, lane);
     for (unsigned u = gwg; u < total; u += nwg) {  // (the unit is `tile`, as in pass 1)
       if (!known_ready(tile)) {
-        const unsigned e = (unsigned)tile.b / moe::HIDDEN;
-        moe::wait_at_least(cur + moe::HREADY + e, sched.count[e] * moe::INTER);
+        const unsigned e = (unsigned)tile.b / hidden;
+        moe::wait_at_least(cur + moe::HREADY + e, sched.count[e] * inter);
       }
       const Tile next = down_tile(u + nwg, true);
       float acc[BN / 2];
-      mainloop<M, BN, moe::INTER, 1, 0>(acc, ring, hs, nullptr, &p.tmap_w2, tile, next, ring_sync);
+      mainloop<M, BN, 1>(acc, ring, hs, nullptr, &p.tmap_w2, tile, next, ring_sync, inter, 0);
       const Tile done = tile;
       tile = next;
-      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / moe::HIDDEN, row0 = done.row0;
-      const unsigned col0 = (unsigned)done.b - e * moe::HIDDEN;  // (w2 row = ys column)
+      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / hidden, row0 = done.row0;
+      const unsigned col0 = (unsigned)done.b - e * hidden;  // (w2 row = ys column)
       // One rank: the last unit's YDONE, by one thread. Its ys rows were stored before this
       // unit's ring barriers, so the release covers every thread's stores (CUTLASS's
       // semaphore pattern), and they have long reached L2: no thread waits on a fence here.
       pending.release(cur, ring.t == 0);
-      store_rows16<BN>(acc, ys, row0 + r0, col0, valid - min(valid, r0), lane);
+      store_rows16<BN>(acc, ys, hidden, row0 + r0, col0, valid - min(valid, r0), lane);
       // combine counts block_m tiles: a team unit is ceil(valid / block_m) of them
       const unsigned tiles = TEAM ? moe::ceil_div(valid, BM) : 1u;
       if (p.world > 1) {  // combine may read ys from another GPU: every thread's stores fenced at system scope

@@ -1,7 +1,9 @@
-// moe_shapes.h — what the four MoE owners (router, dispatch, expert, combine) agree on:
-// the Qwen3-30B-A3B layer shape, the layout of the kernel-scope workspaces they exchange
-// data through, and the readiness-counter protocol (each owner also states every
-// workspace in its contract; the linker checks the declarations agree, L-WORKSPACE).
+// moe_shapes.h — what the four MoE owners (router, dispatch, expert, combine) agree on: the
+// layout of the kernel-scope workspaces they exchange data through and the readiness-counter
+// protocol (each owner also states every workspace in its contract; the linker checks the
+// declarations agree, L-WORKSPACE). The model's shape is not here: hidden, inter (the expert's
+// intermediate size), experts and top_k are facts the kernel file owns (kernels/moe_models.bzl),
+// read by each owner through its handles and accepted where its code is limited.
 //
 // Workspaces (scope = "kernel", one buffer per name; S = t * top_k slots, slot = token * top_k + k):
 //   sync   u32 counters (layout below)                      router, dispatch, expert, combine
@@ -9,9 +11,9 @@
 //   rows   u32 row[S]: the slot's row in xs/ys             dispatch -> combine
 //   xrow   u32 [S + 128 * block_m]: each row's token       dispatch -> expert (world = 1: the
 //          expert reads its rows from x through it; nothing is copied)
-//   xs     bf16 [S + 128 * block_m, 2048] gathered x rows  dispatch -> expert (world > 1 only)
-//   hs     bf16 [same rows, 768]  silu(gate) * up          swiglu (in expert warps) -> expert
-//   ys     bf16 [same rows, 2048] expert outputs           expert -> combine
+//   xs     bf16 [S + 128 * block_m, hidden] gathered x rows dispatch -> expert (world > 1 only)
+//   hs     bf16 [same rows, inter]  silu(gate) * up         swiglu (in expert warps) -> expert
+//   ys     bf16 [same rows, hidden] expert outputs         expert -> combine
 // xs/hs/ys rows are expert-contiguous, each expert's range padded to whole block_m tiles
 // (padding rows are never stored to out).
 //
@@ -22,8 +24,8 @@
 // other set and bumps the generation. All CTAs must be resident (grid = resident_ctas).
 //
 // Expert parallelism (world > 1 ranks, one kernel per rank; issue 13): rank o owns experts
-// [o P, (o + 1) P), P = 128 / world. Each rank routes its own tokens. Its dispatch posts the
-// rank's 128 per-expert counts into slot `rank` of every rank's exchange area (EX_COUNTS of
+// [o P, (o + 1) P), P = experts / world. Each rank routes its own tokens. Its dispatch posts the
+// rank's per-expert counts into slot `rank` of every rank's exchange area (EX_COUNTS of
 // this launch's set, then EX_TAG = epoch = generation + 1, release, system scope); dispatch,
 // expert and combine wait until all `world` tags show the epoch (the count exchange is the
 // launch's barrier across ranks: no rank gets more than one launch ahead of another). On the
@@ -37,7 +39,9 @@
 #include <stdint.h>
 
 namespace moe {
-constexpr unsigned HIDDEN = 2048, INTER = 768, EXPERTS = 128, TOP_K = 8;
+// Per-expert counters of a set, 4 a lane (expert 4 l + i in lane l): the layout's capacity.
+// Owners whose code walks this layout accept [fact.experts] = 128 only.
+constexpr unsigned EXPERT_SLOTS = 128;
 constexpr unsigned ROUTE_TOKENS = 16;  // tokens per router tile (one mma m16)
 constexpr unsigned MAX_TOKENS = 65536;
 
@@ -59,9 +63,9 @@ constexpr unsigned MAX_WORLD = 8, EX = 6400;
 constexpr unsigned PEER_XS = 0, PEER_SYNC = 1, PEER_YS = 2, PEER_WORDS = 3;
 __host__ __device__ constexpr unsigned EX_TAG(unsigned s, unsigned r) { return EX + s * MAX_WORLD + r; }
 __host__ __device__ constexpr unsigned EX_COUNTS(unsigned s, unsigned r) {
-  return EX + 2 * MAX_WORLD + (s * MAX_WORLD + r) * EXPERTS;
+  return EX + 2 * MAX_WORLD + (s * MAX_WORLD + r) * EXPERT_SLOTS;
 }
-static_assert((EX_COUNTS(1, MAX_WORLD - 1) + EXPERTS) * 4 <= SYNC_BYTES, "exchange area fits in sync");
+static_assert((EX_COUNTS(1, MAX_WORLD - 1) + EXPERT_SLOTS) * 4 <= SYNC_BYTES, "exchange area fits in sync");
 
 using pl::ld_acquire;   // pipelink.h: acquire load / release add of a global flag
 using pl::red_release;

@@ -1,6 +1,6 @@
 // router.cu — owner R. Role: logits = x · W_rᵀ (f32), p = softmax(logits), top-8 experts
 // by p, weights = p_topk / Σ p_topk. Work unit: one 16-token tile × all 128 experts (16
-// mma m16n8 tiles) over a k-range: the tile's K = 2048 is split into KS ranges so that
+// mma m16n8 tiles) over a k-range: the tile's K = hidden is split into KS ranges so that
 // tiles × KS units fill the role's warps at small T (KS = 1 from T ≈ 16 × warps). With
 // KS > 1 each unit adds its partial logits into the instance workspace `logits` (f32
 // atomics; zero-kept) and the unit that completes the tile (counter in `sync`, reset by
@@ -18,7 +18,8 @@
 // (the router phase 19% shorter than with a ring per warp), and x's rows, from DRAM, come as
 // far ahead as W_r's. Straight from global into registers ptxas kept about seven loads in
 // flight and no step ahead.
-// Owns top_k (moe_shapes.h's TOP_K; the readers accept only 8).
+// Reads the model's hidden, experts and top_k (kernel facts): its tiles and selection hold 128
+// experts and 8 choices (accept), and its k-split runs over any hidden it accepts.
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
 
@@ -27,7 +28,9 @@
 #include "moe_shapes.h"
 #include "warp_mma.h"
 
-PL_OWN_FACT(top_k, moe::TOP_K);
+PL_DECLARE_FACT(top_k);
+PL_DECLARE_FACT(hidden);
+PL_DECLARE_FACT(experts);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(logits);
@@ -40,11 +43,13 @@ struct Params {  // [params]: x, router_w = "ptr", t = "u32"
   const __nv_bfloat16* router_w;
   unsigned t;
 };
-constexpr unsigned NT = moe::EXPERTS / 8;  // n8 tiles per unit
+constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // [fact.experts] accept = [128]
+constexpr unsigned TOP_K = 8;                    // [fact.top_k] accept = [8]: lane q takes choices q, q + 4
+constexpr unsigned NT = EXPERTS / 8;             // n8 tiles per unit
 constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units)
-constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * moe::EXPERTS;
+constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * EXPERTS;
 constexpr unsigned KSTEP = 16;                              // k per step: one mma k16
-constexpr unsigned W_BYTES = moe::EXPERTS * KSTEP * 2;     // W_r[0 .. 128)[k0 .. k0 + 16): 32 B a row
+constexpr unsigned W_BYTES = EXPERTS * KSTEP * 2;          // W_r[0 .. 128)[k0 .. k0 + 16): 32 B a row
 constexpr unsigned X_BYTES = moe::ROUTE_TOKENS * KSTEP * 2;  // a tile's 16 x rows [k0 .. k0 + 16)
 constexpr unsigned STAGE_BYTES = W_BYTES + 2 * X_BYTES;     // the slice, then each warp's x rows
 constexpr unsigned STAGES = 6;                              // [smem.wr]: STAGES x STAGE_BYTES, the CTA's
@@ -61,21 +66,22 @@ __device__ __forceinline__ uint2 lds64(uint32_t addr) {
 // Warp half's share (experts [64 half, 64 half + 64)) of W_r's k16 slice at k into the stage at
 // dst: 128 chunks of 16 B (chunk c: row c / 2, 16 B column c % 2), lane l taking c = l + 32 i,
 // 16 rows further each time. The caller commits the cp.async group.
-__device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned k, unsigned half, unsigned lane) {
+__device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned hidden, unsigned k, unsigned half,
+                                          unsigned lane) {
   const unsigned row = 64 * half + lane / 2;
-  const __nv_bfloat16* src = w + (size_t)row * moe::HIDDEN + k + 8 * (lane % 2);
+  const __nv_bfloat16* src = w + (size_t)row * hidden + k + 8 * (lane % 2);
   dst += row * 32 + (lane % 2) * 16;
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) cp_async16(dst + i * 512, src + (size_t)i * 16 * moe::HIDDEN);
+  for (unsigned i = 0; i < 4; ++i) cp_async16(dst + i * 512, src + (size_t)i * 16 * hidden);
 }
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // The warp's tile's x rows [k, k + 16) into its part of the stage at dst: 32 chunks of 16 B,
 // lane l taking row l / 2, column l % 2; rows past T are zero-filled (source size 0).
-__device__ __forceinline__ void fill_x(uint32_t dst, const __nv_bfloat16* x, unsigned t0, unsigned T, unsigned k,
-                                       unsigned lane) {
+__device__ __forceinline__ void fill_x(uint32_t dst, const __nv_bfloat16* x, unsigned hidden, unsigned t0, unsigned T,
+                                       unsigned k, unsigned lane) {
   const unsigned row = lane / 2;
   const bool valid = t0 + row < T;
-  const __nv_bfloat16* src = x + (size_t)(valid ? t0 + row : 0) * moe::HIDDEN + k + 8 * (lane % 2);
+  const __nv_bfloat16* src = x + (size_t)(valid ? t0 + row : 0) * hidden + k + 8 * (lane % 2);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + row * 32 + (lane % 2) * 16), "l"(src),
                "r"(valid ? 16u : 0u)
                : "memory");
@@ -136,7 +142,7 @@ __device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, un
     for (unsigned i = 0; i < 2; ++i) key[j][i] = key_of(__uint_as_float(key[j][i]) * inv, 8 * j + 2 * q + i);
   float chosen = 0.f, mine0 = 0.f, mine1 = 0.f;
 #pragma unroll 1
-  for (unsigned k = 0; k < moe::TOP_K; ++k) {
+  for (unsigned k = 0; k < TOP_K; ++k) {
     unsigned b[CHAINS];
 #pragma unroll
     for (unsigned j = 0; j < CHAINS; ++j) b[j] = max(key[j][0], key[j][1]);
@@ -166,7 +172,7 @@ __device__ __forceinline__ void route_token(const float (&acc)[NT][4], unsigned 
   const unsigned tok = t0 + g;
   if (tok >= T) return;
   const unsigned pos0 = atomicAdd(counts + e[0], 1u), pos1 = atomicAdd(counts + e[1], 1u);
-  const unsigned slot = tok * moe::TOP_K + q;
+  const unsigned slot = tok * TOP_K + q;
   route_e[slot] = e[0], route_w[slot] = w[0], route_pos[slot] = pos0;
   route_e[slot + 4] = e[1], route_w[slot + 4] = w[1], route_pos[slot + 4] = pos1;
 }
@@ -187,20 +193,24 @@ PL_ENTRY(run) {
   unsigned* cur = sync + moe::SET(set);
   moe::stamp(sync, moe::KERNEL_BEGIN, lane);
   moe::stamp(sync, moe::ROUTER_BEGIN, lane);
-  const unsigned T = p.t, S = T * moe::TOP_K;
+  // Outside the accepted values (L-FACT-ACCEPT stops such a link; these fold away).
+  if (PL_FACT(top_k) != TOP_K || PL_FACT(experts) != EXPERTS) __trap();
+  const unsigned hidden = PL_FACT(hidden);
+  const unsigned T = p.t, S = T * TOP_K;
   unsigned* route_e = static_cast<unsigned*>(PL_WORKSPACE(route));
   float* route_w = reinterpret_cast<float*>(route_e + S);
   unsigned* route_pos = route_e + 2 * S;
   float* logits = static_cast<float*>(PL_WORKSPACE(logits));
 
   // Work units: (tile pair, k-range) per CTA, warp h of the CTA taking tile 2 pair + h. The K =
-  // 2048 of a pair is split into ks ranges so that units fill the CTAs at small T (ks = 1 from
+  // hidden of a pair is split into ks ranges so that units fill the CTAs at small T (ks = 1 from
   // T ~ 32 x CTAs). A warp whose tile is past T runs the k-steps on zero rows (it loads its half
   // of the slices for its partner) and routes nothing.
   const unsigned half = threadIdx.x / 32 - PL_WARP_BEGIN();  // 0 or 1 (the role has 2 warps)
   const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS), pairs = moe::ceil_div(tiles, 2u);
   const unsigned ks = splits_for(pairs, gridDim.x), units = pairs * ks;
-  const unsigned krange = moe::HIDDEN / ks, steps = krange / KSTEP;  // steps >= 2 (krange >= 32)
+  // hidden: a multiple of 1024 from 2048 (accept), so krange is a multiple of KSTEP, steps >= 2
+  const unsigned krange = hidden / ks, steps = krange / KSTEP;
   const auto tile_of = [&](unsigned v) { return v / ks * 2 + half; };
   // x comes from DRAM once; router_w stays in L2. Each k-step waits on both, so the warp
   // asks L2 for the x lines of its tile of unit v ahead of its k-loop (the next unit's while it works).
@@ -210,17 +220,22 @@ PL_ENTRY(run) {
     const unsigned t0 = tile_of(v) * moe::ROUTE_TOKENS;
     for (unsigned i = lane; i < moe::ROUTE_TOKENS * lines; i += 32) {
       if (t0 + i / lines >= T) break;
-      const char* line = reinterpret_cast<const char*>(p.x + (size_t)(t0 + i / lines) * moe::HIDDEN + v % ks * krange);
+      const char* line = reinterpret_cast<const char*>(p.x + (size_t)(t0 + i / lines) * hidden + v % ks * krange);
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line + i % lines * 128));
     }
   };
   const auto ring_sync = [&]() { pl::named_barrier_sync(PL_BARRIER(ring), 64); };
   const uint32_t ring = pl::smem_addr(PL_SMEM_PTR(wr));
-  // Each CTA walks its k-range from its own k32 step on (krange is a power of two): CTAs that
-  // ran in step would all ask L2 for the same slice of W_r at once.
-  unsigned rot = blockIdx.x * 32 & (krange - 1);
+  // Each CTA walks its k-range from its own k32 step on: CTAs that ran in step would all ask
+  // L2 for the same slice of W_r at once. A power-of-two hidden (a fact: the test folds away)
+  // rotates by masks, any other by one compare.
+  const bool pow2 = (hidden & (hidden - 1)) == 0;
+  unsigned rot = pow2 ? blockIdx.x * 32 & (krange - 1) : blockIdx.x * 32 % krange;
   asm("" : "+r"(rot));  // opaque, as in the build that was measured
-  const auto kat = [&](unsigned k0) { return (k0 + rot) & (krange - 1); };
+  const auto kat = [&](unsigned k0) {
+    const unsigned k = k0 + rot;
+    return pow2 ? k & (krange - 1) : k >= krange ? k - krange : k;
+  };
   // The routing below runs once per tile, in one warp: from a cold instruction cache it took
   // ~6 us per pass (moe_step_trace), from a warm one ~2. So a warp that has routed no tile
   // when it has no more makes one dry pass through the same code (no token: no side effect),
@@ -245,8 +260,8 @@ PL_ENTRY(run) {
       const auto fill = [&](unsigned i) {
         const unsigned k = k_begin + kat(i * KSTEP);
         const uint32_t st = ring + i % STAGES * STAGE_BYTES;
-        fill_half(st, p.router_w, k, half, lane);
-        fill_x(st + xpart, p.x, t0, mine ? T : 0u, k, lane);
+        fill_half(st, p.router_w, hidden, k, half, lane);
+        fill_x(st + xpart, p.x, hidden, t0, mine ? T : 0u, k, lane);
       };
 #pragma unroll 1
       for (unsigned i = 0; i < AHEAD; ++i) {

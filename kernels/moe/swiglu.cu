@@ -11,15 +11,15 @@
 
 PL_DECLARE_FACT(block_m);
 PL_DECLARE_FACT(block_h);
+PL_DECLARE_FACT(inter);  // the model's expert intermediate size: hs's row stride
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_FACT(top_k);  // sizes `hs` (contract); the layout assumes 8
 
 namespace moe_swiglu {
-constexpr unsigned INTER = 768;
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
 template <unsigned NH>
-__device__ __forceinline__ void store(const float* f, __nv_bfloat16* hs, unsigned row0, unsigned col0) {
+__device__ __forceinline__ void store(const float* f, __nv_bfloat16* hs, unsigned inter, unsigned row0, unsigned col0) {
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
 #pragma unroll
   for (unsigned nt = 0; nt < NH; ++nt)
@@ -30,7 +30,7 @@ __device__ __forceinline__ void store(const float* f, __nv_bfloat16* hs, unsigne
       const float* up = f + moe_gu::index(NH, 1, nt, i);
       const __nv_bfloat162 v = __floats2bfloat162_rn(silu(gt[0]) * up[0], silu(gt[1]) * up[1]);
       const unsigned row = row0 + g + 8 * h, col = col0 + 8 * nt + 2 * q;
-      *reinterpret_cast<__nv_bfloat162*>(hs + (size_t)row * INTER + col) = v;
+      *reinterpret_cast<__nv_bfloat162*>(hs + (size_t)row * inter + col) = v;
     }
 }
 }  // namespace moe_swiglu
@@ -43,7 +43,7 @@ PL_IMPORT(acc) {
   if (PL_FACT(top_k) != 8) __trap();  // hs is sized for 8 slots per token (folds away)
   if (PL_FACT(block_m) % 16) __trap();  // a warp's 16 rows lie in one tile (sizes hs too)
   // One instantiation per accepted block_h; the linked fact folds this to one branch.
-  if (bh == 32) return store<4>(f, hs, pl_row0, pl_col0);
-  if (bh == 64) return store<8>(f, hs, pl_row0, pl_col0);
+  if (bh == 32) return store<4>(f, hs, PL_FACT(inter), pl_row0, pl_col0);
+  if (bh == 64) return store<8>(f, hs, PL_FACT(inter), pl_row0, pl_col0);
   __trap();  // outside the contract's accept list
 }

@@ -10,6 +10,7 @@
 
 PL_DECLARE_FACT(block_m);
 PL_DECLARE_FACT(block_h);
+PL_DECLARE_FACT(inter);  // hs's row stride (the model's expert intermediate size)
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_FACT(top_k);
 
@@ -25,7 +26,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
 }
 // plane p, row tile m, column tile n, element i of the "moe_gu16" fragment
 template <unsigned ROW_TILES, unsigned COL_TILES>
-__device__ __forceinline__ void write_tile(const float* acc, uint32_t* hs_words, unsigned r0, unsigned c0) {
+__device__ __forceinline__ void write_tile(const float* acc, uint32_t* hs_words, unsigned inter, unsigned r0, unsigned c0) {
   constexpr unsigned UP = ROW_TILES * COL_TILES * 4;  // first index of the up plane
   const unsigned l = threadIdx.x & 31u;
 #pragma unroll
@@ -34,9 +35,9 @@ __device__ __forceinline__ void write_tile(const float* acc, uint32_t* hs_words,
 #pragma unroll
     for (unsigned m = 0; m < ROW_TILES; ++m) {
       const unsigned base = (m * COL_TILES + n) * 4, row = r0 + m * 16 + (l >> 2);
-      hs_words[(row * 768u + col) / 2] = bf16x2(silu_tanh(acc[base]) * acc[UP + base],
+      hs_words[(row * inter + col) / 2] = bf16x2(silu_tanh(acc[base]) * acc[UP + base],
                                                 silu_tanh(acc[base + 1]) * acc[UP + base + 1]);
-      hs_words[((row + 8) * 768u + col) / 2] = bf16x2(silu_tanh(acc[base + 2]) * acc[UP + base + 2],
+      hs_words[((row + 8) * inter + col) / 2] = bf16x2(silu_tanh(acc[base + 2]) * acc[UP + base + 2],
                                                       silu_tanh(acc[base + 3]) * acc[UP + base + 3]);
     }
   }
@@ -49,8 +50,8 @@ PL_IMPORT(acc) {
   if (PL_FACT(top_k) != 8u) __trap();
   if ((PL_FACT(block_m) & 15u) != 0u) __trap();  // whole 16-row warp slices per tile
   switch (PL_FACT(block_h)) {  // one warp's 16 rows: a single row tile
-    case 32: return swiglu2::write_tile<1, 4>(acc, words, pl_row0, pl_col0);
-    case 64: return swiglu2::write_tile<1, 8>(acc, words, pl_row0, pl_col0);
+    case 32: return swiglu2::write_tile<1, 4>(acc, words, PL_FACT(inter), pl_row0, pl_col0);
+    case 64: return swiglu2::write_tile<1, 8>(acc, words, PL_FACT(inter), pl_row0, pl_col0);
     default: __trap();
   }
 }

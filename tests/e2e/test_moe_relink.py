@@ -1,4 +1,8 @@
-"""Incremental relink of //kernels:moe_step when the expert owner's tile geometry changes.
+"""Incremental relink of //kernels:moe_step: a new model costs one link, and a change to the expert
+owner's tile geometry recompiles only the expert and relinks every model.
+
+A model is the kernel file's facts (hidden, inter, experts, top_k; kernels/moe_models.bzl):
+adding one must compile and pack nothing and link once.
 
 A geometry mutation is one number of `moe_expert(...)` (kernels/moe.bzl gives it to
 cuda_component's `facts`: the EXPERT_BLOCK_* define and the contract's `own` value together). The other owners
@@ -44,6 +48,7 @@ moe_components()
 
 moe_step(name = "moe_step", sass_test = False)
 '''
+MODEL_LINE = 'moe_step(name = "qwen3_235b_a22b", model = "qwen3_235b_a22b", sass_test = False)\n'
 
 
 def _bazel(log_dir: Path, *args: str, log: str | None = None) -> None:
@@ -90,7 +95,7 @@ def ws():
     subprocess.run(bazel_cmd() + [f"--output_base={OB}", "shutdown"], cwd=WS, capture_output=True, timeout=300)
 
 
-def test_expert_geometry_change_relinks_without_recompiling_readers(ws):
+def test_new_model_is_one_link_and_expert_change_relinks_every_model(ws):
     _bazel(ws, "build", "//kernels:moe_step", log="cold")
     cold = _ran(ws / "cold.json")
     owners = ["//kernels:moe_router", "//kernels:moe_dispatch", "//kernels:moe_expert", "//kernels:moe_swiglu",
@@ -99,17 +104,25 @@ def test_expert_geometry_change_relinks_without_recompiling_readers(ws):
     assert cold["PipelinkLink"] == {"//kernels:moe_step": 1}, cold
 
     build = WS / "kernels" / "BUILD.bazel"
+    build.write_text(build.read_text() + "\n" + MODEL_LINE)
+    both = ("//kernels:moe_step", "//kernels:qwen3_235b_a22b")
+    _bazel(ws, "build", *both, log="model")
+    assert _ran(ws / "model.json") == {"PipelinkLink": {"//kernels:qwen3_235b_a22b": 1}}
+    manifest = json.loads((WS / "bazel-bin" / "kernels" / "qwen3_235b_a22b.manifest.json").read_text())
+    assert (manifest["facts"]["hidden"], manifest["facts"]["inter"]) == (4096, 1536)
+
     text = build.read_text()
     assert EXPERT_LINE in text
     build.write_text(text.replace(EXPERT_LINE, 'moe_expert(name = "moe_expert", block_n = 64)'))
-    _bazel(ws, "build", "//kernels:moe_step", log="block_n")
+    _bazel(ws, "build", *both, log="block_n")
     assert _ran(ws / "block_n.json") == {
         "CudaCompile": {"//kernels:moe_expert": 1},
         "PipelinkPack": {"//kernels:moe_expert": 1},
-        "PipelinkLink": {"//kernels:moe_step": 1},
+        "PipelinkLink": {"//kernels:moe_step": 1, "//kernels:qwen3_235b_a22b": 1},
     }
-    manifest = json.loads((WS / "bazel-bin" / "kernels" / "moe_step.manifest.json").read_text())
-    assert manifest["facts"]["block_n"] == 64
+    for target in ("moe_step", "qwen3_235b_a22b"):
+        manifest = json.loads((WS / "bazel-bin" / "kernels" / f"{target}.manifest.json").read_text())
+        assert manifest["facts"]["block_n"] == 64
 
-    _bazel(ws, "build", "//kernels:moe_step", log="noop")
+    _bazel(ws, "build", *both, log="noop")
     assert _ran(ws / "noop.json") == {}

@@ -27,9 +27,10 @@ from fuzz.damage import DICTS, HOST_SOURCES, INTS, LISTS, STRS, damage_expr, dum
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# corpus -> (kernel file in the repository, packages in bazel-bin/kernels, linked in a subprocess?)
+# corpus -> (kernel file in the repository, or "bin:" + its path under bazel-bin/kernels, packages in
+# bazel-bin/kernels, linked in a subprocess?). moe_step's model facts are appended by its target.
 CORPORA = {
-    "moe_step": ("kernels/moe/moe_step.kernel.toml",
+    "moe_step": ("bin:_pl_facts/moe_step/moe_step.kernel.toml",
                  ["moe_router", "moe_dispatch", "moe_expert", "moe_swiglu", "moe_combine"], False),
     "attn_causal": ("kernels/attention/attn_prefill.kernel.toml",
                     ["attention/attn_loader", "attention/attn_core", "attention/attn_causal_mask", "attention/attn_store"],
@@ -280,7 +281,8 @@ def load_corpora(bin_dir: Path, work: Path, names=None) -> dict[str, dict]:
         if names is not None and name not in names:
             continue
         src = [bin_dir / f"{p}.plpkg" for p in pkgs]
-        if not all(p.is_file() for p in src):
+        kernel_file = bin_dir / kernel.removeprefix("bin:") if kernel.startswith("bin:") else ROOT / kernel
+        if not all(p.is_file() for p in src) or not kernel_file.is_file():
             continue
         dst = work / "corpora" / name
         dst.mkdir(parents=True, exist_ok=True)
@@ -289,7 +291,7 @@ def load_corpora(bin_dir: Path, work: Path, names=None) -> dict[str, dict]:
             q = dst / p.name
             shutil.copyfile(p, q)
             paths.append(q)
-        out[name] = {"kernel": ROOT / kernel, "packages": paths, "linkable": linkable}
+        out[name] = {"kernel": kernel_file, "packages": paths, "linkable": linkable}
     return out
 
 

@@ -59,11 +59,14 @@ def test_header_agrees_with_the_entry():
 
 def test_expert_row_offsets_fit_32_bits():
     # expert.cu holds each A row it loads as row · K / 8 (16-B chunks) in 32 bits, with ~0u
-    # meaning "no row": the largest lent A workspace (xs at the most ranks and tokens, K = 2048)
-    # must stay below that, or raising MAX_TOKENS or the world size would wrap the addresses.
+    # meaning "no row": the largest lent A workspace (xs at the most ranks and tokens, K = the
+    # largest hidden the expert accepts) must stay below that, or raising MAX_TOKENS, the world
+    # size or the accepted hidden would wrap the addresses.
     import moe_ep
+    contract = (ROOT / "kernels" / "moe" / "expert.contract.toml").read_text()
+    hidden_max = int(re.search(r"\[fact\.hidden\][^\[]*max = (\d+)", contract).group(1))
     rows = capacity_rows(max(moe_ep.WORLDS), moe_ep.MAX_TOKENS, 64)
-    assert rows * (2048 // 8) < 2**32 - 1
+    assert rows * (hidden_max // 8) < 2**32 - 1
     assert "(K / 8)" in (ROOT / "kernels" / "moe" / "expert.cu").read_text()
 
 
@@ -81,8 +84,8 @@ def test_manifest_has_the_ep_parameters_and_world_sized_workspaces():
                         "comb": ("rank", "world", "peers")}.items():
         assert all((inst, n) in fields for n in names), inst
     sizes = {w["name"]: w["bytes"] for w in m["workspaces"] if w.get("scope") == "kernel"}
-    assert sizes["ys"] == "(world * t * top_k + 128 * block_m) * 4096"
-    assert sizes["xs"] == "max(min(world - 1, 1) * (world * t * top_k + 128 * block_m) * 4096, 4096)"
+    assert sizes["ys"] == "(world * t * top_k + 128 * block_m) * 2 * hidden"
+    assert sizes["xs"] == "max(min(world - 1, 1) * (world * t * top_k + 128 * block_m) * 2 * hidden, 2 * hidden)"
     assert sizes["sync"] == str(SYNC_BYTES)
 
 
