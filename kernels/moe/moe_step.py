@@ -139,21 +139,9 @@ def open_step(x, router_w, w13, w2, out=None, *, control: bool = False, kernel_d
 
 def reference(x, router_w, w13, w2, dtype=None):
     """Reference in f64 (or `dtype`): routing, per-expert FFN, combine. Also returns the
-    per-token gap between the 8th and 9th probability (routing near-ties)."""
+    per-token gap between the 8th and 9th probability (routing near-ties).
+    (moe_reference.reference of qwen3_30b_a3b; the other models: moe_reference.reference.)"""
     import torch
+    from moe_reference import reference as model_reference
 
-    dt = dtype or torch.float64
-    xd = x.to(dt)
-    p = torch.softmax(xd @ router_w.to(dt).t(), dim=-1)
-    top = torch.topk(p, TOP_K + 1, dim=-1)
-    gap = top.values[:, TOP_K - 1] - top.values[:, TOP_K]
-    ids, pw = top.indices[:, :TOP_K], top.values[:, :TOP_K]
-    wts = pw / pw.sum(-1, keepdim=True)
-    out = torch.zeros_like(xd)
-    for e in ids.unique().tolist():
-        tok, k = (ids == e).nonzero(as_tuple=True)
-        w = w13[e].to(dt)
-        g, u = xd[tok] @ w[:INTER].t(), xd[tok] @ w[INTER:].t()
-        h = (torch.nn.functional.silu(g) * u).to(torch.bfloat16).to(dt)  # the kernel keeps h in bf16
-        out.index_add_(0, tok, wts[tok, k, None] * (h @ w2[e].to(dt).t()))
-    return out, gap
+    return model_reference("qwen3_30b_a3b", x, {"router_w": router_w, "w13": w13, "w2": w2}, dtype or torch.float64)
