@@ -191,7 +191,8 @@ def _typed(where: str, field: str, v, kind: type):
           isinstance(v, int) and not isinstance(v, bool) if kind is int else
           isinstance(v, (int, float)) and not isinstance(v, bool))
     if not ok:
-        raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be a {kind.__name__}",
+        want = {int: "an int", bool: "a bool (true/false)", str: "a string", float: "a number"}[kind]
+        raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be {want}",
                           hint="the config.json is damaged or not a transformers config; re-download it")
     return float(v) if kind is float else v
 
