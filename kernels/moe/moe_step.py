@@ -77,7 +77,8 @@ def _expect(model: MoeModel, name: str, t, shape, dtype, device) -> None:
         if e.code != "R-SHAPE":
             raise
         raise LaunchError("R-SHAPE", e.diagnostics[0].message,
-                          hint=f"{model.name} takes x [T, {model.hidden}], {_shapes(model)}") from None
+                          hint=f"{model.name} takes x [T, {model.hidden}], {_shapes(model)} (another model: "
+                               f"model= one of {', '.join(MODELS)})") from None
 
 
 def _dtypes() -> dict:
