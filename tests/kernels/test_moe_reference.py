@@ -50,7 +50,7 @@ def _bf16(v: float) -> float:
 
 def loop_reference(m, x, t):
     """One token at a time, with Python sorting: an implementation independent of the batched one."""
-    E, k, I = m.experts, m.top_k, m.inter
+    E, k = m.experts, m.top_k
     outs, gaps = [], []
     for row in x.to(F64):
         logit = [float(row @ t["router_w"][e]) + (float(t["router_b"][e]) if m.biases else 0.0) for e in range(E)]
