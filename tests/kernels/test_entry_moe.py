@@ -5,6 +5,7 @@ so they cost no memory), the kernel is a launch counter; skipped where torch is 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -120,7 +121,11 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 4})
     assert "top_k" in str(refused(ms.MoeStep, tmp_path / "moe_step.cubin", tmp_path / "moe_step.manifest.json"))
     assert refused(ms.MoeStep, tmp_path / "moe_step.cubin", tmp_path / "moe_step.manifest.json", "x").code == "R-DEVICE"
-    write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 8, "block_m": 64})
+    write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 8, "block_m": 64})  # no model shape facts
+    e = refused(ms.load, tmp_path)
+    assert "'hidden': None" in str(e) and "tools/bazel build //kernels:moe_step" in e.hint
+    write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 8, "block_m": 64, "hidden": 2048,
+                                                             "inter": 768, "experts": 128})
     assert "not a CUDA cubin" in str(refused(ms.load, tmp_path))
 
 
@@ -167,3 +172,145 @@ def test_built_kernels_pass_the_manifest_checks(monkeypatch):
             if (bin_ / f"{name}{'.control' if control else ''}.cubin").is_file():
                 assert ms.MoeStep(bin_ / f"{name}{'.control' if control else ''}.cubin",
                                   bin_ / f"{name}.manifest.json").kernel.manifest.facts["top_k"] == 8
+
+
+# --- every served model (moe_models.MODELS): weights are meta tensors that say they are on cuda:0
+# (huge(): no memory, data pointer 0), x and out are real; the kernel is a launch counter per model.
+
+from moe_models import MODELS, resolve_model  # noqa: E402  (kernels/moe is on sys.path above)
+from helpers.entry_fakes import huge  # noqa: E402
+
+DTYPES = {"bf16": BF16, "f32": torch.float32}
+
+
+def model_weights(m, index=0):
+    return {n: gpu(torch.empty(*s, dtype=DTYPES[d], device="meta"), index) for n, (s, d) in m.tensors().items()}
+
+
+@pytest.fixture
+def model_kern(monkeypatch):
+    """ms.load returns a MoeStep of the asked model around a CountingKernel; `kernels` by model."""
+    kernels, loads = {}, []
+
+    def fake_load(kernel_dir=None, device=0, *, control=False, name=None, model="qwen3_30b_a3b"):
+        m = resolve_model(model)
+        loads.append(m.name)
+        step = ms.MoeStep.__new__(ms.MoeStep)
+        step.model = m
+        step.kernel = kernels.setdefault(m.name, CountingKernel(ms.model_params(m), facts=m.facts() | {"block_m": 64}))
+        return step
+
+    monkeypatch.setattr(ms, "load", fake_load)
+    return SimpleNamespace(kernels=kernels, loads=loads)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_each_model_good_call_launches_once(name, model_kern, tmp_path):
+    m = MODELS[name]
+    w = model_weights(m)
+    x, out = randn(T, m.hidden), empty(T, m.hidden)
+    extras = {n: w[n] for n in m.extras()}
+    assert ms.moe_step(x, w["router_w"], w["w13"], w["w2"], out, model=name, **extras) is out
+    (p,) = model_kern.kernels[name].launches
+    assert set(p) == ms.model_params(m) and p["t"] == T and p["out"] is out and p["x"] is x
+    assert all(p[n] is w[n] for n in w) and (p["rank"], p["world"], p["peers"]) == (0, 1, 0)
+    layer = ms.MoeLayer(name, w, kernel_dir=tmp_path)
+    assert layer(x, out) is out and layer.open(x, out).launch() is None
+    assert len(model_kern.kernels[name].launches) == 3 and model_kern.loads == [name] * 3
+    if name == "qwen3_30b_a3b":  # the default model: the call as it always was
+        assert ms.moe_step(x, w["router_w"], w["w13"], w["w2"], out) is out
+
+
+def _model_cases(m):
+    """(what, change to the call's keyword arguments, code) for model m's layer."""
+    w, H = model_weights(m), m.hidden
+    cases = [("model unknown", dict(model="llama"), "R-PARAM"), ("model None", dict(model=None), "R-PARAM"),
+             ("x hidden", dict(x=randn(T, H + 64)), "R-SHAPE"), ("x T = 0", dict(x=randn(0, H)), "R-SHAPE"),
+             ("x T = 65537", dict(x=huge(65537, H)), "R-SHAPE"), ("x fp32", dict(x=randn(T, H, dtype=torch.float32)), "R-DTYPE"),
+             ("out shape", dict(out=empty(T, H - 1)), "R-SHAPE"), ("out is x", dict(out="x"), "R-LAYOUT"),
+             ("a tensor named like no tensor", dict(w4=w["w2"]), "R-PARAM"),
+             ("a typo'd keyword", dict(kernel_dri="/tmp"), "R-PARAM")]
+    foreign = {"router_b": w["router_w"][0]} if not m.biases else {"score_bias": empty(m.experts, dtype=torch.float32)}
+    cases.append((f"unexpected {next(iter(foreign))}", foreign, "R-PARAM"))
+    for n, (shape, dt) in m.tensors().items():
+        other = torch.float32 if dt == "bf16" else BF16
+        cases += [(f"{n} shape", {n: huge(shape[0] + 1, *shape[1:], dtype=DTYPES[dt])}, "R-SHAPE"),
+                  (f"{n} dtype", {n: huge(*shape, dtype=other)}, "R-DTYPE"),
+                  (f"{n} cpu", {n: torch.empty(*shape, dtype=DTYPES[dt], device="meta")}, "R-DEVICE"),
+                  (f"{n} cuda:1", {n: gpu(torch.empty(*shape, dtype=DTYPES[dt], device="meta"), 1)}, "R-DEVICE"),
+                  (f"{n} a list", {n: [0.0]}, "R-PARAM")]
+        if n in m.extras():
+            cases.append((f"{n} missing", {n: "drop"}, "R-PARAM"))
+    return w, cases
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_each_model_bad_input_is_refused_before_loading(name, model_kern):
+    m = MODELS[name]
+    w, cases = _model_cases(m)
+    for what, change, code in cases:
+        for fn in (ms.moe_step, ms.open_step):
+            args = {"x": randn(T, m.hidden), **w, "out": empty(T, m.hidden), "model": name, **change}
+            args = {k: v for k, v in args.items() if not (isinstance(v, str) and v == "drop")}
+            if isinstance(args["out"], str):
+                args["out"] = args[args["out"]]
+            e = refused(fn, **args)
+            assert e.code == code, f"{name}: {what}: {e}"
+            if code == "R-SHAPE" and "tokens" not in str(e):
+                assert m.name in e.hint and f"{list(m.tensors()['w13'][0])}" in e.hint, e.hint  # the model's shapes
+    assert model_kern.loads == [] and model_kern.kernels == {}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_each_model_layer_refuses_bad_weights_at_construction(name, model_kern, tmp_path):
+    m = MODELS[name]
+    w = model_weights(m)
+    assert refused(ms.MoeLayer, name, list(w.values())).code == "R-PARAM"
+    assert refused(ms.MoeLayer, name, {k: v for k, v in w.items() if k != "w13"}).code == "R-PARAM"
+    assert refused(ms.MoeLayer, name, {**w, "bias": w["w2"]}).code == "R-PARAM"
+    assert refused(ms.MoeLayer, "no_such_model", w).code == "R-PARAM"
+    for n, (shape, dt) in m.tensors().items():
+        assert refused(ms.MoeLayer, name, {**w, n: huge(*shape[:-1], shape[-1] * 2, dtype=DTYPES[dt])}).code == "R-SHAPE"
+    assert refused(ms.MoeLayer, name, w, device=1).code == "R-DEVICE"  # the weights are on cuda:0
+    assert refused(ms.MoeLayer, name, w, kernel_dir=3).code == "R-PARAM"
+    layer = ms.MoeLayer(name, w)
+    assert refused(layer, randn(T, m.hidden + 1)).code == "R-SHAPE"
+    assert refused(layer, randn(T, m.hidden), stream=1.5).code == "R-PARAM"
+    assert model_kern.loads == []
+
+
+def test_layer_from_config(model_kern, tmp_path):
+    m = MODELS["mixtral_8x7b"]
+    cfg = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
+           "num_experts_per_tok": 2}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    layer = ms.MoeLayer.from_config(tmp_path / "config.json", model_weights(m))
+    assert layer.model is m and layer(randn(T, 4096), empty(T, 4096)).shape == (T, 4096)
+    (tmp_path / "config.json").write_text(json.dumps(cfg | {"num_local_experts": 16}))
+    e = refused(ms.MoeLayer.from_config, tmp_path / "config.json", model_weights(m))
+    assert e.code == "R-CONFIG" and "num_local_experts = 16 (it has 8)" in str(e)
+    assert refused(ms.MoeLayer.from_config, tmp_path / "missing.json", model_weights(m)).code == "R-CONFIG"
+
+
+def _manifest_of(m, path, *, facts=None, drop=()):
+    params = {n: ("u32" if n in ("t", "rank", "world") else "ptr") for n in sorted(ms.model_params(m)) if n not in drop}
+    write_manifest(path, params, (m.facts() | {"block_m": 64}) if facts is None else facts)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_each_model_kernel_is_checked_on_load(name, tmp_path):
+    m = MODELS[name]
+    target = "moe_step" if name == "qwen3_30b_a3b" else name
+    assert f"//kernels:{target}" in refused(ms.load, tmp_path, model=name).hint  # not built
+    cubin, manifest = tmp_path / f"{target}.cubin", tmp_path / f"{target}.manifest.json"
+    cubin.write_bytes(b"\0" * 64)  # never loaded: the manifest is read first
+    _manifest_of(m, manifest)
+    assert "not a CUDA cubin" in str(refused(ms.load, tmp_path, model=name))  # the manifest is this model's
+    other = MODELS["gpt_oss_120b" if name != "gpt_oss_120b" else "mixtral_8x7b"]
+    _manifest_of(m, manifest, facts=other.facts() | {"block_m": 64})  # another model's shape facts
+    e = refused(ms.MoeStep, cubin, manifest, model=name)
+    assert e.code == "R-MANIFEST" and f"tools/bazel build //kernels:{target}" in e.hint and "facts" in str(e)
+    _manifest_of(m, manifest, facts={k: v for k, v in m.facts().items() if k != "inter"})  # a fact missing
+    assert "'inter': None" in str(refused(ms.MoeStep, cubin, manifest, model=name))
+    _manifest_of(m, manifest, drop=(m.extras() or ("w2",))[:1])  # a tensor the kernel does not take
+    assert "parameters" in str(refused(ms.load, tmp_path, model=name))

@@ -138,6 +138,8 @@ CODES: dict[str, str] = {
     "R-LAYOUT": "a tensor is not contiguous or aligned as the kernel needs, or an output shares memory with an input",
     "R-DEVICE": "the GPU or tensor device does not match the kernel (arch, device index, shared memory)",
     "R-MANIFEST": "the manifest is missing, damaged, or does not match the cubin",
+    "R-CONFIG": "a model config (a checkpoint's config.json) or checkpoint tensor set describes no model the entry "
+                "serves, or is not readable as one",
     "R-CUDA": "a CUDA driver call failed (the driver's error is quoted)",
     "R-WORKSPACE": "a caller-lent workspace buffer names no workspace of the kernel, is too small or misaligned",
     "R-HOST": "a host provider refused the lent values, failed, or returned a wrong parameter region; or its code "

@@ -1,0 +1,225 @@
+"""The MoE models the linked moe_step kernels serve, and the mapping from a model's own
+Hugging Face `config.json` to one of them.
+
+    from moe_models import MODELS, model_from_hf_config
+    m = MODELS["mixtral_8x7b"]            # or model_from_hf_config("/ckpt/Mixtral-8x7B/config.json")
+    m.tensors()                            # {"router_w": ((8, 4096), "bf16"), "w13": ..., "w2": ...}
+
+Every model's layer takes router_w [E, H], w13 [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up) and
+w2 [E, H, I], all bf16, plus its extras: gpt-oss router_b [E], b13 [E, 2I] (gate biases, then
+up biases), b2 [E, H] (bf16); DeepSeek-V3 score_bias [E] (f32), shared_w13 [2Is, H] and
+shared_w2 [H, Is] (bf16). A config that no model serves, or a file that is no config, is a
+LaunchError R-CONFIG naming the field, its value and what the nearest served model has.
+Values checked against the published configs: kernels/moe/README.md ("Models").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+try:
+    from pipelink.runtime import LaunchError
+except ImportError:  # run from a checkout without PYTHONPATH=tools
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from pipelink.runtime import LaunchError
+
+# Routing kinds (what the router computes from the logits x·router_wᵀ):
+SOFTMAX_RENORM = "softmax_renorm"  # softmax over all experts, top-k, weights renormalised to sum 1
+SOFTMAX = "softmax"                # softmax over all experts, top-k, weights as they are
+TOPK_SOFTMAX = "topk_softmax"      # top-k logits, softmax over those k
+SIGMOID_GROUPED = "sigmoid_grouped"  # DeepSeek-V3: sigmoid + score_bias, group-limited top-k, × scaling
+ROUTINGS = (SOFTMAX_RENORM, SOFTMAX, TOPK_SOFTMAX, SIGMOID_GROUPED)
+# Activation kinds between the projections:
+SILU = "silu"                      # h = silu(gate) * up
+CLAMPED_SWIGLU = "clamped_swiglu"  # gpt-oss: gate ≤ limit, |up| ≤ limit, h = gate·σ(alpha·gate)·(up + 1)
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    name: str
+    hidden: int
+    inter: int
+    experts: int
+    top_k: int
+    routing: str
+    groups: int = 1          # expert groups (DeepSeek-V3 n_group); 1: no group limit
+    topk_groups: int = 1     # groups a token may use (topk_group)
+    scaling: float = 1.0     # routed_scaling_factor applied to the final weights
+    shared_inter: int = 0    # shared expert's intermediate size (0: none)
+    biases: bool = False     # router and expert biases (gpt-oss)
+    activation: str = SILU
+    limit: float = 0.0       # clamped SwiGLU's clamp
+    alpha: float = 0.0       # clamped SwiGLU's sigmoid gain
+    target: str = ""         # the Bazel target / file stem of its kernel ("" -> the name)
+
+    @property
+    def kernel(self) -> str:
+        return self.target or self.name
+
+    def tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """name -> (shape, dtype) of every weight the layer takes, in launch order."""
+        E, H, I, Is = self.experts, self.hidden, self.inter, self.shared_inter
+        t = {"router_w": ((E, H), "bf16"), "w13": ((E, 2 * I, H), "bf16"), "w2": ((E, H, I), "bf16")}
+        if self.biases:
+            t |= {"router_b": ((E,), "bf16"), "b13": ((E, 2 * I), "bf16"), "b2": ((E, H), "bf16")}
+        if self.routing == SIGMOID_GROUPED:
+            t["score_bias"] = ((E,), "f32")  # e_score_correction_bias stays f32 in the checkpoint too
+        if Is:
+            t |= {"shared_w13": ((2 * Is, H), "bf16"), "shared_w2": ((H, Is), "bf16")}
+        return t
+
+    def extras(self) -> tuple[str, ...]:
+        return tuple(n for n in self.tensors() if n not in ("router_w", "w13", "w2"))
+
+    def facts(self) -> dict[str, int]:
+        """The linked facts a kernel for this model carries in its manifest."""
+        return {"hidden": self.hidden, "inter": self.inter, "experts": self.experts, "top_k": self.top_k}
+
+    def describe(self) -> str:
+        s = f"{self.name}: hidden {self.hidden}, inter {self.inter}, {self.experts} experts, top-{self.top_k}"
+        return s + (f", shared inter {self.shared_inter}" if self.shared_inter else "")
+
+
+def _models(*ms: MoeModel) -> dict[str, MoeModel]:
+    return {m.name: m for m in ms}
+
+
+MODELS: dict[str, MoeModel] = _models(
+    MoeModel("qwen3_30b_a3b", 2048, 768, 128, 8, SOFTMAX_RENORM, target="moe_step"),
+    MoeModel("qwen3_235b_a22b", 4096, 1536, 128, 8, SOFTMAX_RENORM),
+    MoeModel("olmoe_1b_7b", 2048, 1024, 64, 8, SOFTMAX),
+    MoeModel("mixtral_8x7b", 4096, 14336, 8, 2, TOPK_SOFTMAX),
+    MoeModel("deepseek_v3", 7168, 2048, 256, 8, SIGMOID_GROUPED, groups=8, topk_groups=4, scaling=2.5,
+             shared_inter=2048),
+    MoeModel("gpt_oss_120b", 2880, 2880, 128, 4, TOPK_SOFTMAX, biases=True, activation=CLAMPED_SWIGLU,
+             limit=7.0, alpha=1.702),
+)
+SERVED = "; ".join(m.describe() for m in MODELS.values())
+
+
+def resolve_model(model) -> MoeModel:
+    """A MoeModel, or the name of one of MODELS; else R-PARAM listing them."""
+    if isinstance(model, MoeModel):
+        return model
+    if isinstance(model, str) and model in MODELS:
+        return MODELS[model]
+    raise LaunchError("R-PARAM", f"model = {model!r} is not a served MoE model",
+                      hint=f"pass one of {', '.join(MODELS)} (or a MoeModel; from a config.json: "
+                           "moe_models.model_from_hf_config)")
+
+
+# --- config.json -> MoeModel --------------------------------------------------------------
+# Per model_type, the fields that decide the layer: (field, type, default if the config may
+# omit it (None: required), the value a served model needs). Defaults are transformers'.
+_NO_DEFAULT = object()
+Field = tuple[str, type, Any, Callable[[MoeModel], Any]]
+_COMMON: list[Field] = [("hidden_size", int, _NO_DEFAULT, lambda m: m.hidden),
+                        ("num_experts_per_tok", int, _NO_DEFAULT, lambda m: m.top_k)]
+_SILU: list[Field] = [("hidden_act", str, "silu", lambda m: "silu")]
+FIELDS: dict[str, list[Field]] = {
+    "qwen3_moe": _COMMON + _SILU + [
+        ("moe_intermediate_size", int, _NO_DEFAULT, lambda m: m.inter),
+        ("num_experts", int, _NO_DEFAULT, lambda m: m.experts),
+        ("norm_topk_prob", bool, False, lambda m: m.routing == SOFTMAX_RENORM),
+        ("shared_expert_intermediate_size", int, 0, lambda m: m.shared_inter)],
+    "olmoe": _COMMON + _SILU + [
+        ("intermediate_size", int, _NO_DEFAULT, lambda m: m.inter),
+        ("num_experts", int, _NO_DEFAULT, lambda m: m.experts),
+        ("norm_topk_prob", bool, False, lambda m: m.routing == SOFTMAX_RENORM)],
+    "mixtral": _COMMON + _SILU + [
+        ("intermediate_size", int, _NO_DEFAULT, lambda m: m.inter),
+        ("num_local_experts", int, _NO_DEFAULT, lambda m: m.experts)],
+    "deepseek_v3": _COMMON + _SILU + [
+        ("moe_intermediate_size", int, _NO_DEFAULT, lambda m: m.inter),
+        ("n_routed_experts", int, _NO_DEFAULT, lambda m: m.experts),
+        ("n_shared_experts", int, _NO_DEFAULT, lambda m: m.shared_inter // m.inter),
+        ("n_group", int, _NO_DEFAULT, lambda m: m.groups),
+        ("topk_group", int, _NO_DEFAULT, lambda m: m.topk_groups),
+        ("routed_scaling_factor", float, _NO_DEFAULT, lambda m: m.scaling),
+        ("norm_topk_prob", bool, True, lambda m: True),
+        ("scoring_func", str, "sigmoid", lambda m: "sigmoid"),
+        ("topk_method", str, "noaux_tc", lambda m: "noaux_tc")],
+    "gpt_oss": _COMMON + [
+        ("intermediate_size", int, _NO_DEFAULT, lambda m: m.inter),
+        ("num_local_experts", int, _NO_DEFAULT, lambda m: m.experts),
+        ("swiglu_limit", float, 7.0, lambda m: m.limit),
+        ("swiglu_alpha", float, 1.702, lambda m: m.alpha)],
+}
+FAMILY = {"qwen3_30b_a3b": "qwen3_moe", "qwen3_235b_a22b": "qwen3_moe", "olmoe_1b_7b": "olmoe",
+          "mixtral_8x7b": "mixtral", "deepseek_v3": "deepseek_v3", "gpt_oss_120b": "gpt_oss"}
+_SERVED_HINT = "served models: " + "; ".join(f"{m.describe()} (model_type {FAMILY[m.name]})" for m in MODELS.values())
+
+
+def _refuse(msg: str) -> LaunchError:
+    return LaunchError("R-CONFIG", msg, hint=_SERVED_HINT)
+
+
+def read_hf_config(path_or_dict) -> tuple[dict, str]:
+    """(config, where) from a dict or a config.json path; R-CONFIG for anything else."""
+    if isinstance(path_or_dict, Mapping):
+        return dict(path_or_dict), "config"
+    if not isinstance(path_or_dict, (str, os.PathLike)) or not os.fspath(path_or_dict):
+        raise LaunchError("R-CONFIG", f"{type(path_or_dict).__name__} is not a config.json path or a dict",
+                          hint="pass the path of the model's config.json (or its parsed dict)")
+    p = Path(path_or_dict)
+    if p.is_dir():
+        p = p / "config.json"  # a checkpoint directory: its config.json
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise LaunchError("R-CONFIG", f"cannot read {p}: {type(e).__name__}: {getattr(e, 'strerror', None) or e}",
+                          hint="pass the config.json of a downloaded checkpoint") from None
+    try:
+        cfg = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise LaunchError("R-CONFIG", f"{p} is not JSON: {e}", hint="pass the model's own config.json") from None
+    if not isinstance(cfg, dict):
+        raise LaunchError("R-CONFIG", f"{p} holds a JSON {type(cfg).__name__}, not an object",
+                          hint="pass the model's own config.json (a JSON object of fields)")
+    return cfg, str(p)
+
+
+def _typed(where: str, field: str, v, kind: type):
+    """The field's value if it has the type transformers gives it (ints are no bools; a float
+    may be written as an int); else R-CONFIG."""
+    ok = (isinstance(v, bool) if kind is bool else isinstance(v, str) if kind is str else
+          isinstance(v, int) and not isinstance(v, bool) if kind is int else
+          isinstance(v, (int, float)) and not isinstance(v, bool))
+    if not ok:
+        want = {int: "an int", bool: "a bool (true/false)", str: "a string", float: "a number"}[kind]
+        raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be {want}",
+                          hint="the config.json is damaged or not a transformers config; re-download it")
+    return float(v) if kind is float else v
+
+
+def model_from_hf_config(path_or_dict) -> MoeModel:
+    """The served model a Hugging Face config.json describes (by model_type and its fields)."""
+    cfg, where = read_hf_config(path_or_dict)
+    mt = cfg.get("model_type")
+    if mt is None:
+        raise _refuse(f"{where} has no model_type field (served model types: {', '.join(FIELDS)})")
+    if mt not in FIELDS:
+        raise _refuse(f"{where}: model_type = {mt!r} is served by no model (served model types: {', '.join(FIELDS)})")
+    got = {}
+    for field, kind, default, _ in FIELDS[mt]:
+        if field in cfg and cfg[field] is not None:
+            got[field] = _typed(where, field, cfg[field], kind)
+        elif field == "num_experts_per_tok" and "experts_per_token" in cfg:  # gpt-oss writes both names
+            got[field] = _typed(where, "experts_per_token", cfg["experts_per_token"], int)
+        elif default is _NO_DEFAULT:
+            raise _refuse(f"{where} (model_type {mt!r}) has no {field} field")
+        else:
+            got[field] = default
+    candidates = [m for m in MODELS.values() if FAMILY[m.name] == mt]
+    diffs = {m.name: [(f, got[f], want(m)) for f, _, _, want in FIELDS[mt] if got[f] != want(m)] for m in candidates}
+    nearest = min(candidates, key=lambda m: len(diffs[m.name]))  # ties: the first in MODELS
+    if not diffs[nearest.name]:
+        return nearest
+    what = ", ".join(f"{f} = {g!r} (it has {w!r})" for f, g, w in diffs[nearest.name])
+    raise _refuse(f"{where} (model_type {mt!r}) is served by no model: the nearest served model, "
+                  f"{nearest.name}, differs in {what}")
