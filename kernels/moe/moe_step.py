@@ -45,7 +45,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 from pipelink.runtime.entry import (device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
                             expect_tensor, flag, optional_dir, tensor_device)
 
-from moe_models import MODELS, MoeModel, model_from_hf_config, resolve_model
+from moe_models import MODELS, MoeModel, linked_model, model_from_hf_config, resolve_model
 
 DEFAULT_MODEL = MODELS["qwen3_30b_a3b"]
 HIDDEN, INTER, EXPERTS, TOP_K = DEFAULT_MODEL.hidden, DEFAULT_MODEL.inter, DEFAULT_MODEL.experts, DEFAULT_MODEL.top_k
@@ -105,7 +105,7 @@ def check_inputs(x, router_w, w13, w2, out=None, device: int | None = None, *, m
     """Every check of one call of `model` (no CUDA call; `device` None: x's GPU) -> T."""
     import torch
 
-    model = resolve_model(model)
+    model = linked_model(model)
     weights = _weights(model, router_w, w13, w2, extras)
     dtypes = _dtypes()
     _expect(model, "x", x, (None, model.hidden), dtypes["bf16"], device)
@@ -128,7 +128,7 @@ class MoeStep:
     model = DEFAULT_MODEL
 
     def __init__(self, cubin: str | Path, manifest: str | Path, device: int = 0, *, model="qwen3_30b_a3b"):
-        self.model = model = resolve_model(model)
+        self.model = model = linked_model(model)
         device = device_index(device)
         build = f"tools/bazel build //kernels:{model.kernel}"
         expect_manifest(manifest, model.kernel, params=model_params(model), facts=model.facts(),
@@ -170,7 +170,7 @@ def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool
          name=_TARGET, model="qwen3_30b_a3b") -> MoeStep:
     """The (cached) kernel `name` (default: the model's target) of `model` from `kernel_dir`
     (default $PIPELINK_MOE_STEP_DIR, else bazel-bin/kernels of this checkout) on `device`."""
-    model = resolve_model(model)
+    model = linked_model(model)
     kdir, device, control = optional_dir("kernel_dir", kernel_dir), device_index(device), flag("control", control)
     if name is _TARGET:
         name = model.kernel
@@ -217,7 +217,7 @@ class MoeLayer:
     kernel is loaded at the first call (after that call's checks)."""
 
     def __init__(self, model_or_name, tensors: Mapping, kernel_dir=None, device: int = 0, *, control: bool = False):
-        self.model = resolve_model(model_or_name)
+        self.model = linked_model(model_or_name)
         if not isinstance(tensors, Mapping) or not all(isinstance(k, str) for k in tensors):
             raise LaunchError("R-PARAM", f"tensors = {type(tensors).__name__} is not a dict of name -> tensor",
                               hint=f"{self.model.name} takes {_shapes(self.model)}")

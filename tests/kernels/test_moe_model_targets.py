@@ -43,8 +43,8 @@ REFUSED = {
                      "hidden": {"moe_router", "moe_dispatch", "moe_expert", "moe_combine"}},
 }
 
-pytestmark = pytest.mark.skipif(not all((BIN / f"moe_{o}.plpkg").is_file() for o in OWNERS),
-                                reason="no MoE packages in bazel-bin (tools/bazel build //kernels:moe_step)")
+_BUILT = all((BIN / f"moe_{o}.plpkg").is_file() for o in OWNERS)
+built = pytest.mark.skipif(not _BUILT, reason="no MoE packages in bazel-bin (tools/bazel build //kernels:moe_step)")
 
 
 def _manifest(target: str) -> dict:
@@ -57,6 +57,18 @@ def test_the_table_names_six_models_and_moe_step_stays_qwen3_30b():
     assert set(REFUSED) == set(UNSERVED)
 
 
+def test_the_bazel_and_python_tables_agree():
+    sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+    import moe_models
+
+    assert set(moe_models.MODELS) == set(MODELS)
+    for name, m in moe_models.MODELS.items():
+        assert m.facts() == {k: MODELS[name][k] for k in SHAPE}, name
+        assert m.kernel == MODELS[name]["target"], name
+    assert set(moe_models.NOT_LINKED) == set(UNSERVED)
+
+
+@built
 @pytest.mark.parametrize("model", SERVED)
 def test_served_model_links_its_shape_as_kernel_facts(model):
     m = _manifest(MODELS[model]["target"])
@@ -64,6 +76,7 @@ def test_served_model_links_its_shape_as_kernel_facts(model):
     assert (BIN / f"{MODELS[model]['target']}.control.cubin").is_file()
 
 
+@built
 def test_every_served_model_links_the_same_packages():
     digests = {model: {i["package"]: i["package_digest"] for i in _manifest(MODELS[model]["target"])["instances"]}
                for model in SERVED}
@@ -72,6 +85,7 @@ def test_every_served_model_links_the_same_packages():
     assert all(d == first for d in digests.values()), digests
 
 
+@built
 @pytest.mark.parametrize("model", UNSERVED)
 def test_unserved_model_is_refused_naming_each_limited_fact(model, tmp_path):
     kernel = tmp_path / "moe_step.kernel.toml"
