@@ -1,4 +1,5 @@
-"""One MoE layer (Qwen3-30B-A3B) on the H200 (issue 9): correctness, linked vs control, baselines.
+"""One MoE layer (Qwen3-30B-A3B, or another linked model: --model) on the H200 (issues 9, 41):
+correctness, linked vs control, baselines.
 
 Shapes: x [T, 2048] bf16, router_w [128, 2048], w13 [128, 1536, 2048] (rows 0..767 of w13[e]
 gate, 768..1535 up), w2 [128, 2048, 768]; top-8, weights renormalised to sum 1:
@@ -7,7 +8,10 @@ gate, 768..1535 up), w2 [128, 2048, 768]; top-8, weights renormalised to sum 1:
 
     tools/bazel build //kernels/... --output_groups=+control     # CPU machine (moe_step, if present)
     # device tool, carry [".xfer/...", ".whl"] (liger-kernel):
-    python3 benchmarks/moe_bench.py all [--tokens 1,16,128,1024,4096,16384]
+    python3 benchmarks/moe_bench.py all [--tokens 1,16,128,1024,4096,16384] [--model qwen3_235b_a22b]
+
+--model takes a model a kernel target serves (kernels/moe/moe_models.py LINKED): the shapes below
+become that model's (hidden, inter, experts, top-k) and the moe_step columns load its target.
 
 Columns:
   moe_step, moe_step:control  kernels/moe/moe_step.py over bazel-bin/kernels/moe_step{,.control}.cubin
@@ -64,7 +68,10 @@ os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 import moe_sglang  # noqa: E402
 from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, run_gates, sanitizer  # noqa: E402
 
-H, I, E, TOP_K = 2048, 768, 128, 8
+import moe_models  # noqa: E402
+
+H, I, E, TOP_K = 2048, 768, 128, 8  # --model sets these and TARGET (main)
+MODEL, TARGET = "qwen3_30b_a3b", "moe_step"
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 TOL = 2e-2  # moe_step (f32 accumulators into SwiGLU; h and the expert outputs rounded to bf16)
 # The baselines also round gate/up to bf16 before SwiGLU (grouped_mm's bf16 output), as the models
@@ -182,21 +189,21 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
     entry = ROOT / "kernels" / "moe" / "moe_step.py"
     if not entry.exists():
         return {}, f"{entry.relative_to(ROOT)} does not exist yet"
-    cubins = {"moe_step": BIN / "moe_step.cubin", "moe_step:control": BIN / "moe_step.control.cubin"}
+    cubins = {"moe_step": BIN / f"{TARGET}.cubin", "moe_step:control": BIN / f"{TARGET}.control.cubin"}
     missing = [str(p.relative_to(ROOT)) for p in cubins.values() if not p.exists()]
-    manifests = {n: BIN / "moe_step.manifest.json" for n in cubins}
+    manifests = {n: BIN / f"{TARGET}.manifest.json" for n in cubins}
     for name, bdir in builds:  # another build's linked kernel (checked by parse_builds), same rounds
-        cubins[f"moe_step_{name}"] = Path(bdir) / "moe_step.cubin"
-        manifests[f"moe_step_{name}"] = Path(bdir) / "moe_step.manifest.json"
+        cubins[f"moe_step_{name}"] = Path(bdir) / f"{TARGET}.cubin"
+        manifests[f"moe_step_{name}"] = Path(bdir) / f"{TARGET}.manifest.json"
     if missing:
-        return {}, f"not built: {', '.join(missing)} (tools/bazel build //kernels:moe_step --output_groups=+control)"
+        return {}, f"not built: {', '.join(missing)} (tools/bazel build //kernels:{TARGET} --output_groups=+control)"
     import moe_step as m
     cls = getattr(m, "MoeStep", None)
     if cls is None:
         return {}, "kernels/moe/moe_step.py has no MoeStep(cubin, manifest) class to load linked and control"
     cols = {}
     for name, cubin in cubins.items():
-        k = cls(cubin, manifests[name])
+        k = cls(cubin, manifests[name], model=MODEL)
         cols[name] = lambda x, rw, w13, w2, out, workspaces=None, k=k: k.open(x, rw, w13, w2, out,
                                                                              workspaces=workspaces).launch
         cols[name].step = k
@@ -403,7 +410,7 @@ def cmd_sanitize(a) -> int:
     if san is None:
         print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
         return 1
-    cubin = BIN / "moe_step.cubin"
+    cubin = BIN / f"{TARGET}.cubin"
     if not cubin.exists():
         print(f"FAIL {cubin.relative_to(ROOT)} is missing: nothing to sanitize")
         return 1
@@ -412,7 +419,7 @@ def cmd_sanitize(a) -> int:
         cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
                str(ROOT / "experiments" / "symbol_link" / "symbol_link_counterexample.py"), "target",
                "--kernel", "moe_step",
-               "--cubin", str(cubin), "--manifest", str(BIN / "moe_step.manifest.json")]
+               "--cubin", str(cubin), "--manifest", str(BIN / f"{TARGET}.manifest.json")]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         text = p.stdout + p.stderr
         ok = p.returncode == 0 and "RESULT correct" in text
@@ -425,6 +432,13 @@ def cmd_sanitize(a) -> int:
     return 1 if bad else 0
 
 
+def use_model(name: str) -> None:
+    """Every function here reads the layer's shape from these globals."""
+    global H, I, E, TOP_K, MODEL, TARGET
+    m = moe_models.MODELS[name]
+    H, I, E, TOP_K, MODEL, TARGET = m.hidden, m.inter, m.experts, m.top_k, m.name, m.kernel
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "bound", "all"])
@@ -432,10 +446,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
     ap.add_argument("--builds", default="", help="check, bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
+    ap.add_argument("--model", default=MODEL, choices=moe_models.LINKED, help="the linked model (default %(default)s)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    use_model(a.model)
     a.tokens = parse_counts(ap, "--tokens", a.tokens)
-    a.builds = parse_builds(ap, a.builds, "moe_step.manifest.json", "moe_step.cubin")
+    a.builds = parse_builds(ap, a.builds, f"{TARGET}.manifest.json", f"{TARGET}.cubin")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
                          "bound": cmd_bound})
 

@@ -69,9 +69,11 @@ def gemm_swiglu_problem(rng):
     return {"x": xb, "w": wb}, {"m": M, "n": N, "k": K}, ("out", (M, N)), silu(h[:, :N]) * h[:, N:]
 
 
-def moe_step_problem(rng, T=16, E=128, H=2048, I=768, top_k=8):
-    """One Qwen3-30B-A3B MoE layer on T tokens; float64 reference (f64 copies per used expert)."""
+def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8):
+    """One MoE layer (default Qwen3-30B-A3B's shape; a linked model's facts give others) on T
+    tokens; float64 reference (f64 copies per used expert)."""
     import numpy as np
+    E, H, I = experts, hidden, inter
 
     def bits(shape, scale):
         # Random bf16 bit patterns (cheap for 400M values): random sign and 7-bit mantissa,
@@ -141,7 +143,8 @@ CASES = {
 }
 # Kernel name -> the facts its problem depends on: each launch gets the problem of its manifest's
 # facts (a plain link runs with the original's; a propagated head_dim = 64 link with d = 64 data).
-PROBLEM_FACTS = {"attn_causal": ("head_dim",), "attn_decode": ("head_dim",)}
+PROBLEM_FACTS = {"attn_causal": ("head_dim",), "attn_decode": ("head_dim",),
+                 "moe_step": ("experts", "hidden", "inter", "top_k")}
 INDEX_DIRS = ("experiments",)  # where symbol_link_mutations targets live in bazel-bin
 
 
@@ -225,7 +228,9 @@ def target(kernel: str, cubin: str, manifest: str, seed: int | None) -> int:
     """One launch in this process on a fresh problem (what compute-sanitizer runs): RESULT <class>."""
     import numpy as np
     make, tol, floor = CASES[kernel]
-    inputs, scalars, (out_name, shape), ref = make(np.random.default_rng(seed))
+    facts = json.loads(Path(manifest).read_text()).get("facts", {})
+    shape_facts = {k: facts[k] for k in PROBLEM_FACTS.get(kernel, ()) if k in facts}  # the linked model's
+    inputs, scalars, (out_name, shape), ref = make(np.random.default_rng(seed), **shape_facts)
     from pipelink.runtime import LaunchError
     try:
         out = launch_once(cubin, manifest, inputs, scalars, out_name, shape)

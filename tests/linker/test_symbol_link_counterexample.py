@@ -186,10 +186,10 @@ def test_moe_problem_marks_near_ties():
         def integers(self, lo, hi, shape, dtype):
             return np.zeros(shape, dtype)
 
-    *_, ref = h.moe_step_problem(Constant(), T=4, E=16, H=64, I=32)
+    *_, ref = h.moe_step_problem(Constant(), T=4, experts=16, hidden=64, inter=32)
     assert np.isnan(ref).all()
     # Random draws: the NaN rows are exactly the tokens whose 8th and 9th logits lie within 1e-4.
-    inputs, _, _, ref = h.moe_step_problem(np.random.default_rng(3), T=8, E=16, H=64, I=32)
+    inputs, _, _, ref = h.moe_step_problem(np.random.default_rng(3), T=8, experts=16, hidden=64, inter=32)
     logits = h.from_bf16(inputs["x"]).astype(np.float64) @ h.from_bf16(inputs["router_w"]).astype(np.float64).T
     s = np.sort(logits, 1)[:, ::-1]
     assert (np.isnan(ref).all(1) == (s[:, 7] - s[:, 8] < 1e-4)).all()
