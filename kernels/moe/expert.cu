@@ -398,7 +398,12 @@ PL_ENTRY(run) {
 
   // Outside the accepted values (L-FACT-ACCEPT stops such a link; these fold away).
   if (PL_FACT(top_k) != 8 || PL_FACT(experts) != EXPERTS) __trap();
-  const unsigned hidden = PL_FACT(hidden), inter = PL_FACT(inter);
+  const unsigned hidden = PL_FACT(hidden);
+  // inter opaque in both builds: folded, the single-unit control and the linked build ordered
+  // moe_step_swiglu2's expert differently (fused_kernel_sass_test); it costs runtime divisions
+  // by 2 inter in the tile decode, not in the k-loop.
+  unsigned inter = PL_FACT(inter);
+  asm("" : "+r"(inter));
   const unsigned hblocks = inter / BH, nblocks = hidden / BN;  // (accept: whole blocks)
   unsigned count[4], padded[4], first_row[4];
   if (p.world == 1) {
