@@ -71,7 +71,7 @@ from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, 
 import moe_models  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8  # --model sets these and TARGET (main)
-MODEL, TARGET = "qwen3_30b_a3b", "moe_step"
+MODEL, TARGET, RENORM = "qwen3_30b_a3b", "moe_step", True
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 TOL = 2e-2  # moe_step (f32 accumulators into SwiGLU; h and the expert outputs rounded to bf16)
 # The baselines also round gate/up to bf16 before SwiGLU (grouped_mm's bf16 output), as the models
@@ -107,7 +107,7 @@ def reference(x, router_w, w13, w2, rows):
     ambiguous = (top.values[:, TOP_K - 1] - top.values[:, TOP_K]) < 1e-4
     p = torch.softmax(logits, dim=1)
     wv, ei = p.topk(TOP_K, dim=1)
-    wv = wv / wv.sum(1, keepdim=True)
+    wv = wv / wv.sum(1, keepdim=True) if RENORM else wv
     out = torch.zeros(len(rows), H, dtype=torch.float64, device=x.device)
     for e in ei.unique().tolist():
         tk = (ei == e).nonzero()
@@ -142,7 +142,7 @@ def route(x, router_w):
     import torch
     logits = x.float() @ router_w.float().t()
     wv, ei = torch.softmax(logits, dim=1).topk(TOP_K, dim=1)
-    return wv / wv.sum(1, keepdim=True), ei
+    return (wv / wv.sum(1, keepdim=True) if RENORM else wv), ei
 
 
 def torch_step(x, router_w, w13, w2):
@@ -434,9 +434,10 @@ def cmd_sanitize(a) -> int:
 
 def use_model(name: str) -> None:
     """Every function here reads the layer's shape from these globals."""
-    global H, I, E, TOP_K, MODEL, TARGET
+    global H, I, E, TOP_K, MODEL, TARGET, RENORM
     m = moe_models.MODELS[name]
     H, I, E, TOP_K, MODEL, TARGET = m.hidden, m.inter, m.experts, m.top_k, m.name, m.kernel
+    RENORM = bool(m.facts()["renormalize"])
 
 
 def main() -> int:

@@ -69,7 +69,7 @@ def gemm_swiglu_problem(rng):
     return {"x": xb, "w": wb}, {"m": M, "n": N, "k": K}, ("out", (M, N)), silu(h[:, :N]) * h[:, N:]
 
 
-def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8):
+def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8, renormalize=1):
     """One MoE layer (default Qwen3-30B-A3B's shape; a linked model's facts give others) on T
     tokens; float64 reference (f64 copies per used expert)."""
     import numpy as np
@@ -94,7 +94,8 @@ def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8):
     sorted_logits = np.take_along_axis(logits, order[:, top_k - 1:top_k + 1], 1)
     ambiguous = sorted_logits[:, 0] - sorted_logits[:, 1] < 1e-4
     wts = np.take_along_axis(p, top, 1)
-    wts /= wts.sum(1, keepdims=True)
+    if renormalize:
+        wts /= wts.sum(1, keepdims=True)
     ref = np.zeros((T, H))
     for e in np.unique(top):
         t, j = np.nonzero(top == e)
@@ -144,7 +145,7 @@ CASES = {
 # Kernel name -> the facts its problem depends on: each launch gets the problem of its manifest's
 # facts (a plain link runs with the original's; a propagated head_dim = 64 link with d = 64 data).
 PROBLEM_FACTS = {"attn_causal": ("head_dim",), "attn_decode": ("head_dim",),
-                 "moe_step": ("experts", "hidden", "inter", "top_k")}
+                 "moe_step": ("experts", "hidden", "inter", "top_k", "renormalize")}
 INDEX_DIRS = ("experiments",)  # where symbol_link_mutations targets live in bazel-bin
 
 

@@ -34,8 +34,7 @@ struct Params {  // [params]: out = "ptr", t, rank, world = "u32", peers = "ptr"
   unsigned t, rank, world;
   const unsigned long long* peers;
 };
-constexpr unsigned TOP_K = 8;  // [fact.top_k] accept = [8]: a choice's row and weight per lane, 32 / 8 tokens a test
-constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // [fact.experts] accept = [128]: the counters' lane layout
+constexpr unsigned MAX_TOP_K = 8;  // [fact.top_k] accept = [1, 2, 4, 8]: a choice per lane, 32 / top_k tokens a test
 }  // namespace moe_combine
 
 PL_ENTRY(run) {
@@ -44,14 +43,14 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
-  if (PL_FACT(top_k) != TOP_K || PL_FACT(experts) != EXPERTS) __trap();  // outside accept (folds away)
-  const unsigned hidden = PL_FACT(hidden);
+  const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts);
   const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = hidden / PL_FACT(block_n);
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
   const unsigned set = moe::enter(sync, moe::COMBINE, nw, lane, last, gen);
   if (last) moe::finish_launch(sync, moe::COMBINE, set, 0, 0, lane);
+  if (top_k > MAX_TOP_K || 32 % top_k || experts > moe::EXPERT_SLOTS) __trap();  // outside accept (folds away)
   const unsigned* cur = sync + moe::SET(set);
   bool first = true;
   const unsigned T = p.t, S = T * top_k;
@@ -80,7 +79,7 @@ PL_ENTRY(run) {
   const auto choice_done = [&](unsigned e) {
     unsigned cnt = 0;
     for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
-    const unsigned owner = e / (EXPERTS / world);
+    const unsigned owner = e / (experts / world);
     const unsigned* done = cur + moe::YDONE + e;
     if (owner != p.rank)
       done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
@@ -113,15 +112,15 @@ PL_ENTRY(run) {
     const unsigned e = __ldcg(route_e + tok * top_k + k);
     const float w = __ldcg(route_w + tok * top_k + k);
     const __nv_bfloat16* src = ys;
-    if (world > 1 && e / (EXPERTS / world) != p.rank)
-      src = reinterpret_cast<const __nv_bfloat16*>(p.peers[moe::PEER_WORDS * (e / (EXPERTS / world)) + moe::PEER_YS]);
+    if (world > 1 && e / (experts / world) != p.rank)
+      src = reinterpret_cast<const __nv_bfloat16*>(p.peers[moe::PEER_WORDS * (e / (experts / world)) + moe::PEER_YS]);
     // rows[] was written before the READY release that the expert acquired: visible now.
     src += (size_t)__ldcg(rows + tok * top_k + k) * hidden;
     __syncwarp();
-    const __nv_bfloat16* yk[TOP_K];
-    float wk[TOP_K];
+    const __nv_bfloat16* yk[MAX_TOP_K];
+    float wk[MAX_TOP_K];
 #pragma unroll
-    for (unsigned k = 0; k < TOP_K; ++k) {  // (top_k == TOP_K: checked above)
+    for (unsigned k = 0; k < MAX_TOP_K; ++k) {  // (choices past top_k: lane k's copy of choice 0, never summed)
       yk[k] = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
       wk[k] = __shfl_sync(0xffffffffu, w, k);
     }
@@ -130,16 +129,18 @@ PL_ENTRY(run) {
     // round trips a token, the combine's tail after the last expert ~195 us at T = 16384.
     const auto chunks = [&](unsigned j, auto u) {
       constexpr unsigned U = decltype(u)::value;
-      uint4 y[U][TOP_K];
+      uint4 y[U][MAX_TOP_K];
 #pragma unroll
-      for (unsigned k = 0; k < TOP_K; ++k)
+      for (unsigned k = 0; k < MAX_TOP_K; ++k)
 #pragma unroll
-        for (unsigned v = 0; v < U; ++v) y[v][k] = __ldcg(reinterpret_cast<const uint4*>(yk[k] + (j + v) * 256 + lane * 8));
+        for (unsigned v = 0; v < U; ++v)
+          if (k < top_k) y[v][k] = __ldcg(reinterpret_cast<const uint4*>(yk[k] + (j + v) * 256 + lane * 8));
 #pragma unroll
       for (unsigned v = 0; v < U; ++v) {
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (unsigned k = 0; k < TOP_K; ++k) {
+        for (unsigned k = 0; k < MAX_TOP_K; ++k) {
+          if (k >= top_k) break;  // (a fact: folds away at top_k = 8)
           const unsigned yw[4] = {y[v][k].x, y[v][k].y, y[v][k].z, y[v][k].w};
 #pragma unroll
           for (unsigned i = 0; i < 4; ++i) {
@@ -167,7 +168,7 @@ PL_ENTRY(run) {
   // tokens behind it are ready; experts finish over the whole down pass). Readiness is tested
   // 32 / top_k units at a time, lane g top_k + k testing choice k of unit g's token. Windows of
   // 1024 units: lane l keeps bit m for window unit l + 32 m.
-  constexpr unsigned GROUP = 32 / TOP_K;
+  const unsigned GROUP = 32 / top_k;
   // While none of its units is ready a warp sleeps 256 ns, doubling up to 1 us: each refresh
   // reads the few L2 lines that hold YDONE and COUNTS, in slices the expert's weight stream
   // also needs, and 512 warps refreshing every 256 ns made the step 1.7-4.6% slower at

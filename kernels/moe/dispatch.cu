@@ -46,8 +46,8 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
-  const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k), hidden = PL_FACT(hidden);
-  if (PL_FACT(experts) != moe::EXPERT_SLOTS) __trap();  // the counters' lane layout (accept; folds away)
+  const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k), hidden = PL_FACT(hidden), experts = PL_FACT(experts);
+  if (experts > moe::EXPERT_SLOTS) __trap();  // the counters' lane layout (accept; folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
@@ -64,12 +64,13 @@ PL_ENTRY(run) {
   moe::wait_at_least(cur + moe::ROUTED, T);
   moe::stamp(sync, moe::DISPATCH_BEGIN, lane);
   unsigned padded[4], first[4], total;
-  const unsigned world = p.world, per_rank = moe::EXPERT_SLOTS / world;
+  const unsigned world = p.world, per_rank = experts / world;
   if (world == 1) {
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
     moe::exclusive_scan4(padded, first, lane, total);
   } else {  // first[i]: this rank's first row of expert 4 lane + i on the expert's owner
+    if (per_rank % 4 || per_rank * world != experts) __trap();  // whole lanes per rank (moe_ep.py: world | experts / 4)
     if (gw == 0) moe::post_counts(cur, p.peers, set, gen + 1, p.rank, world, lane);
     unsigned tot[4], below[4];
     moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);

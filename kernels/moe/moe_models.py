@@ -77,8 +77,10 @@ class MoeModel:
         return tuple(n for n in self.tensors() if n not in ("router_w", "w13", "w2"))
 
     def facts(self) -> dict[str, int]:
-        """The linked facts a kernel for this model carries in its manifest."""
-        return {"hidden": self.hidden, "inter": self.inter, "experts": self.experts, "top_k": self.top_k}
+        """The linked facts a kernel for this model carries in its manifest (a bool as 0/1).
+        renormalize: softmax over the top-k logits equals the renormalized top-k probabilities."""
+        return {"hidden": self.hidden, "inter": self.inter, "experts": self.experts, "top_k": self.top_k,
+                "renormalize": int(self.routing != SOFTMAX)}
 
     def describe(self) -> str:
         s = f"{self.name}: hidden {self.hidden}, inter {self.inter}, {self.experts} experts, top-{self.top_k}"
@@ -104,12 +106,10 @@ SERVED = "; ".join(m.describe() for m in MODELS.values())
 # linker refuses them (kernels/moe_models.bzl `served`; tests/kernels/test_moe_model_targets.py
 # asserts the two tables agree). Their reference and weight converter work already.
 NOT_LINKED = {
-    "olmoe_1b_7b": "the owners accept experts = 128 only (it has 64)",
-    "mixtral_8x7b": "the owners accept experts = 128 and top_k = 8 only (it has 8 and 2)",
-    "deepseek_v3": "the owners accept experts = 128 only (it has 256), and no grouped-sigmoid router or "
+    "deepseek_v3": "the owners accept at most 128 experts (it has 256), and no grouped-sigmoid router or "
                    "shared-expert component exists yet",
-    "gpt_oss_120b": "the owners accept top_k = 8 and a hidden of whole 1024s (the router) only (it has 4 and "
-                    "2880), and no bias or clamped-SwiGLU component exists yet",
+    "gpt_oss_120b": "the owners accept a hidden of whole 1024s (the router) and 256s (dispatch, combine) only "
+                    "(it has 2880), and no bias or clamped-SwiGLU component exists yet",
 }
 LINKED = tuple(m for m in MODELS if m not in NOT_LINKED)
 

@@ -18,8 +18,11 @@
 // (the router phase 19% shorter than with a ring per warp), and x's rows, from DRAM, come as
 // far ahead as W_r's. Straight from global into registers ptxas kept about seven loads in
 // flight and no step ahead.
-// Reads the model's hidden, experts and top_k (kernel facts): its tiles and selection hold 128
-// experts and 8 choices (accept), and its k-split runs over any hidden it accepts.
+// Reads the model's hidden, experts, top_k and renormalize (kernel facts): its tiles hold 128
+// expert slots (a model with fewer leaves the rest out: W_r rows past `experts` load as zeros and
+// their logits are -inf), lane q of a token's four takes choices q and q + 4 of top_k <= 8, and
+// its k-split runs over any hidden it accepts. The facts fold at link time: a 128-expert, top-8,
+// renormalizing model compiles to the code without those tests.
 #define PL_COMPONENT moe_router
 #include <pipelink.h>
 
@@ -31,6 +34,7 @@
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(experts);
+PL_DECLARE_FACT_BOOL(renormalize);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(logits);
@@ -43,8 +47,8 @@ struct Params {  // [params]: x, router_w = "ptr", t = "u32"
   const __nv_bfloat16* router_w;
   unsigned t;
 };
-constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // [fact.experts] accept = [128]
-constexpr unsigned TOP_K = 8;                    // [fact.top_k] accept = [8]: lane q takes choices q, q + 4
+constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // expert slots of a tile ([fact.experts] accept: up to 128)
+constexpr unsigned MAX_TOP_K = 8;                // lane q takes choices q and q + 4 ([fact.top_k] accept)
 constexpr unsigned NT = EXPERTS / 8;             // n8 tiles per unit
 constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units)
 constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * EXPERTS;
@@ -66,13 +70,24 @@ __device__ __forceinline__ uint2 lds64(uint32_t addr) {
 // Warp half's share (experts [64 half, 64 half + 64)) of W_r's k16 slice at k into the stage at
 // dst: 128 chunks of 16 B (chunk c: row c / 2, 16 B column c % 2), lane l taking c = l + 32 i,
 // 16 rows further each time. The caller commits the cp.async group.
-__device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned hidden, unsigned k, unsigned half,
-                                          unsigned lane) {
+// Rows past `experts` (a model with fewer than 128) are zero-filled, reading nothing.
+__device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned hidden, unsigned experts,
+                                          unsigned k, unsigned half, unsigned lane) {
   const unsigned row = 64 * half + lane / 2;
   const __nv_bfloat16* src = w + (size_t)row * hidden + k + 8 * (lane % 2);
   dst += row * 32 + (lane % 2) * 16;
+  if (experts >= EXPERTS) {  // (a fact: one branch folds away)
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) cp_async16(dst + i * 512, src + (size_t)i * 16 * hidden);
+    for (unsigned i = 0; i < 4; ++i) cp_async16(dst + i * 512, src + (size_t)i * 16 * hidden);
+    return;
+  }
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) {
+    const bool valid = row + 16 * i < experts;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + i * 512),
+                 "l"(valid ? src + (size_t)i * 16 * hidden : w), "r"(valid ? 16u : 0u)
+                 : "memory");
+  }
 }
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // The warp's tile's x rows [k, k + 16) into its part of the stage at dst: 32 chunks of 16 B,
@@ -110,13 +125,21 @@ __device__ __forceinline__ float p_of(unsigned key) { return __uint_as_float(key
 __device__ __forceinline__ unsigned expert_of(unsigned key) { return 127u - (key >> 1 & 0x7Fu); }
 
 // Top-k of token g of the tile (the half-0 columns of acc), held by the 4 lanes q = 0..3 of a
-// group: acc[j][i] is expert 8 j + 2 q + i. Softmax, then k rounds of a max over sortable
-// words. Each exp is taken once and every reduction runs as 4 independent chains.
-// Lane q gets choices k = q and q + 4 (expert, renormalized weight).
+// group: acc[j][i] is expert 8 j + 2 q + i. Softmax over the model's experts (slots past
+// `experts` count as -inf), then top_k rounds of a max over sortable words. Each exp is taken
+// once and every reduction runs as 4 independent chains. Lane q gets choices k = q and q + 4
+// (expert, weight: renormalized over the top_k when `renorm`, else the softmax probability).
 constexpr unsigned CHAINS = 4;
-__device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, unsigned (&expert)[2], float (&weight)[2]) {
+__device__ __forceinline__ void select(const float (&acc_in)[NT][4], unsigned q, unsigned experts, unsigned top_k,
+                                       bool renorm, unsigned (&expert)[2], float (&weight)[2]) {
   unsigned key[NT][2];
   float c[CHAINS];
+  float acc[NT][2];
+#pragma unroll
+  for (unsigned j = 0; j < NT; ++j)
+#pragma unroll
+    for (unsigned i = 0; i < 2; ++i)
+      acc[j][i] = experts >= EXPERTS || 8 * j + 2 * q + i < experts ? acc_in[j][i] : -INFINITY;
 #pragma unroll
   for (unsigned j = 0; j < CHAINS; ++j) c[j] = fmaxf(acc[j][0], acc[j][1]);
 #pragma unroll
@@ -142,7 +165,7 @@ __device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, un
     for (unsigned i = 0; i < 2; ++i) key[j][i] = key_of(__uint_as_float(key[j][i]) * inv, 8 * j + 2 * q + i);
   float chosen = 0.f, mine0 = 0.f, mine1 = 0.f;
 #pragma unroll 1
-  for (unsigned k = 0; k < TOP_K; ++k) {
+  for (unsigned k = 0; k < top_k; ++k) {
     unsigned b[CHAINS];
 #pragma unroll
     for (unsigned j = 0; j < CHAINS; ++j) b[j] = max(key[j][0], key[j][1]);
@@ -159,22 +182,28 @@ __device__ __forceinline__ void select(const float (&acc)[NT][4], unsigned q, un
     if (k == q) expert[0] = expert_of(best), mine0 = p_of(best);  // (constant indices: no local memory)
     if (k == q + 4) expert[1] = expert_of(best), mine1 = p_of(best);
   }
-  weight[0] = mine0 / chosen, weight[1] = mine1 / chosen;
+  weight[0] = renorm ? mine0 / chosen : mine0, weight[1] = renorm ? mine1 / chosen : mine1;
 }
 
 // Select the experts of token t0 + g (acc's half-0 columns) and, if it is < T, append its
-// slots (lane q: choices q and q + 4).
+// slots (lane q: choices q and q + 4, those below top_k).
 __device__ __forceinline__ void route_token(const float (&acc)[NT][4], unsigned t0, unsigned T, unsigned g, unsigned q,
-                                            unsigned* counts, unsigned* route_e, float* route_w, unsigned* route_pos) {
-  unsigned e[2];
+                                            unsigned experts, unsigned top_k, bool renorm, unsigned* counts,
+                                            unsigned* route_e, float* route_w, unsigned* route_pos) {
+  unsigned e[2] = {0, 0};
   float w[2];
-  select(acc, q, e, w);
+  select(acc, q, experts, top_k, renorm, e, w);
   const unsigned tok = t0 + g;
   if (tok >= T) return;
-  const unsigned pos0 = atomicAdd(counts + e[0], 1u), pos1 = atomicAdd(counts + e[1], 1u);
-  const unsigned slot = tok * TOP_K + q;
-  route_e[slot] = e[0], route_w[slot] = w[0], route_pos[slot] = pos0;
-  route_e[slot + 4] = e[1], route_w[slot + 4] = w[1], route_pos[slot + 4] = pos1;
+  const unsigned slot = tok * top_k + q;
+  if (top_k >= MAX_TOP_K) {  // (a fact: the top-8 code as it was)
+    const unsigned pos0 = atomicAdd(counts + e[0], 1u), pos1 = atomicAdd(counts + e[1], 1u);
+    route_e[slot] = e[0], route_w[slot] = w[0], route_pos[slot] = pos0;
+    route_e[slot + 4] = e[1], route_w[slot + 4] = w[1], route_pos[slot + 4] = pos1;
+    return;
+  }
+  if (q < top_k) route_e[slot] = e[0], route_w[slot] = w[0], route_pos[slot] = atomicAdd(counts + e[0], 1u);
+  if (q + 4 < top_k) route_e[slot + 4] = e[1], route_w[slot + 4] = w[1], route_pos[slot + 4] = atomicAdd(counts + e[1], 1u);
 }
 }  // namespace moe_router
 
@@ -193,10 +222,11 @@ PL_ENTRY(run) {
   unsigned* cur = sync + moe::SET(set);
   moe::stamp(sync, moe::KERNEL_BEGIN, lane);
   moe::stamp(sync, moe::ROUTER_BEGIN, lane);
-  // Outside the accepted values (L-FACT-ACCEPT stops such a link; these fold away).
-  if (PL_FACT(top_k) != TOP_K || PL_FACT(experts) != EXPERTS) __trap();
-  const unsigned hidden = PL_FACT(hidden);
-  const unsigned T = p.t, S = T * TOP_K;
+  const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
+  const bool renorm = PL_FACT(renormalize);
+  // Outside the accepted values (L-FACT-ACCEPT stops such a link; this folds away).
+  if (top_k > MAX_TOP_K || top_k > experts || experts > EXPERTS) __trap();
+  const unsigned T = p.t, S = T * top_k;
   unsigned* route_e = static_cast<unsigned*>(PL_WORKSPACE(route));
   float* route_w = reinterpret_cast<float*>(route_e + S);
   unsigned* route_pos = route_e + 2 * S;
@@ -260,7 +290,7 @@ PL_ENTRY(run) {
       const auto fill = [&](unsigned i) {
         const unsigned k = k_begin + kat(i * KSTEP);
         const uint32_t st = ring + i % STAGES * STAGE_BYTES;
-        fill_half(st, p.router_w, hidden, k, half, lane);
+        fill_half(st, p.router_w, hidden, experts, k, half, lane);
         fill_x(st + xpart, p.x, hidden, t0, mine ? T : 0u, k, lane);
       };
 #pragma unroll 1
@@ -318,7 +348,7 @@ PL_ENTRY(run) {
     const unsigned r0 = mine ? t0 : 0u, live = mine ? T : 0u;  // live: tokens a pass routes
 #pragma unroll 1
     for (unsigned h = 0; h < (live > r0 + 8 ? 2u : 1u); ++h) {
-      route_token(acc, r0 + 8 * h, live, g, q, cur + moe::COUNTS, route_e, route_w, route_pos);
+      route_token(acc, r0 + 8 * h, live, g, q, experts, top_k, renorm, cur + moe::COUNTS, route_e, route_w, route_pos);
 #pragma unroll
       for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][2], acc[j][1] = acc[j][3];  // tokens + 8 next
     }

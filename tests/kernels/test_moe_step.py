@@ -41,7 +41,7 @@ def test_links_with_four_owners_and_shared_workspaces(name):
     m = _manifest(name)
     assert m["facts"] == {"block_h": 64, "block_m": 64, "block_n": 128, "expert_stages": 4, "router_stages": 6,
                           "sched_bytes": 2048, "team_stages": 6, "top_k": 8, "experts": 128, "hidden": 2048,
-                          "inter": 768}
+                          "inter": 768, "renormalize": 1}
     assert [i["package"] for i in m["instances"]] == ["moe_router", "moe_dispatch", "moe_expert", "moe_swiglu",
                                                        "moe_combine"]
     shared = {}
@@ -142,3 +142,40 @@ def test_bad_inputs_are_coded(weights):
         with pytest.raises(LaunchError) as e:
             ms.moe_step(*args)
         assert e.value.code == code
+
+
+# --- every linked model (kernels/moe_models.bzl): the same packages with another shape -------
+
+def _model_weights(torch, m, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    E, H, I = m.experts, m.hidden, m.inter
+    r = lambda *s, scale: (torch.randn(*s, generator=g, device="cuda") * scale).to(torch.bfloat16)  # noqa: E731
+    return {"router_w": r(E, H, scale=H**-0.5), "w13": r(E, 2 * I, H, scale=H**-0.5),
+            "w2": r(E, H, I, scale=I**-0.5)}, g
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("T", [1, 16, 128, 1024, 4096])
+@pytest.mark.parametrize("model", ["qwen3_235b_a22b", "olmoe_1b_7b", "mixtral_8x7b"])
+def test_linked_model_matches_its_f64_reference(model, T):
+    torch = _torch()
+    import moe_models
+    import moe_reference
+    import moe_step as ms
+
+    m = moe_models.MODELS[model]
+    _manifest(m.kernel)
+    w, g = _model_weights(torch, m, 4321)
+    x = torch.randn(T, m.hidden, generator=g, device="cuda").to(torch.bfloat16)
+    out = torch.full((T, m.hidden), float("nan"), dtype=torch.bfloat16, device="cuda")
+    layer = ms.MoeLayer(model, w)
+    layer(x, out)
+    torch.cuda.synchronize()
+    ref, gap = moe_reference.reference(m, x, w)
+    ok = gap > 1e-4  # near-ties below bf16 resolution may route either way: left out, counted
+    assert ok.float().mean() > 0.9, f"{int((~ok).sum())} of {T} tokens near-tied"
+    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) output"
+    err = (out.double() - ref).abs()
+    rms = ref[ok].pow(2).mean().sqrt()
+    bad = (err > 2e-2 * (ref.abs() + rms))[ok]
+    assert not bad.any(), f"{model} T={T}: {int(bad.sum())} elements off, max err {err[ok].max().item():.3e}"
