@@ -155,12 +155,14 @@ constexpr unsigned NO_ROW = ~0u;
 // One unit's operands, in three words (registers are tight): the weight tile's first row b
 // (`parts` boxes of the map at rows b and b + part_stride), the first of its rows in the A
 // workspace, and `meta` = valid rows | VALID (the unit exists) | READY (its readiness counter
-// was complete when checked, so its rows may be loaded ahead).
+// was complete when checked, so its rows may be loaded ahead) | its expert << EXPERT_SHIFT (so the
+// expert is not a division of b by the model's row count, a link-time value).
 struct Tile {
   int b;
   unsigned row0, meta;
 };
-constexpr unsigned VALID = 1u << 16, READY = 1u << 17;
+constexpr unsigned VALID = 1u << 16, READY = 1u << 17, EXPERT_SHIFT = 24;
+__device__ __forceinline__ unsigned expert_of(const Tile& t) { return t.meta >> EXPERT_SHIFT; }
 // Whether every lane of the warp already acquired the unit's readiness counter complete (the
 // READY bit of its check a unit ago): then the unit starts without another L2 round trip.
 __device__ __forceinline__ bool known_ready(const Tile& t) { return __all_sync(0xffffffffu, t.meta & READY); }
@@ -400,11 +402,7 @@ PL_ENTRY(run) {
   const unsigned experts = PL_FACT(experts);
   if (PL_FACT(top_k) > 8 || experts > EXPERTS) __trap();
   const unsigned hidden = PL_FACT(hidden);
-  // inter opaque in both builds: folded, the single-unit control and the linked build ordered
-  // moe_step_swiglu2's expert differently (fused_kernel_sass_test); it costs runtime divisions
-  // by 2 inter in the tile decode, not in the k-loop.
-  unsigned inter = PL_FACT(inter);
-  asm("" : "+r"(inter));
+  const unsigned inter = PL_FACT(inter);
   const unsigned hblocks = inter / BH, nblocks = hidden / BN;  // (accept: whole blocks)
   unsigned count[4], padded[4], first_row[4];
   if (p.world == 1) {
@@ -488,7 +486,7 @@ PL_ENTRY(run) {
       if (check && !known.has(w.e)) known.refresh(cur + moe::READY, sched, 1, p.world > 1, lane);
       const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * 2 * inter + w.block * BH), row0,
-                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
+                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u) | w.e << EXPERT_SHIFT};
     };
     Tile tile = gateup_tile(gwg, false);
     prime<M, 2 * BH, 2>(ring, &p.tmap_w13, tile, (int)inter);
@@ -498,7 +496,7 @@ PL_ENTRY(run) {
     // from its three words after the main loop, so nothing else is live through it.
     for (unsigned u = gwg; u < total; u += nwg) {
       if (!known_ready(tile)) {
-        const unsigned e = (unsigned)tile.b / (2 * inter), cnt = sched.count[e];
+        const unsigned e = expert_of(tile), cnt = sched.count[e];
         if (p.world > 1) {  // rows from other GPUs: system scope
           while (moe::ld_acquire_sys(cur + moe::READY + e) < cnt) __nanosleep(64);
           __syncwarp();
@@ -513,7 +511,7 @@ PL_ENTRY(run) {
       const Tile done = tile;
       tile = next;
       pending.release(cur, lane == 0);  // the last unit's HREADY (its h rows were stored a unit ago)
-      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / (2 * inter);
+      const unsigned valid = done.meta & 0xFFFFu, e = expert_of(done);
       // Solo: rows >= block_m belong to the next tile. Team: a unit's rows past its valid ones
       // may be the next expert's (whole block_m tiles of padding are never read): only warps
       // with a valid row export (their 16 rows lie in one block_m tile of this expert).
@@ -537,7 +535,7 @@ PL_ENTRY(run) {
       if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, sched, inter, false, lane);
       const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * hidden + w.block * BN), row0,
-                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u)};
+                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u) | w.e << EXPERT_SHIFT};
     };
     known = {0};
     tile = down_tile(gwg, false);
@@ -545,7 +543,7 @@ PL_ENTRY(run) {
     moe::stamp(sync, moe::DOWN_BEGIN, lane);
     for (unsigned u = gwg; u < total; u += nwg) {  // (the unit is `tile`, as in pass 1)
       if (!known_ready(tile)) {
-        const unsigned e = (unsigned)tile.b / hidden;
+        const unsigned e = expert_of(tile);
         moe::wait_at_least(cur + moe::HREADY + e, sched.count[e] * inter);
       }
       const Tile next = down_tile(u + nwg, true);
@@ -553,7 +551,7 @@ PL_ENTRY(run) {
       mainloop<M, BN, 1>(acc, ring, hs, nullptr, &p.tmap_w2, tile, next, ring_sync, inter, 0);
       const Tile done = tile;
       tile = next;
-      const unsigned valid = done.meta & 0xFFFFu, e = (unsigned)done.b / hidden, row0 = done.row0;
+      const unsigned valid = done.meta & 0xFFFFu, e = expert_of(done), row0 = done.row0;
       const unsigned col0 = (unsigned)done.b - e * hidden;  // (w2 row = ys column)
       // One rank: the last unit's YDONE, by one thread. Its ys rows were stored before this
       // unit's ring barriers, so the release covers every thread's stores (CUTLASS's
