@@ -3,7 +3,9 @@
 # persistent kernel must not take the whole call: it cost 767 device-seconds once), logs in $OUT.
 #   device run, carry ["bazel-bin/kernels", "bazel-bin/experiments", ".whl"]:
 #     bash experiments/device_run/moe_device_run.sh
-#   STEPS="tests check trace pair bench sanitize ep cx"   (default: all, in this order)
+#   STEPS="tests check trace pair bench sanitize ep cx models"   (default: all, in this order)
+#   MODELS="qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b"   the other linked models (issue 41), for `models`:
+#     check, linked/control pair, bench and the three sanitizers of each (needs their targets built)
 #   BUILDS=name=dir,...   other builds' moe_step timed in bench's rounds (columns moe_step_<name>)
 #   PIPELINK_SGLANG_DIR=dir   the unpacked sglang wheel: check and bench add SGLang's columns (moe_sglang.py)
 #   needs //kernels:moe_step, :moe_step_swiglu2 (+control), :moe_step_trace, //experiments:moe_step_team
@@ -12,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/moe_out}; mkdir -p "$OUT"
-STEPS=${STEPS:-tests check trace pair bench sanitize ep cx}
+STEPS=${STEPS:-tests check trace pair bench sanitize ep cx models}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 rc=0
 # step NAME SECONDS CMD...: run CMD under a limit into $OUT/NAME.log, print its tail, count failures
@@ -34,4 +36,12 @@ has sanitize && TAIL=10 step sanitize 570 python3 benchmarks/moe_sanitize.py --t
 has ep && step ep 120 python3 benchmarks/moe_ep_check.py check
 has ep && step ep_memcheck 180 python3 benchmarks/moe_ep_check.py sanitize memcheck 16 2
 has cx && TAIL=8 step cx 240 python3 experiments/symbol_link/symbol_link_counterexample.py --kernel moe_step --watchdog 4
+if has models; then
+  for M in ${MODELS:-qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b}; do
+    step "check_$M" 240 python3 benchmarks/moe_bench.py check --model "$M" --tokens 1,16,128,1024,4096
+    TAIL=8 step "pair_$M" 200 python3 benchmarks/moe_bench.py pair --model "$M" --rounds ${ROUNDS:-10}
+    TAIL=9 step "bench_$M" 300 python3 benchmarks/moe_bench.py bench --model "$M" --rounds ${ROUNDS:-10} --tokens 1,16,128,1024,4096
+    TAIL=10 step "sanitize_$M" 570 python3 benchmarks/moe_bench.py sanitize --model "$M"
+  done
+fi
 exit $rc
