@@ -4,8 +4,8 @@
 // ~8 us after the last expert was done; 8 warps load them in one). A token is ready (YDONE,
 // acquire) once the expert owner has finished every down-projection tile of each of its
 // experts: ceil(count / block_m) row tiles × hidden / block_n column blocks (the expert owner's
-// geometry and the model's hidden, read as facts). Each warp combines its units in the order they become ready (a
-// sweep that skips the others).
+// geometry and the model's hidden, read as facts). Each warp combines its units in the order
+// they become ready (a sweep that skips the others).
 // With world > 1 ranks (moe_shapes.h) the expert's rank may be another GPU: the count is the
 // total over ranks (the count exchange), and YDONE and the ys rows are the owner's, read
 // through `peers` (per rank {xs, sync, ys}) with system-scope acquires.

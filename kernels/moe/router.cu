@@ -1,6 +1,6 @@
-// router.cu — owner R. Role: logits = x · W_rᵀ (f32), p = softmax(logits), top-8 experts
-// by p, weights = p_topk / Σ p_topk. Work unit: one 16-token tile × all 128 experts (16
-// mma m16n8 tiles) over a k-range: the tile's K = hidden is split into KS ranges so that
+// router.cu — owner R. Role: logits = x · W_rᵀ (f32), p = softmax(logits), top-k experts
+// by p, weights = p_topk / Σ p_topk (or p_topk: fact renormalize). Work unit: one 16-token
+// tile × all 128 expert slots (16 mma m16n8 tiles) over a k-range: the tile's K = hidden is split into KS ranges so that
 // tiles × KS units fill the role's warps at small T (KS = 1 from T ≈ 16 × warps). With
 // KS > 1 each unit adds its partial logits into the instance workspace `logits` (f32
 // atomics; zero-kept) and the unit that completes the tile (counter in `sync`, reset by
