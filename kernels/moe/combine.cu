@@ -44,7 +44,8 @@ PL_ENTRY(run) {
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts);
-  const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = hidden / PL_FACT(block_n);
+  // the expert's down tiles per row tile: its last column block may be part of one (hidden % block_n)
+  const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = moe::ceil_div(hidden, PL_FACT(block_n));
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
@@ -61,7 +62,10 @@ PL_ENTRY(run) {
 
   const unsigned world = p.world;
   // Work units: (token, column part); parts = a power of two that divides the row's chunks.
-  const unsigned CHUNKS = hidden / 256;  // 256 columns: 8 per lane, one uint4 (accept: a multiple of 256)
+  // A chunk is 256 columns, 8 a lane (one uint4); a row of hidden % 256 != 0 (accept: whole
+  // 64s) ends in a part chunk whose lanes past the row load and store nothing.
+  const unsigned CHUNKS = moe::ceil_div(hidden, 256);
+  const bool whole = hidden % 256 == 0;  // (a fact: folds away)
   unsigned shift = 0;  // parts = 1 << shift
   const unsigned max_parts = CHUNKS & (0u - CHUNKS);  // the largest power of two that divides CHUNKS
   while ((1u << shift) < max_parts && T << (shift + 1) <= nw) ++shift;
@@ -134,7 +138,10 @@ PL_ENTRY(run) {
       for (unsigned k = 0; k < MAX_TOP_K; ++k)
 #pragma unroll
         for (unsigned v = 0; v < U; ++v)
-          if (k < top_k) y[v][k] = __ldcg(reinterpret_cast<const uint4*>(yk[k] + (j + v) * 256 + lane * 8));
+          if (k < top_k)
+            y[v][k] = whole || (j + v) * 256 + lane * 8 < hidden
+                          ? __ldcg(reinterpret_cast<const uint4*>(yk[k] + (j + v) * 256 + lane * 8))
+                          : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (unsigned v = 0; v < U; ++v) {
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -153,7 +160,8 @@ PL_ENTRY(run) {
         __nv_bfloat162 h2 = __floats2bfloat162_rn(acc[4], acc[5]), h3 = __floats2bfloat162_rn(acc[6], acc[7]);
         o.x = *reinterpret_cast<unsigned*>(&h0), o.y = *reinterpret_cast<unsigned*>(&h1);
         o.z = *reinterpret_cast<unsigned*>(&h2), o.w = *reinterpret_cast<unsigned*>(&h3);
-        *reinterpret_cast<uint4*>(p.out + (size_t)tok * hidden + (j + v) * 256 + lane * 8) = o;
+        if (whole || (j + v) * 256 + lane * 8 < hidden)
+          *reinterpret_cast<uint4*>(p.out + (size_t)tok * hidden + (j + v) * 256 + lane * 8) = o;
       }
     };
     unsigned j = part * per_part;

@@ -103,7 +103,8 @@ PL_ENTRY(run) {
   // system-scope fence covers all of them before each slot's lane releases its expert's READY
   // counter. (hidden = 2048 is one chunk: the whole row is loaded once.)
   constexpr unsigned CHUNK = 8;
-  const unsigned chunks = hidden / 256;  // accept: hidden is a multiple of 256
+  const unsigned chunks = moe::ceil_div(hidden, 256);  // the last one part of a chunk where hidden % 256 != 0
+  const bool whole = hidden % 256 == 0;                  // (a fact: folds away)
   for (unsigned tok = gw; tok < T; tok += nw) {
     const uint4* src = reinterpret_cast<const uint4*>(p.x + (size_t)tok * hidden);
     unsigned e = 0, row = 0;
@@ -112,7 +113,7 @@ PL_ENTRY(run) {
       uint4 v[CHUNK];
 #pragma unroll
       for (unsigned j = 0; j < CHUNK; ++j)
-        if (c0 + j < chunks) v[j] = __ldg(src + (c0 + j) * 32 + lane);
+        if (c0 + j < chunks && (whole || (c0 + j) * 256 + lane * 8 < hidden)) v[j] = __ldg(src + (c0 + j) * 32 + lane);
       if (c0 == 0 && lane < top_k) {
         const unsigned slot = tok * top_k + lane;
         e = __ldcg(route_e + slot);
@@ -133,7 +134,7 @@ PL_ENTRY(run) {
         uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)rk * hidden);
 #pragma unroll
         for (unsigned j = 0; j < CHUNK; ++j)
-          if (c0 + j < chunks) __stcg(dst + (c0 + j) * 32 + lane, v[j]);
+          if (c0 + j < chunks && (whole || (c0 + j) * 256 + lane * 8 < hidden)) __stcg(dst + (c0 + j) * 32 + lane, v[j]);
       }
     }
     moe::fence_sys();  // the owner may be another GPU

@@ -340,7 +340,7 @@ __device__ __forceinline__ void store_rows16(const float* acc, __nv_bfloat16* ou
         if (b1) a[p] = got;
         else a[p + 2] = got;
       }
-      if (r < valid)
+      if (r < valid && (hidden % N == 0 || col0 + 8 * (4 * m + q) < hidden))  // (whole blocks: folds away)
         *reinterpret_cast<uint4*>(out + (size_t)(row0 + r) * hidden + col0 + 8 * (4 * m + q)) =
             make_uint4(a[0], a[1], a[2], a[3]);
     }
@@ -403,7 +403,10 @@ PL_ENTRY(run) {
   if (PL_FACT(top_k) > 8 || experts > EXPERTS) __trap();
   const unsigned hidden = PL_FACT(hidden);
   const unsigned inter = PL_FACT(inter);
-  const unsigned hblocks = inter / BH, nblocks = hidden / BN;  // (accept: whole blocks)
+  // down's last column block is part of one where hidden % block_n != 0 (accept: whole 64s): its
+  // weight rows past the expert's are the next expert's, or zeros past the last (TMA), and its
+  // columns past hidden are not stored.
+  const unsigned hblocks = inter / BH, nblocks = moe::ceil_div(hidden, BN);
   unsigned count[4], padded[4], first_row[4];
   if (p.world == 1) {
     // One warp polls ROUTED and the role's barrier hands its acquire on (the CUTLASS semaphore

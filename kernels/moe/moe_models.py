@@ -80,7 +80,7 @@ class MoeModel:
         """The linked facts a kernel for this model carries in its manifest (a bool as 0/1).
         renormalize: softmax over the top-k logits equals the renormalized top-k probabilities."""
         return {"hidden": self.hidden, "inter": self.inter, "experts": self.experts, "top_k": self.top_k,
-                "renormalize": int(self.routing != SOFTMAX)}
+                "renormalize": int(self.routing != SOFTMAX), "biases": int(self.biases)}
 
     def describe(self) -> str:
         s = f"{self.name}: hidden {self.hidden}, inter {self.inter}, {self.experts} experts, top-{self.top_k}"
@@ -108,8 +108,8 @@ SERVED = "; ".join(m.describe() for m in MODELS.values())
 NOT_LINKED = {
     "deepseek_v3": "the owners accept at most 128 experts (it has 256), and no grouped-sigmoid router or "
                    "shared-expert component exists yet",
-    "gpt_oss_120b": "the owners accept a hidden of whole 1024s (the router) and 256s (dispatch, combine) only "
-                    "(it has 2880), and no bias or clamped-SwiGLU component exists yet",
+    "gpt_oss_120b": "no owner adds router or expert biases yet (the router accepts biases = false), and no "
+                    "clamped-SwiGLU library is linked",
 }
 LINKED = tuple(m for m in MODELS if m not in NOT_LINKED)
 

@@ -35,6 +35,7 @@ PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(experts);
 PL_DECLARE_FACT_BOOL(renormalize);
+PL_DECLARE_FACT_BOOL(biases);  // router and expert biases: none of the owners adds them yet (accept = [false])
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(logits);
@@ -50,7 +51,7 @@ struct Params {  // [params]: x, router_w = "ptr", t = "u32"
 constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // expert slots of a tile ([fact.experts] accept: up to 128)
 constexpr unsigned MAX_TOP_K = 8;                // lane q takes choices q and q + 4 ([fact.top_k] accept)
 constexpr unsigned NT = EXPERTS / 8;             // n8 tiles per unit
-constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units)
+constexpr unsigned MAX_SPLITS = 64;        // k-ranges down to one k32 step (T = 1: 64 units at hidden 2048)
 constexpr unsigned TILE_FLOATS = moe::ROUTE_TOKENS * EXPERTS;
 constexpr unsigned KSTEP = 16;                              // k per step: one mma k16
 constexpr unsigned W_BYTES = EXPERTS * KSTEP * 2;          // W_r[0 .. 128)[k0 .. k0 + 16): 32 B a row
@@ -102,10 +103,10 @@ __device__ __forceinline__ void fill_x(uint32_t dst, const __nv_bfloat16* x, uns
                : "memory");
 }
 
-// Splits per tile pair: the largest power of two <= MAX_SPLITS with pairs * splits <= ctas.
-__device__ __forceinline__ unsigned splits_for(unsigned pairs, unsigned ctas) {
+// Splits per tile pair: the largest power of two <= max_splits with pairs * splits <= ctas.
+__device__ __forceinline__ unsigned splits_for(unsigned pairs, unsigned ctas, unsigned max_splits) {
   unsigned ks = 1;
-  while (ks < MAX_SPLITS && pairs * ks * 2 <= ctas) ks *= 2;
+  while (ks < max_splits && pairs * ks * 2 <= ctas) ks *= 2;
   return ks;
 }
 
@@ -225,7 +226,7 @@ PL_ENTRY(run) {
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
   const bool renorm = PL_FACT(renormalize);
   // Outside the accepted values (L-FACT-ACCEPT stops such a link; this folds away).
-  if (top_k > MAX_TOP_K || top_k > experts || experts > EXPERTS) __trap();
+  if (top_k > MAX_TOP_K || top_k > experts || experts > EXPERTS || PL_FACT(biases)) __trap();
   const unsigned T = p.t, S = T * top_k;
   unsigned* route_e = static_cast<unsigned*>(PL_WORKSPACE(route));
   float* route_w = reinterpret_cast<float*>(route_e + S);
@@ -238,9 +239,11 @@ PL_ENTRY(run) {
   // of the slices for its partner) and routes nothing.
   const unsigned half = threadIdx.x / 32 - PL_WARP_BEGIN();  // 0 or 1 (the role has 2 warps)
   const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS), pairs = moe::ceil_div(tiles, 2u);
-  const unsigned ks = splits_for(pairs, gridDim.x), units = pairs * ks;
-  // hidden: a multiple of 1024 from 2048 (accept), so krange is a multiple of KSTEP, steps >= 2
-  const unsigned krange = hidden / ks, steps = krange / KSTEP;
+  // A k-range is whole k32 steps (the rotation below), so ks divides hidden / 32: the largest
+  // power of two that does, at most MAX_SPLITS (a fact: 64 for every hidden of whole 2048s).
+  const unsigned k32 = hidden / 32, max_splits = min(MAX_SPLITS, k32 & (0u - k32));
+  const unsigned ks = splits_for(pairs, gridDim.x, max_splits), units = pairs * ks;
+  const unsigned krange = hidden / ks, steps = krange / KSTEP;  // steps >= 2 (krange >= 32)
   const auto tile_of = [&](unsigned v) { return v / ks * 2 + half; };
   // x comes from DRAM once; router_w stays in L2. Each k-step waits on both, so the warp
   // asks L2 for the x lines of its tile of unit v ahead of its k-loop (the next unit's while it works).

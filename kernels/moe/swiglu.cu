@@ -1,6 +1,6 @@
 // swiglu.cu — owner G. SwiGLU library of the MoE expert: imports the expert's gate/up
 // accumulators (`acc`, layout "moe_gu16", expert_acc.h: 16 rows per warp) and writes h = silu(gate) * up,
-// rounded to bf16, into the kernel-scope workspace `hs` (row stride 768). It runs in the
+// rounded to bf16, into the kernel-scope workspace `hs` (row stride inter). It runs in the
 // exporting warp; the expert signals HREADY after the import returns.
 #define PL_COMPONENT moe_swiglu
 #include <pipelink.h>

@@ -125,7 +125,7 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     e = refused(ms.load, tmp_path)
     assert "'hidden': None" in str(e) and "tools/bazel build //kernels:moe_step" in e.hint
     write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 8, "block_m": 64, "hidden": 2048,
-                                                             "inter": 768, "experts": 128, "renormalize": 1})
+                                                             "inter": 768, "experts": 128, "renormalize": 1, "biases": 0})
     assert "not a CUDA cubin" in str(refused(ms.load, tmp_path))
 
 

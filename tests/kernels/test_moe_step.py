@@ -41,7 +41,7 @@ def test_links_with_four_owners_and_shared_workspaces(name):
     m = _manifest(name)
     assert m["facts"] == {"block_h": 64, "block_m": 64, "block_n": 128, "expert_stages": 4, "router_stages": 6,
                           "sched_bytes": 2048, "team_stages": 6, "top_k": 8, "experts": 128, "hidden": 2048,
-                          "inter": 768, "renormalize": 1}
+                          "inter": 768, "renormalize": 1, "biases": 0}
     assert [i["package"] for i in m["instances"]] == ["moe_router", "moe_dispatch", "moe_expert", "moe_swiglu",
                                                        "moe_combine"]
     shared = {}
