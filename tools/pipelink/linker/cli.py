@@ -290,7 +290,9 @@ def _sass_diff(args, origins: _Origins) -> int:
     res = compare(a, b, args.kernel, args.cuda_home, names=(args.linked, args.control))
     lines = []
     for name, f in res["functions"].items():
-        lines.append(f"{name}: {'identical' if f['identical'] else 'DIFFERENT'} "
+        verdict = "identical" if f["identical"] else (
+            "DIFFERENT in register numbers only (the same instruction stream)" if f.get("registers_only") else "DIFFERENT")
+        lines.append(f"{name}: {verdict} "
                      f"({f['linked_instructions']} linked / {f['control_instructions']} control instructions)")
         if not f["identical"]:
             lines += f["diff"][:60]
