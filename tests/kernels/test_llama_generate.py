@@ -1,0 +1,187 @@
+"""kernels/decode/llama.py: Llama.from_config and generate over a pluggable decode step (the fp32
+reference today; the megakernel of issue 43 is not written). Every bad argument is R-PARAM with a
+hint, and nothing runs on it; a step backend that breaks the interface is named (R-SHAPE)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+from helpers.entry_fakes import refused
+
+sys.path.insert(0, str(ROOT / "kernels" / "decode"))
+import llama_models as lm  # noqa: E402
+import llama_reference as ref  # noqa: E402
+from llama import Llama, ReferenceStep  # noqa: E402
+from llama_weights import random_weights  # noqa: E402
+
+TINY = lm.LlamaConfig("tiny", 64, 32, 2, 4, 2, 8, 48, 1e-5, 10000.0, lm.Llama3RopeScaling(4.0, 1.0, 4.0, 32), False, 40)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Llama.from_config(TINY, seed=3)
+
+
+def test_greedy_matches_stepping_the_reference_by_hand(model):
+    new, logits = model.generate([5, 6, 7], 6, return_logits=True)
+    assert new.shape == (6,) and new.dtype == torch.long and logits.shape == (6, 64)
+    w = model.weights
+    out, cache = ref.prefill(w, TINY, torch.tensor([[5, 6, 7]]))
+    last, want = out[:, -1], []
+    for _ in range(6):
+        want.append(int(last.argmax(-1)))
+        torch.testing.assert_close(logits[len(want) - 1], last[0])
+        last = ref.decode_step(w, TINY, torch.tensor([want[-1]]), cache)
+    assert new.tolist() == want
+
+
+def test_batch_rows_equal_single_runs(model):
+    rows = [[1, 2, 3, 4], [9, 9, 8, 1]]
+    both = model.generate(rows, 5)
+    assert both.shape == (2, 5)
+    for b, r in enumerate(rows):
+        assert both[b].tolist() == model.generate(r, 5).tolist()
+    assert model.generate(torch.tensor(rows, dtype=torch.int32), 5).tolist() == both.tolist()
+    assert model.generate(torch.tensor(rows[0]), 5).tolist() == both[0].tolist()
+
+
+def test_sampling_is_seeded_and_respects_top_k(model):
+    a = model.generate([1, 2], 12, greedy=False, temperature=0.9, top_k=3, seed=11, return_logits=True)
+    b = model.generate([1, 2], 12, greedy=False, temperature=0.9, top_k=3, seed=11)
+    assert a[0].tolist() == b.tolist()
+    for tok, lg in zip(a[0].tolist(), a[1]):
+        assert tok in lg.topk(3).indices.tolist()
+    assert model.generate([1, 2], 12, greedy=False, top_k=1, seed=0).tolist() == model.generate([1, 2], 12).tolist()
+    seen = {tuple(model.generate([1, 2], 4, greedy=False, temperature=5.0, seed=s).tolist()) for s in range(8)}
+    assert len(seen) > 1  # hot sampling over the whole vocabulary varies with the seed
+
+
+def test_zero_new_tokens_and_the_position_limit(model):
+    assert model.generate([1], 0).shape == (0,)
+    ids, logits = model.generate([[1], [2]], 0, return_logits=True)
+    assert ids.shape == (2, 0) and logits.shape == (2, 0, 64)
+    assert model.generate([1] * 30, 10).shape == (10,)  # exactly max_positions (40)
+    e = refused(model.generate, [1] * 30, 11)
+    assert "passes max_positions = 40" in str(e) and "at most 10" in e.hint
+
+
+class CountingStep(ReferenceStep):
+    calls = 0
+
+    def prefill(self, ids):
+        CountingStep.calls += 1
+        return super().prefill(ids)
+
+    def decode(self, token_ids, cache):
+        CountingStep.calls += 1
+        return super().decode(token_ids, cache)
+
+
+def test_step_backend_plugs_in(model):
+    step = CountingStep(TINY, model.weights)
+    assert model.generate([3, 4], 5, step=step).tolist() == model.generate([3, 4], 5).tolist()
+    assert CountingStep.calls == 5  # one prefill, four decodes: the last token is not fed back
+    f64 = Llama.from_config(TINY, weights=model.weights, dtype=torch.float64)
+    assert f64.generate([3, 4], 5).tolist() == model.generate([3, 4], 5).tolist()
+
+
+@pytest.mark.parametrize("args, kw, words", [
+    (("x", 3), {}, "not a list or tensor"),
+    (([], 3), {}, "an empty prompt"),
+    (([[]], 3), {}, "an empty prompt"),
+    ((torch.zeros(0, dtype=torch.long), 3), {}, "an empty prompt"),
+    (([1, 2.0], 3), {}, "2.0 (float)"),
+    (([1, True], 3), {}, "True (bool)"),
+    (([1, "2"], 3), {}, "'2' (str)"),
+    (([[1, 2], [3]], 3), {}, "differ in length"),
+    (([[1, 2], 3], 3), {}, "[1, 2] (list)"),
+    (([1, 64], 3), {}, "holds 64, outside the vocabulary [0, 63]"),
+    (([-1], 3), {}, "holds -1"),
+    (([2**70], 3), {}, "fits no int64"),
+    ((torch.tensor([1.0]), 3), {}, "integer tensor"),
+    ((torch.ones(1, 1, 1, dtype=torch.long), 3), {}, "3-D"),
+    ((torch.tensor([True]), 3), {}, "torch.bool"),
+    (([1], -1), {}, "max_new_tokens = -1 is out of range"),
+    (([1], 2.0), {}, "max_new_tokens = 2.0 (float) must be an int"),
+    (([1], True), {}, "must be an int"),
+    (([1], None), {}, "must be an int"),
+    (([1], 2), {"greedy": 1}, "greedy = 1 (int) must be True or False"),
+    (([1], 2), {"temperature": 0.5}, "greedy decoding does not use temperature="),
+    (([1], 2), {"top_k": 4}, "does not use top_k="),
+    (([1], 2), {"seed": 1}, "does not use seed="),
+    (([1], 2), {"greedy": False, "temperature": 0.0}, "temperature = 0.0 must be a finite number > 0"),
+    (([1], 2), {"greedy": False, "temperature": -1}, "temperature = -1"),
+    (([1], 2), {"greedy": False, "temperature": float("inf")}, "temperature = inf"),
+    (([1], 2), {"greedy": False, "temperature": "hot"}, "temperature = 'hot'"),
+    (([1], 2), {"greedy": False, "top_k": 0}, "top_k = 0 is out of range [1, 64]"),
+    (([1], 2), {"greedy": False, "top_k": 65}, "top_k = 65"),
+    (([1], 2), {"greedy": False, "top_k": 2.5}, "top_k = 2.5"),
+    (([1], 2), {"greedy": False, "seed": -1}, "seed = -1"),
+    (([1], 2), {"greedy": False, "seed": 2**63}, "seed = 9223372036854775808"),
+    (([1], 2), {"step": object()}, "has no prefill() method"),
+    (([1], 2), {"return_logits": "yes"}, "return_logits = 'yes'"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(model, args, kw, words):
+    CountingStep.calls = 0
+    kw = {"step": CountingStep(TINY, model.weights), **kw}
+    e = refused(model.generate, *args, **kw)
+    assert e.code == "R-PARAM" and words in str(e), str(e)
+    assert CountingStep.calls == 0
+
+
+class BrokenStep:
+    def __init__(self, bad_at: int):
+        self.bad_at, self.n = bad_at, 0
+
+    def _logits(self, B):
+        self.n += 1
+        return torch.zeros(B, 63) if self.n == self.bad_at else torch.zeros(B, 64)
+
+    def prefill(self, ids):
+        return self._logits(ids.shape[0]), None
+
+    def decode(self, token_ids, state):
+        return self._logits(token_ids.shape[0])
+
+
+@pytest.mark.parametrize("bad_at, where", [(1, "prefill"), (3, "decode")])
+def test_a_step_that_breaks_the_interface_is_named(model, bad_at, where):
+    e = refused(model.generate, [1, 2], 4, step=BrokenStep(bad_at))
+    assert e.code == "R-SHAPE" and f"step's {where} returned shape [1, 63]" in str(e)
+
+
+def test_from_config_sources(model, tmp_path):
+    from test_llama_models import PUBLISHED
+    d = {**PUBLISHED["llama3_2_1b"], "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 48}
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    m = Llama.from_config(tmp_path, seed=1)
+    assert m.cfg.name == "llama_custom" and m.cfg.tie_word_embeddings and m.cfg.rope_scaling.factor == 32.0
+    st = pytest.importorskip("safetensors.torch")
+    w = random_weights(m.cfg, seed=4, dtype=torch.bfloat16)
+    st.save_file(w, str(tmp_path / "model.safetensors"))
+    loaded = Llama.from_config(tmp_path / "config.json", weights=tmp_path)
+    assert loaded.weights["model.norm.weight"].dtype == torch.float32
+    assert torch.equal(loaded.weights["model.norm.weight"], w["model.norm.weight"].float())
+    assert loaded.generate([1, 2], 3).shape == (3,)
+    assert Llama.from_config(m.cfg, weights=w).generate([1, 2], 3).tolist() == loaded.generate([1, 2], 3).tolist()
+
+
+def test_from_config_refusals(model):
+    assert refused(Llama.from_config, 3).code == "R-PARAM"
+    assert refused(Llama.from_config, "llama9").code == "R-CONFIG"  # not a MODELS key: read as a path
+    assert refused(Llama.from_config, TINY, dtype=torch.bfloat16).code == "R-PARAM"
+    assert refused(Llama.from_config, TINY, weights=3).code == "R-PARAM"
+    assert refused(Llama.from_config, TINY, seed=-2).code == "R-PARAM"
+    w = dict(model.weights)
+    w["model.norm.weight"] = torch.zeros(31)
+    assert "model.norm.weight" in str(refused(Llama.from_config, TINY, weights=w))
+    w = dict(model.weights)
+    del w["lm_head.weight"]
+    assert refused(Llama.from_config, TINY, weights=w).code == "R-CONFIG"
+    assert refused(Llama.from_config, TINY, weights={**model.weights, "x": torch.zeros(1)}).code == "R-CONFIG"
