@@ -181,7 +181,9 @@ _COMMON = [("vocab_size", "vocab", int, _REQUIRED), ("hidden_size", "hidden", in
            ("tie_word_embeddings", "tie_word_embeddings", bool, False)]
 _FIELDS = {"llama": _COMMON + [("max_position_embeddings", "max_positions", int, 2048)],
            "qwen3": _COMMON + [("max_position_embeddings", "max_positions", int, 32768),
-                               ("head_dim", "head_dim", int, _REQUIRED)]}
+                               ("head_dim", "head_dim", int, 128)]}
+# An absent num_key_value_heads: LlamaConfig takes num_attention_heads, Qwen3Config its default 32.
+_KV_DEFAULT = {"llama": None, "qwen3": 32}
 # Fields whose other values change the computation in ways the reference does not model.
 _MUST = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "use_sliding_window": False,
          "pretraining_tp": 1, "partial_rotary_factor": 1.0}
@@ -264,7 +266,9 @@ def config_from_hf(path_or_dict, name: str | None = None) -> LlamaConfig:
         else:
             got[ours] = default
     kv = cfg.get("num_key_value_heads")
-    got["kv_heads"] = got["heads"] if kv is None else _typed(where, "num_key_value_heads", kv, int)
+    if kv is None:
+        kv = _KV_DEFAULT[mt] or got["heads"]
+    got["kv_heads"] = _typed(where, "num_key_value_heads", kv, int)
     if "head_dim" not in got:  # llama: head_dim if given, else hidden / heads (transformers' rule)
         hd = cfg.get("head_dim")
         if hd is None and isinstance(got["heads"], int) and got["heads"] > 0:
