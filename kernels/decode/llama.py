@@ -192,6 +192,30 @@ class Llama:
         return ids.contiguous(), squeeze
 
 
+def forced_logits(model: Llama, prompt_ids, tokens, *, step=None) -> torch.Tensor:
+    """The logits a step backend gives for `tokens` [N] / [B, N] following the prompt, each
+    step fed the given token rather than its own choice (teacher forcing), so that two backends
+    are compared on one token stream (llama_reference.agreement): [N, vocab] / [B, N, vocab]."""
+    ids, squeeze = model._prompt(prompt_ids)
+    forced, squeeze_t = model._prompt(tokens)
+    if forced.shape[0] != ids.shape[0] or squeeze != squeeze_t:
+        raise LaunchError("R-SHAPE", f"tokens have {forced.shape[0]} rows, the prompt {ids.shape[0]}",
+                          hint="pass one row of tokens per prompt (both 1-D, or both 2-D)")
+    B, T, N = ids.shape[0], ids.shape[1], forced.shape[1]
+    if T + N > model.cfg.max_positions:
+        raise LaunchError("R-PARAM", f"prompt ({T}) + tokens ({N}) pass max_positions = {model.cfg.max_positions}",
+                          hint="compare fewer steps")
+    step = model.reference_step() if step is None else _step(step)
+    logits, state = step.prefill(ids)
+    out = []
+    for i in range(N):
+        out.append(_checked_logits(logits, B, model.cfg.vocab, "prefill" if i == 0 else "decode"))
+        if i + 1 < N:
+            logits = step.decode(forced[:, i].clone(), state)
+    stacked = torch.stack(out, 1)
+    return stacked[0] if squeeze else stacked
+
+
 def _int(name, v, lo, hi, hint) -> int:
     if isinstance(v, bool) or not hasattr(v, "__index__") or isinstance(v, torch.Tensor):
         raise LaunchError("R-PARAM", f"{name} = {v!r} ({type(v).__name__}) must be an int", hint=hint)

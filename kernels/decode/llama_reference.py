@@ -186,3 +186,29 @@ def decode_step(weights: dict, cfg: LlamaConfig, token_ids: torch.Tensor, cache:
         raise LaunchError("R-DTYPE", f"the cache holds {cache.keys[0].dtype}, the step computes in {dtype}",
                           hint="pass the dtype prefill was given")
     return _forward(weights, cfg, token_ids.long()[:, None], cache, dtype)[:, 0]
+
+
+def agreement(logits: torch.Tensor, ref_logits: torch.Tensor, *, rtol: float = 2e-2) -> dict:
+    """Issue 43's correctness criterion for a backend's logits against this reference's, both
+    [N, vocab] or [B, N, vocab] over the same token stream (teacher-forced: llama.forced_logits).
+    "Within rtol relative" is read per step as max |logits - ref| <= rtol * max |ref| (the step's
+    largest reference logit: elementwise relative error is meaningless near 0); greedy tokens
+    must be equal wherever the reference's top-2 margin exceeds that same bound.
+    Returns {"ok", "worst_rel" (the largest max|diff| / max|ref| of a step), "worst_step" ((b, n)),
+    "token_mismatches" ([(b, n), ...] where the margin was decisive and the argmaxes differ)}."""
+    if not (isinstance(logits, torch.Tensor) and isinstance(ref_logits, torch.Tensor)) or \
+            logits.shape != ref_logits.shape or logits.dim() not in (2, 3) or logits.shape[-1] < 2:
+        got = [list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in (logits, ref_logits)]
+        raise LaunchError("R-SHAPE", f"logits and ref_logits must be tensors of one shape [N, vocab] or [B, N, vocab], "
+                          f"got {got[0]} and {got[1]}", hint="compare the same steps of the same batch")
+    a, r = logits.double(), ref_logits.double()
+    if a.dim() == 2:  # one sequence
+        a, r = a[None], r[None]
+    bound = rtol * r.abs().amax(-1)                      # [B, N]
+    rel = (a - r).abs().amax(-1) / r.abs().amax(-1).clamp_min(torch.finfo(torch.float64).tiny)
+    top2 = r.topk(2, dim=-1).values
+    decisive = (top2[..., 0] - top2[..., 1]) > bound
+    mismatch = decisive & (a.argmax(-1) != r.argmax(-1))
+    worst = divmod(int(rel.argmax()), rel.shape[1])
+    return {"ok": bool((rel <= rtol).all()) and not bool(mismatch.any()), "worst_rel": float(rel.max()),
+            "worst_step": worst, "token_mismatches": [tuple(x) for x in mismatch.nonzero().tolist()]}

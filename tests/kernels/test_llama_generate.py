@@ -16,8 +16,17 @@ from helpers.entry_fakes import refused
 sys.path.insert(0, str(ROOT / "kernels" / "decode"))
 import llama_models as lm  # noqa: E402
 import llama_reference as ref  # noqa: E402
-from llama import Llama, ReferenceStep  # noqa: E402
+from llama import Llama, ReferenceStep, forced_logits  # noqa: E402
 from llama_weights import random_weights  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """These tensors are tiny: torch's intra-op threads only cost (40x on a busy 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 TINY = lm.LlamaConfig("tiny", 64, 32, 2, 4, 2, 8, 48, 1e-5, 10000.0, lm.Llama3RopeScaling(4.0, 1.0, 4.0, 32), False, 40)
 
@@ -185,3 +194,64 @@ def test_from_config_refusals(model):
     del w["lm_head.weight"]
     assert refused(Llama.from_config, TINY, weights=w).code == "R-CONFIG"
     assert refused(Llama.from_config, TINY, weights={**model.weights, "x": torch.zeros(1)}).code == "R-CONFIG"
+
+
+LONG = lm.LlamaConfig("long", 64, 32, 2, 4, 2, 8, 48, 1e-5, 500000.0, lm.Llama3RopeScaling(32.0, 1.0, 4.0, 64),
+                      True, 160)
+
+
+class NoisyStep(ReferenceStep):
+    """A stand-in for an imprecise backend: the reference's logits times (1 + noise)."""
+
+    def __init__(self, cfg, weights, noise):
+        super().__init__(cfg, weights)
+        self.noise, self.g = noise, torch.Generator().manual_seed(0)
+
+    def _perturb(self, logits):
+        return logits * (1 + self.noise * torch.randn(logits.shape, generator=self.g, dtype=logits.dtype))
+
+    def prefill(self, ids):
+        logits, cache = super().prefill(ids)
+        return self._perturb(logits), cache
+
+    def decode(self, token_ids, cache):
+        return self._perturb(super().decode(token_ids, cache))
+
+
+def test_issue_43_criterion_over_128_steps():
+    """The check the megakernel will face, run here between the fp32 and f64 reference: 128
+    decode steps on the f64 run's own greedy tokens, logits within 2e-2, tokens equal where the
+    top-2 margin is decisive; and a backend 10% off fails it."""
+    f64 = Llama.from_config(LONG, seed=5, dtype=torch.float64)
+    f32 = Llama.from_config(LONG, weights=f64.weights, dtype=torch.float32)
+    prompt = [[1, 2, 3], [7, 7, 7]]
+    tokens, want = f64.generate(prompt, 128, return_logits=True)
+    assert torch.equal(forced_logits(f64, prompt, tokens), want)  # forcing a run's own tokens changes nothing
+    got = forced_logits(f32, prompt, tokens)
+    report = ref.agreement(got, want)
+    assert report["ok"] and report["worst_rel"] < 1e-5 and report["token_mismatches"] == []
+    noisy = forced_logits(f64, prompt, tokens, step=NoisyStep(LONG, f64.weights, 0.1))
+    bad = ref.agreement(noisy, want)
+    assert not bad["ok"] and bad["worst_rel"] > 2e-2
+    one = ref.agreement(got[1], want[1])
+    assert one["ok"] and one["worst_step"][0] == 0
+
+
+def test_agreement_flags_a_decisive_token_mismatch_only():
+    r = torch.tensor([[10.0, 0.0, 0.0], [5.0, 4.95, 0.0]])
+    # step 0: the margin (10) is decisive and the argmax moved -> a mismatch; step 1: margin 0.05 < 2e-2 * 5
+    swapped = torch.tensor([[10.0, 10.1, 0.0], [4.95, 5.0, 0.0]])
+    rep = ref.agreement(swapped, r, rtol=0.05)
+    assert rep["token_mismatches"] == [(0, 0)] and not rep["ok"]
+    close = torch.tensor([[10.0, 0.1, 0.0], [4.96, 5.0, 0.0]])
+    rep = ref.agreement(close, r)
+    assert rep["ok"] and rep["token_mismatches"] == []  # the near-tie at step 1 may flip
+    assert refused(ref.agreement, r, r[:1]).code == "R-SHAPE"
+    assert refused(ref.agreement, r.tolist(), r).code == "R-SHAPE"
+
+
+def test_forced_logits_refusals(model):
+    assert refused(forced_logits, model, [1, 2], [[1, 2]]).code == "R-SHAPE"
+    assert refused(forced_logits, model, [[1, 2]], [[1], [2]]).code == "R-SHAPE"
+    assert refused(forced_logits, model, [1] * 30, [1] * 11).code == "R-PARAM"
+    assert refused(forced_logits, model, [1, 2], [64]).code == "R-PARAM"
