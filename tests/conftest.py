@@ -128,6 +128,18 @@ class LtoCompiler:
         return out
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """For modules of tiny CPU tensors: torch's intra-op threads only cost there (most on a busy
+    machine of few cores). Use with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def lto(tmp_path_factory) -> LtoCompiler:
     cache = os.environ.get("PIPELINK_TEST_CACHE")

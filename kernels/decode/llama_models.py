@@ -14,19 +14,18 @@ against the published config.json files: kernels/decode/README.md ("Models").
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 try:
     from pipelink.runtime import LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
+from pipelink.runtime.entry import hf_field, read_hf_config
 
 _DAMAGED = "the config.json is damaged or not a transformers config; re-download it"
 
@@ -154,6 +153,13 @@ MODEL_TYPE = {"llama3_2_1b": "llama", "llama3_8b": "llama", "llama3_1_8b": "llam
 _SERVED_HINT = "served models: " + "; ".join(c.describe() for c in MODELS.values())
 
 
+def expect_config(cfg) -> None:
+    """R-PARAM unless `cfg` is a LlamaConfig (what the loader and the reference take)."""
+    if not isinstance(cfg, LlamaConfig):
+        raise LaunchError("R-PARAM", f"cfg = {type(cfg).__name__} is not a LlamaConfig",
+                          hint="pass llama_models.MODELS[...] or llama_models.config_from_hf(...)")
+
+
 def served_model(cfg: LlamaConfig) -> str:
     """The MODELS key whose config equals `cfg` in every field but the name; else R-CONFIG
     naming each field in which the nearest one differs."""
@@ -189,45 +195,12 @@ _MUST = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "use_
          "pretraining_tp": 1, "partial_rotary_factor": 1.0}
 
 
-def read_hf_config(path_or_dict) -> tuple[dict, str]:
-    """(config, where) from a dict, a config.json path or a checkpoint directory; R-CONFIG else."""
-    if isinstance(path_or_dict, Mapping):
-        return dict(path_or_dict), "config"
-    if not isinstance(path_or_dict, (str, os.PathLike)) or not os.fspath(path_or_dict):
-        raise LaunchError("R-CONFIG", f"{type(path_or_dict).__name__} is not a config.json path or a dict",
-                          hint="pass the path of the model's config.json (or its directory, or its parsed dict)")
-    p = Path(path_or_dict)
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise LaunchError("R-CONFIG", f"cannot read {p}: {type(e).__name__}: {getattr(e, 'strerror', None) or e}",
-                          hint="pass the config.json of a downloaded checkpoint") from None
-    except (ValueError, RecursionError) as e:
-        raise LaunchError("R-CONFIG", f"{p} is not JSON: {e}", hint="pass the model's own config.json") from None
-    if not isinstance(cfg, dict):
-        raise LaunchError("R-CONFIG", f"{p} holds a JSON {type(cfg).__name__}, not an object",
-                          hint="pass the model's own config.json (a JSON object of fields)")
-    return cfg, str(p)
-
-
-def _typed(where: str, field: str, v, kind: type):
-    ok = (isinstance(v, bool) if kind is bool else isinstance(v, str) if kind is str else
-          isinstance(v, int) and not isinstance(v, bool) if kind is int else
-          isinstance(v, (int, float)) and not isinstance(v, bool))
-    if not ok:
-        want = {int: "an int", bool: "a bool (true/false)", str: "a string", float: "a number"}[kind]
-        raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be {want}", hint=_DAMAGED)
-    return float(v) if kind is float else v
-
-
 def _rope(where: str, cfg: dict) -> tuple[float, Llama3RopeScaling | None]:
     """(rope_theta, scaling) from rope_theta + rope_scaling, or from transformers 5's rope_parameters."""
     params = cfg.get("rope_parameters")
     scaling = params if isinstance(params, dict) else cfg.get("rope_scaling")
     theta = cfg.get("rope_theta", scaling.get("rope_theta") if isinstance(scaling, dict) else None)
-    theta = 10000.0 if theta is None else _typed(where, "rope_theta", theta, float)
+    theta = 10000.0 if theta is None else hf_field(where, "rope_theta", theta, float)
     if scaling is None:
         return theta, None
     if not isinstance(scaling, dict):
@@ -244,7 +217,7 @@ def _rope(where: str, cfg: dict) -> tuple[float, Llama3RopeScaling | None]:
                        ("original_max_position_embeddings", int)):
         if key not in scaling:
             raise LaunchError("R-CONFIG", f"{where}: rope_scaling (llama3) has no {key}", hint=_DAMAGED)
-        got[key] = _typed(where, f"rope_scaling.{key}", scaling[key], kind_)
+        got[key] = hf_field(where, f"rope_scaling.{key}", scaling[key], kind_)
     return theta, Llama3RopeScaling(got["factor"], got["low_freq_factor"], got["high_freq_factor"],
                                     got["original_max_position_embeddings"])
 
@@ -260,7 +233,7 @@ def config_from_hf(path_or_dict, name: str | None = None) -> LlamaConfig:
     got: dict[str, Any] = {}
     for key, ours, kind, default in _FIELDS[mt]:
         if cfg.get(key) is not None:
-            got[ours] = _typed(where, key, cfg[key], kind)
+            got[ours] = hf_field(where, key, cfg[key], kind)
         elif default is _REQUIRED:
             raise LaunchError("R-CONFIG", f"{where} (model_type {mt!r}) has no {key} field", hint=_DAMAGED)
         else:
@@ -268,7 +241,7 @@ def config_from_hf(path_or_dict, name: str | None = None) -> LlamaConfig:
     kv = cfg.get("num_key_value_heads")
     if kv is None:
         kv = _KV_DEFAULT[mt] or got["heads"]
-    got["kv_heads"] = _typed(where, "num_key_value_heads", kv, int)
+    got["kv_heads"] = hf_field(where, "num_key_value_heads", kv, int)
     if "head_dim" not in got:  # llama: head_dim if given, else hidden / heads (transformers' rule)
         hd = cfg.get("head_dim")
         if hd is None and isinstance(got["heads"], int) and got["heads"] > 0:
@@ -276,7 +249,7 @@ def config_from_hf(path_or_dict, name: str | None = None) -> LlamaConfig:
                 raise LaunchError("R-CONFIG", f"{where}: no head_dim, and hidden_size {got['hidden']} is not a "
                                   f"multiple of num_attention_heads {got['heads']}", hint=_DAMAGED)
             hd = got["hidden"] // got["heads"]
-        got["head_dim"] = _typed(where, "head_dim", hd, int)
+        got["head_dim"] = hf_field(where, "head_dim", hd, int)
     for key, want in _MUST.items():
         if cfg.get(key) is not None and cfg[key] != want:
             raise LaunchError("R-CONFIG", f"{where}: {key} = {cfg[key]!r} is not modelled (only {want!r})",

@@ -28,7 +28,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
 
-from llama_models import LlamaConfig
+from llama_models import LlamaConfig, expect_config
 
 COMPUTE_DTYPES = (torch.float32, torch.float64)
 
@@ -144,9 +144,7 @@ def _forward(weights, cfg: LlamaConfig, ids: torch.Tensor, cache: KVCache, dtype
 
 
 def _check(cfg, ids, dtype, what: str, ndim: int) -> None:
-    if not isinstance(cfg, LlamaConfig):
-        raise LaunchError("R-PARAM", f"cfg = {type(cfg).__name__} is not a LlamaConfig",
-                          hint="pass llama_models.MODELS[...] or llama_models.config_from_hf(...)")
+    expect_config(cfg)
     if dtype not in COMPUTE_DTYPES:
         raise LaunchError("R-PARAM", f"dtype = {dtype!r}: the reference computes in float32 or float64",
                           hint="pass dtype=torch.float32 (the default) or torch.float64")

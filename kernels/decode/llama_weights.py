@@ -32,7 +32,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
 
-from llama_models import LlamaConfig
+from llama_models import LlamaConfig, expect_config
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -92,9 +92,7 @@ def _open(safe_open, error, file: Path):
 
 def load_safetensors(path, cfg: LlamaConfig, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
     """Every tensor cfg.tensors() names, checked and converted to `dtype` (see the module doc)."""
-    if not isinstance(cfg, LlamaConfig):
-        raise LaunchError("R-PARAM", f"cfg = {type(cfg).__name__} is not a LlamaConfig",
-                          hint="pass llama_models.MODELS[...] or llama_models.config_from_hf(...)")
+    expect_config(cfg)
     if dtype not in _FLOATS:
         raise LaunchError("R-PARAM", f"dtype = {dtype!r} is not a float dtype",
                           hint="pass torch.bfloat16 (the default), torch.float16, torch.float32 or torch.float64")

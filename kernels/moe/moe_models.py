@@ -15,18 +15,17 @@ Values checked against the published configs: kernels/moe/README.md ("Models").
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 try:
     from pipelink.runtime import LaunchError
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
+from pipelink.runtime.entry import hf_field, read_hf_config
 
 # Routing kinds (what the router computes from the logits x·router_wᵀ):
 SOFTMAX_RENORM = "softmax_renorm"  # softmax over all experts, top-k, weights renormalised to sum 1
@@ -180,44 +179,6 @@ def _refuse(msg: str) -> LaunchError:
     return LaunchError("R-CONFIG", msg, hint=_SERVED_HINT)
 
 
-def read_hf_config(path_or_dict) -> tuple[dict, str]:
-    """(config, where) from a dict or a config.json path; R-CONFIG for anything else."""
-    if isinstance(path_or_dict, Mapping):
-        return dict(path_or_dict), "config"
-    if not isinstance(path_or_dict, (str, os.PathLike)) or not os.fspath(path_or_dict):
-        raise LaunchError("R-CONFIG", f"{type(path_or_dict).__name__} is not a config.json path or a dict",
-                          hint="pass the path of the model's config.json (or its parsed dict)")
-    p = Path(path_or_dict)
-    if p.is_dir():
-        p = p / "config.json"  # a checkpoint directory: its config.json
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise LaunchError("R-CONFIG", f"cannot read {p}: {type(e).__name__}: {getattr(e, 'strerror', None) or e}",
-                          hint="pass the config.json of a downloaded checkpoint") from None
-    try:
-        cfg = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise LaunchError("R-CONFIG", f"{p} is not JSON: {e}", hint="pass the model's own config.json") from None
-    if not isinstance(cfg, dict):
-        raise LaunchError("R-CONFIG", f"{p} holds a JSON {type(cfg).__name__}, not an object",
-                          hint="pass the model's own config.json (a JSON object of fields)")
-    return cfg, str(p)
-
-
-def _typed(where: str, field: str, v, kind: type):
-    """The field's value if it has the type transformers gives it (ints are no bools; a float
-    may be written as an int); else R-CONFIG."""
-    ok = (isinstance(v, bool) if kind is bool else isinstance(v, str) if kind is str else
-          isinstance(v, int) and not isinstance(v, bool) if kind is int else
-          isinstance(v, (int, float)) and not isinstance(v, bool))
-    if not ok:
-        want = {int: "an int", bool: "a bool (true/false)", str: "a string", float: "a number"}[kind]
-        raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be {want}",
-                          hint="the config.json is damaged or not a transformers config; re-download it")
-    return float(v) if kind is float else v
-
-
 def model_from_hf_config(path_or_dict) -> MoeModel:
     """The served model a Hugging Face config.json describes (by model_type and its fields)."""
     cfg, where = read_hf_config(path_or_dict)
@@ -229,9 +190,9 @@ def model_from_hf_config(path_or_dict) -> MoeModel:
     got = {}
     for field, kind, default, _ in FIELDS[mt]:
         if field in cfg and cfg[field] is not None:
-            got[field] = _typed(where, field, cfg[field], kind)
+            got[field] = hf_field(where, field, cfg[field], kind)
         elif field == "num_experts_per_tok" and "experts_per_token" in cfg:  # gpt-oss writes both names
-            got[field] = _typed(where, "experts_per_token", cfg["experts_per_token"], int)
+            got[field] = hf_field(where, "experts_per_token", cfg["experts_per_token"], int)
         elif default is _NO_DEFAULT:
             raise _refuse(f"{where} (model_type {mt!r}) has no {field} field")
         else:

@@ -19,13 +19,7 @@ import llama_reference as ref  # noqa: E402
 from llama import Llama, ReferenceStep, forced_logits  # noqa: E402
 from llama_weights import random_weights  # noqa: E402
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """These tensors are tiny: torch's intra-op threads only cost (40x on a busy 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TINY = lm.LlamaConfig("tiny", 64, 32, 2, 4, 2, 8, 48, 1e-5, 10000.0, lm.Llama3RopeScaling(4.0, 1.0, 4.0, 32), False, 40)

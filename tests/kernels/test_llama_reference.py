@@ -19,13 +19,7 @@ import llama_models as lm  # noqa: E402
 import llama_reference as ref  # noqa: E402
 from llama_weights import random_weights  # noqa: E402
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """These tensors are tiny: torch's intra-op threads only cost (40x on a busy 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # theta 100, head_dim 8: wavelengths 6.3, 19.9, 62.8, 198.7: the first kept (< 64 / 4), the next two

@@ -16,10 +16,14 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
   expect_manifest(path, ...)      R-MANIFEST unless the manifest has the parameters/facts of the
                                   kernel the entry expects (read before the cubin is loaded)
   expect_cubin(path)              R-MANIFEST unless the file is a CUDA ELF (not loaded onto the GPU)
+  read_hf_config(path_or_dict)    a Hugging Face config.json (or its directory, or its parsed dict)
+                                  as a dict, R-CONFIG for a missing, unreadable or non-object file
+  hf_field(where, field, v, kind) a config field of transformers' type (int, float, bool, str), else R-CONFIG
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import operator
@@ -249,3 +253,39 @@ def expect_cubin(path: str | Path, hint: str = "") -> None:
     if len(head) < 20 or head[:4] != b"\x7fELF" or int.from_bytes(head[18:20], "little") != 190:
         raise LaunchError("R-MANIFEST", f"{path} is not a CUDA cubin (no ELF header for EM_CUDA)",
                           hint=hint or "relink it: `pipelink link` writes the cubin beside its manifest")
+
+
+def read_hf_config(path_or_dict) -> tuple[dict, str]:
+    """(config, where) from a dict, a config.json path or a checkpoint directory; R-CONFIG else."""
+    if isinstance(path_or_dict, Mapping):
+        return dict(path_or_dict), "config"
+    if not isinstance(path_or_dict, (str, os.PathLike)) or not os.fspath(path_or_dict):
+        raise LaunchError("R-CONFIG", f"{type(path_or_dict).__name__} is not a config.json path or a dict",
+                          hint="pass the path of the model's config.json (or its directory, or its parsed dict)")
+    p = Path(path_or_dict)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise LaunchError("R-CONFIG", f"cannot read {p}: {type(e).__name__}: {getattr(e, 'strerror', None) or e}",
+                          hint="pass the config.json of a downloaded checkpoint") from None
+    except (ValueError, RecursionError) as e:
+        raise LaunchError("R-CONFIG", f"{p} is not JSON: {e}", hint="pass the model's own config.json") from None
+    if not isinstance(cfg, dict):
+        raise LaunchError("R-CONFIG", f"{p} holds a JSON {type(cfg).__name__}, not an object",
+                          hint="pass the model's own config.json (a JSON object of fields)")
+    return cfg, str(p)
+
+
+def hf_field(where: str, field: str, v, kind: type):
+    """The config field's value if it has the type transformers gives it (an int is no bool; a
+    float may be written as an int); else R-CONFIG."""
+    ok = (isinstance(v, bool) if kind is bool else isinstance(v, str) if kind is str else
+          isinstance(v, int) and not isinstance(v, bool) if kind is int else
+          isinstance(v, (int, float)) and not isinstance(v, bool))
+    if not ok:
+        want = {int: "an int", bool: "a bool (true/false)", str: "a string", float: "a number"}[kind]
+        raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be {want}",
+                          hint="the config.json is damaged or not a transformers config; re-download it")
+    return float(v) if kind is float else v
