@@ -116,23 +116,49 @@ def sanitizer() -> str | None:
     return san if Path(san).exists() else None
 
 
+SUSTAIN_MAX_INNER = 4000  # calls in one graph at most (capture time and graph size)
+
+
+def sustained_inner(unit, inner: int, sustain_ms: float) -> int:
+    """Calls per timed unit so that one unit holds >= sustain_ms of back-to-back work (the
+    power-limited regime long kernels run in), from one timed run of `unit` (`inner` calls)."""
+    import torch
+    unit()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    unit()
+    e1.record()
+    torch.cuda.synchronize()
+    per_call = e0.elapsed_time(e1) / inner
+    return min(SUSTAIN_MAX_INNER, max(inner, math.ceil(sustain_ms / max(per_call, 1e-6))))
+
+
 def interleaved(fns: dict, inner: int, rounds: int, *, skip_failing: bool = False,
-                eager: frozenset | set = frozenset()) -> dict[str, float]:
+                eager: frozenset | set = frozenset(), sustain_ms: float = 0.0) -> dict[str, float]:
     """Median us per call of each fn: graphs replayed in rounds, order rotating and reversing
     every other round. skip_failing: a fn that cannot be captured (a baseline that does not
     run on this machine) is reported and left out instead of raising. The fns named in `eager`
-    (ones that sync with the host, which a graph cannot hold) are timed as `inner` plain calls."""
+    (ones that sync with the host, which a graph cannot hold) are timed as `inner` plain calls.
+    sustain_ms: each fn's graph holds as many calls as fill that many ms (sustained_inner), at
+    least `inner`; 0 keeps `inner` for all."""
     import torch
-    runs = {}  # name -> one timed unit: a graph replay or `inner` eager calls
+    runs, calls = {}, {}  # name -> one timed unit (a graph replay or eager calls), its call count
     for k, f in fns.items():
         try:
+            n = inner
             if k in eager:
                 for _ in range(2):
                     f()
                 torch.cuda.synchronize()
-                runs[k] = lambda f=f: [f() for _ in range(inner)]
+                if sustain_ms:
+                    n = sustained_inner(lambda f=f: [f() for _ in range(inner)], inner, sustain_ms)
+                runs[k] = lambda f=f, n=n: [f() for _ in range(n)]
             else:
-                runs[k] = graph_of(f, inner).replay
+                if sustain_ms:
+                    n = sustained_inner(graph_of(f, inner).replay, inner, sustain_ms)
+                runs[k] = graph_of(f, n).replay
+            calls[k] = n
         except Exception as e:  # noqa: BLE001 - reported, not fatal, when asked
             if not skip_failing:
                 raise
@@ -152,7 +178,7 @@ def interleaved(fns: dict, inner: int, rounds: int, *, skip_failing: bool = Fals
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {n: [] for n in names}
     for n, e0, e1 in ev:
-        times[n].append(e0.elapsed_time(e1) * 1e3 / inner)
+        times[n].append(e0.elapsed_time(e1) * 1e3 / calls[n])
     return {n: statistics.median(t) for n, t in times.items()}
 
 

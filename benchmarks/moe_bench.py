@@ -25,7 +25,9 @@ Columns:
                               after the same torch router; LIGER_FUSED_MOE_AUTOTUNE=0 (one pinned
                               config: its autotuner would compile 32 configs per kernel). It calls
                               .item() once per step, so it cannot be captured: timed eagerly.
-  sglang, sglang:kernels      SGLang 0.5.23's Triton fused MoE with its H200 config for this layer
+  sglang, sglang:kernels      SGLang 0.5.23's Triton fused MoE with the H200 config SGLang picks for
+                              this E and N (its Triton's folder, else another shipped one, else
+                              its default tiles; the pick is printed)
                               (kernels/moe/moe_sglang.py; PIPELINK_SGLANG_DIR = the unpacked wheel):
                               the whole step, and its four kernels alone on routing made beforehand.
 
@@ -37,13 +39,16 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
             intermediate h give ~1e-2 of rms; the baselines, which also round gate/up to bf16,
             are held to 4e-2); tokens whose 8th and 9th logits are within 1e-4
             (routing is then precision-dependent) are excluded and counted.
-  sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step (T = 64,
-            torch-free, through experiments/symbol_link/symbol_link_counterexample.py's worker);
-            fails if the tool is missing.
+  sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step at each T of
+            --sanitize-tokens (default 1 and a ragged 37), torch-free, through
+            experiments/symbol_link/symbol_link_counterexample.py's target, checked against its f64
+            reference; the runs go in parallel; fails if the tool is missing.
   pair      moe_step linked / control: ABBA rounds of CUDA-graph replays, each kernel on its own
             buffers, then on the other's (gpu_bench.both_ways_ratio).
   bench     every column per T: graphs (or eager calls for liger) in rounds with rotating order,
             median us per step.
+  profile   (not in `all`) one launch per T between cudaProfilerStart/Stop, for
+            ncu --profile-from-start off (the weight stream's DRAM throughput)
   bound     (not in `all`) the weight-read bound per T: torch.sum over as many experts' w13 and
             w2 as the step routes to, and cuBLAS streaming them in their layout (gemm16: 16 rows
             times each), timed beside moe_step and torch eager; eager / read is the most any step
@@ -178,7 +183,7 @@ def sglang_factory():
     root = os.environ.get("PIPELINK_SGLANG_DIR")
     if not root:
         raise moe_sglang.Unavailable("PIPELINK_SGLANG_DIR is not set (kernels/moe/moe_sglang.py says how)")
-    return moe_sglang.step_factory(root, route, E, TOP_K)
+    return moe_sglang.step_factory(root, route, E, TOP_K, I)
 
 
 def moe_step_columns(builds=()) -> tuple[dict, str]:
@@ -266,6 +271,7 @@ def cmd_bench(a) -> int:
         print(f"liger column skipped: {type(e).__name__}: {e}")
     try:
         sgl_step, sgl_kernels, sgl_prepare = sglang_factory()
+        print(f"sglang config (E={E}, N={I}): {sgl_step.configs}")
     except Exception as e:  # noqa: BLE001
         sgl_step = None
         print(f"sglang columns skipped: {type(e).__name__}: {e}")
@@ -297,8 +303,8 @@ def cmd_bench(a) -> int:
             fns["sglang"] = lambda: sgl_step(x, router_w, w13, w2)
             fns["sglang:kernels"] = lambda: sgl_kernels(x, w13, w2, routed)
             graphable |= {"sglang", "sglang:kernels"}
-        inner = 10 if T <= 1024 else 3
-        t = interleaved(fns, inner, a.rounds, eager=set(fns) - graphable)
+        t = interleaved(fns, 10 if T <= 1024 else 3, a.rounds, eager=set(fns) - graphable,
+                        sustain_ms=a.sustain_ms)
         row = {"T": T, **{k: round(v, 2) for k, v in t.items()}}
         # whole steps only: sglang:kernels leaves the routing out
         base = [v for k, v in t.items() if not k.startswith("moe_step") and k != "sglang:kernels"]
@@ -311,8 +317,8 @@ def cmd_bench(a) -> int:
         print(json.dumps(row), flush=True)
     cols = [c for c in ("moe_step", "moe_step:control", *(f"moe_step_{n}" for n, _ in a.builds),
                         "torch", "torch.compile", "liger", "sglang", "sglang:kernels") if c in table[0]]
-    print(f"\nMoE step (Qwen3-30B-A3B), us per step, median over {a.rounds} rotating rounds "
-          "(graph replays; liger eager)")
+    print(f"\nMoE step ({MODEL}), us per step, median over {a.rounds} rotating rounds "
+          f"(graph replays of >= {a.sustain_ms:g} ms each; liger eager)")
     print(f"{'T':>6} " + " ".join(f"{c:>16}" for c in cols) + ("  vs best  vs eager" if "moe_step" in cols else ""))
     for r in table:
         tail = f"  {r['vs_best_baseline']:7.3f} {r['vs_torch_eager']:8.3f}" if "moe_step" in r else ""
@@ -405,6 +411,9 @@ def cmd_pair(a) -> int:
 
 
 def cmd_sanitize(a) -> int:
+    """memcheck, racecheck and synccheck at each of --sanitize-tokens (issue 41: T = 1 and a ragged T), all
+    runs at once (each its own process and CUDA context; the sanitizer's cost is mostly the host's
+    instrumentation, and the machine has cores to spare)."""
     import subprocess
     san = sanitizer()
     if san is None:
@@ -414,22 +423,55 @@ def cmd_sanitize(a) -> int:
     if not cubin.exists():
         print(f"FAIL {cubin.relative_to(ROOT)} is missing: nothing to sanitize")
         return 1
+    runs = {}
+    for T in a.sanitize_tokens:
+        for tool in ("memcheck", "racecheck", "synccheck"):
+            cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
+                   str(ROOT / "experiments" / "symbol_link" / "symbol_link_counterexample.py"), "target",
+                   "--kernel", "moe_step", "--tokens", str(T),
+                   "--cubin", str(cubin), "--manifest", str(BIN / f"{TARGET}.manifest.json")]
+            runs[(T, tool)] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     bad = 0
-    for tool in ("memcheck", "racecheck", "synccheck"):
-        cmd = [san, "--tool", tool, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
-               str(ROOT / "experiments" / "symbol_link" / "symbol_link_counterexample.py"), "target",
-               "--kernel", "moe_step",
-               "--cubin", str(cubin), "--manifest", str(BIN / f"{TARGET}.manifest.json")]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        text = p.stdout + p.stderr
-        ok = p.returncode == 0 and "RESULT correct" in text
+    for (T, tool), proc in runs.items():
+        try:
+            text, _ = proc.communicate(timeout=540)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text = proc.communicate()[0] + "\ntimed out after 540 s"
+        ok = proc.returncode == 0 and "RESULT correct" in text
         bad += not ok
-        print(f"{'PASS' if ok else 'FAIL'}  moe_step {tool:<10} rc={p.returncode} "
-              f"{' '.join(ln for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}")
+        print(f"{'PASS' if ok else 'FAIL'}  {TARGET} T={T:<5} {tool:<10} rc={proc.returncode} "
+              f"{' '.join(ln for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}", flush=True)
         if not ok:
             print("    " + "\n    ".join(text.splitlines()[-25:]))
-    print(f"sanitize: {3 - bad}/3 clean")
+    print(f"sanitize {TARGET}: {len(runs) - bad}/{len(runs)} clean")
     return 1 if bad else 0
+
+
+def cmd_profile(a) -> int:
+    """One launch of moe_step per T between cudaProfilerStart and Stop, on fresh random inputs after
+    two warm launches, for ncu --profile-from-start off (BENCHMARKS.md: the weight stream's DRAM
+    throughput). Checks the launch's output is written."""
+    import torch
+    ours, why = moe_step_columns()
+    if why:
+        print(f"profile: skipped ({why})")
+        return 1
+    router_w, w13, w2, g = weights()
+    for T in a.tokens:
+        x = tokens(T, g)
+        out = torch.full((T, H), float("nan"), dtype=torch.bfloat16, device="cuda")
+        launch = ours["moe_step"](x, router_w, w13, w2, out)
+        launch()
+        launch()
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        launch()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        print(f"profile {TARGET} T={T}: launched once; output written: {not bool(torch.isnan(out).any())}", flush=True)
+    return 0
 
 
 def use_model(name: str) -> None:
@@ -442,9 +484,12 @@ def use_model(name: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "bound", "all"])
+    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "bound", "profile", "all"])
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--sustain-ms", type=float, default=200.0,
+                    help="bench: each timed graph holds at least this many ms of calls (default %(default)s)")
+    ap.add_argument("--sanitize-tokens", default="1,37", help="sanitize: the T of each run (default %(default)s)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
     ap.add_argument("--builds", default="", help="check, bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
     ap.add_argument("--model", default=MODEL, choices=moe_models.LINKED, help="the linked model (default %(default)s)")
@@ -452,9 +497,10 @@ def main() -> int:
     a = ap.parse_args()
     use_model(a.model)
     a.tokens = parse_counts(ap, "--tokens", a.tokens)
+    a.sanitize_tokens = parse_counts(ap, "--sanitize-tokens", a.sanitize_tokens)
     a.builds = parse_builds(ap, a.builds, f"{TARGET}.manifest.json", f"{TARGET}.cubin")
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
-                         "bound": cmd_bound})
+                         "bound": cmd_bound, "profile": cmd_profile})
 
 
 if __name__ == "__main__":

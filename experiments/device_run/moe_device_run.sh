@@ -4,8 +4,9 @@
 #   device run, carry ["bazel-bin/kernels", "bazel-bin/experiments", ".whl"]:
 #     bash experiments/device_run/moe_device_run.sh
 #   STEPS="tests check trace pair bench sanitize ep cx models"   (default: all, in this order)
-#   MODELS="qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b"   the other linked models (issue 41), for `models`:
-#     check, linked/control pair, bench and the three sanitizers of each (needs their targets built)
+#   MODELS="qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b"   the linked models (issue 41), for
+#     `models`: MSTEPS="check bench pair sanitize ncu" of each (needs their targets built); OLD=dir
+#     times the constant-header moe_step beside Qwen3-30B-A3B's target
 #   BUILDS=name=dir,...   other builds' moe_step timed in bench's rounds (columns moe_step_<name>)
 #   PIPELINK_SGLANG_DIR=dir   the unpacked sglang wheel: check and bench add SGLang's columns (moe_sglang.py)
 #   needs //kernels:moe_step, :moe_step_swiglu2 (+control), :moe_step_trace, //experiments:moe_step_team
@@ -37,11 +38,22 @@ has ep && step ep 120 python3 benchmarks/moe_ep_check.py check
 has ep && step ep_memcheck 180 python3 benchmarks/moe_ep_check.py sanitize memcheck 16 2
 has cx && TAIL=8 step cx 240 python3 experiments/symbol_link/symbol_link_counterexample.py --kernel moe_step --watchdog 4
 if has models; then
-  for M in ${MODELS:-qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b}; do
-    step "check_$M" 240 python3 benchmarks/moe_bench.py check --model "$M" --tokens 1,16,128,1024,4096
-    TAIL=8 step "pair_$M" 200 python3 benchmarks/moe_bench.py pair --model "$M" --rounds ${ROUNDS:-10}
-    TAIL=9 step "bench_$M" 300 python3 benchmarks/moe_bench.py bench --model "$M" --rounds ${ROUNDS:-10} --tokens 1,16,128,1024,4096
-    TAIL=10 step "sanitize_$M" 570 python3 benchmarks/moe_bench.py sanitize --model "$M"
+  # Issue 41: each linked model's gates and figures. MSTEPS picks among check bench pair sanitize
+  # ncu; OLD (a build directory of the constant-header moe_step) adds its column to Qwen3-30B-A3B's
+  # check and bench.
+  msteps=" ${MSTEPS:-check bench pair sanitize ncu} "
+  T6=${MTOKENS:-1,16,128,1024,4096,16384}
+  for M in ${MODELS:-qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b}; do
+    old=(); [[ $M == qwen3_30b_a3b && -n ${OLD:-} ]] && old=(--builds "old=$OLD")
+    [[ $msteps == *" check "* ]] && step "check_$M" 300 python3 benchmarks/moe_bench.py check --model "$M" --tokens "$T6" "${old[@]}"
+    [[ $msteps == *" bench "* ]] && TAIL=9 step "bench_$M" 420 python3 benchmarks/moe_bench.py bench --model "$M" \
+      --rounds ${ROUNDS:-8} --tokens "$T6" "${old[@]}"
+    [[ $msteps == *" pair "* ]] && TAIL=8 step "pair_$M" 200 python3 benchmarks/moe_bench.py pair --model "$M" \
+      --rounds ${PAIR_ROUNDS:-20} --tokens "$T6"
+    [[ $msteps == *" sanitize "* ]] && TAIL=8 step "sanitize_$M" 560 python3 benchmarks/moe_bench.py sanitize --model "$M"
+    [[ $msteps == *" ncu "* ]] && TAIL=14 step "ncu_$M" 240 ncu --clock-control none --profile-from-start off \
+      --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
+      python3 benchmarks/moe_bench.py profile --model "$M" --tokens 16,128
   done
 fi
 exit $rc

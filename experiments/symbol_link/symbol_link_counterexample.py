@@ -225,12 +225,14 @@ def worker(jobfile: str) -> int:
     return 0
 
 
-def target(kernel: str, cubin: str, manifest: str, seed: int | None) -> int:
+def target(kernel: str, cubin: str, manifest: str, seed: int | None, tokens: int | None = None) -> int:
     """One launch in this process on a fresh problem (what compute-sanitizer runs): RESULT <class>."""
     import numpy as np
     make, tol, floor = CASES[kernel]
     facts = json.loads(Path(manifest).read_text()).get("facts", {})
     shape_facts = {k: facts[k] for k in PROBLEM_FACTS.get(kernel, ()) if k in facts}  # the linked model's
+    if tokens is not None:
+        shape_facts["T"] = tokens
     inputs, scalars, (out_name, shape), ref = make(np.random.default_rng(seed), **shape_facts)
     from pipelink.runtime import LaunchError
     try:
@@ -391,11 +393,16 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--cubin", help="target: the kernel to launch once (with --manifest)")
     ap.add_argument("--manifest")
+    ap.add_argument("--tokens", type=int, help="target, moe_step: the problem's T (default 16)")
     a = ap.parse_args()
     if a.cmd == "worker":
         return worker(a.jobfile)
     if a.cmd == "target":
-        return target(a.kernel, a.cubin, a.manifest, a.seed)
+        if a.tokens is not None and a.kernel != "moe_step":
+            ap.error("--tokens: only the moe_step problem takes a token count")
+        if a.tokens is not None and not 1 <= a.tokens <= 65536:
+            ap.error(f"--tokens {a.tokens}: between 1 and 65536")
+        return target(a.kernel, a.cubin, a.manifest, a.seed, a.tokens)
     index = Path(a.index) if a.index else default_index(a.kernel)
     if not index.exists():
         print(f"FAIL {index} is missing: tools/bazel build //{index.parent.relative_to(BIN)}:{a.kernel}_mutations")

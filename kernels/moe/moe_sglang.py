@@ -3,8 +3,9 @@ benchmarks/moe_bench.py times beside moe_step (kept beside the kernel it is meas
 
 SGLang (and vLLM, whose kernel it descends from) serve Qwen3-30B-A3B with one Triton GEMM kernel,
 `fused_moe_kernel`, launched for gate/up and for down over expert-sorted, block-padded slots,
-with configs tuned per GPU: the wheel ships `E=128,N=768,device_name=NVIDIA_H200.json` for this
-very layer. This module loads that kernel file from an unpacked sglang wheel (the rest of
+with configs tuned per GPU: the wheel ships `E=128,N=768,device_name=NVIDIA_H200.json` for
+Qwen3-30B-A3B's layer and `E=8,N=14336` (Triton 3.1's folder) for Mixtral's; other layers run its
+default tiles, as SGLang itself would (`find_config`). This module loads that kernel file from an unpacked sglang wheel (the rest of
 sglang needs a server stack, sgl-kernel binaries built for another torch, and JIT kernels, none
 of which the H200 machine has), puts stand-ins for its import-time helpers in place (CUDA,
 sm90, no AITER, no batch-invariant mode, no quantisation), and runs SGLang's own sequence for
@@ -36,7 +37,6 @@ from pathlib import Path
 
 KERNELS = "sglang/kernels/ops/moe/fused_moe_triton_kernels.py"
 CONFIGS = "sglang/srt/layers/moe/moe_runner/triton_utils/configs"
-CONFIG_NAME = "E=128,N=768,device_name=NVIDIA_H200.json"
 
 
 class Unavailable(RuntimeError):
@@ -77,8 +77,38 @@ def _stand_ins(torch) -> dict[str, types.ModuleType]:
     return mods
 
 
-def load(root: str | Path):
-    """(the kernel module, {T: config}) from an unpacked sglang wheel at `root`."""
+def config_name(experts: int, inter: int) -> str:
+    """SGLang's file name for a bf16 layer's tuned config on the H200 (N is the expert's inter)."""
+    return f"E={experts},N={inter},device_name=NVIDIA_H200.json"
+
+
+def find_config(root: Path, experts: int, inter: int, triton_version: str) -> Path | None:
+    """SGLang 0.5.23's lookup (fused_moe_triton_config.get_moe_configs), restated: the file in this
+    Triton's folder, else in the other shipped Triton folders, newest first; None: its default."""
+    base = root / CONFIGS
+    name = config_name(experts, inter)
+    own = base / f"triton_{triton_version.replace('.', '_')}" / name
+    if own.is_file():
+        return own
+    versions = sorted((d.name.removeprefix("triton_") for d in base.glob("triton_*") if d.is_dir()),
+                      key=lambda v: tuple(int(x) for x in v.split("_")), reverse=True)
+    for v in versions:
+        if (base / f"triton_{v}" / name).is_file():
+            return base / f"triton_{v}" / name
+    return None
+
+
+def default_configs(experts: int) -> dict:
+    """SGLang's get_default_config for bf16 as a {T: config} map over the T it distinguishes:
+    16x32x64 tiles while T <= E, else 64x64x32, GROUP_SIZE_M 8."""
+    small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    large = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
+    return {t: (small if t <= experts else large) for t in range(1, 1 << 17)}
+
+
+def load(root: str | Path, experts: int = 128, inter: int = 768):
+    """(the kernel module, {T: config}, where the configs came from) from an unpacked sglang wheel
+    at `root`, for a layer of `experts` experts of intermediate size `inter`."""
     import torch
     try:
         import triton
@@ -86,11 +116,9 @@ def load(root: str | Path):
         raise Unavailable(f"Triton is not installed here ({e})") from None
     root = Path(root)
     src = root / KERNELS
-    cfg = root / CONFIGS / f"triton_{triton.__version__.replace('.', '_')}" / CONFIG_NAME
     if not src.is_file():
-        raise Unavailable(f"{src} not found: unpack the sglang 0.5.23 wheel there (benchmarks/moe_sglang.py)")
-    if not cfg.is_file():
-        raise Unavailable(f"no tuned config {cfg.relative_to(root)} for this Triton ({triton.__version__})")
+        raise Unavailable(f"{src} not found: unpack the sglang 0.5.23 wheel there (kernels/moe/moe_sglang.py)")
+    cfg = find_config(root, experts, inter, triton.__version__)
     stand_ins = _stand_ins(torch)
     saved = {n: sys.modules.get(n) for n in stand_ins}
     sys.modules.update(stand_ins)
@@ -104,7 +132,9 @@ def load(root: str | Path):
                 sys.modules.pop(n, None)
             else:
                 sys.modules[n] = m
-    return mod, {int(k): v for k, v in json.loads(cfg.read_text()).items()}
+    if cfg is None:
+        return mod, default_configs(experts), "default"
+    return mod, {int(k): v for k, v in json.loads(cfg.read_text()).items()}, str(cfg.relative_to(root / CONFIGS))
 
 
 def config_for(configs: dict, tokens: int) -> dict:
@@ -137,12 +167,13 @@ def align(ei, experts: int, block_m: int):
     return sorted_ids, expert_ids, end[-1:].to(torch.int32)
 
 
-def step_factory(root: str | Path, route, experts: int, top_k: int):
+def step_factory(root: str | Path, route, experts: int, top_k: int, inter: int = 768):
     """(step(x, router_w, w13, w2) -> out, kernels(x, w13, w2, routed) -> out, prepare(x, router_w, w13) -> routed).
-    `routed` holds the routing, the alignment, the config and SGLang's intermediate buffers."""
+    `routed` holds the routing, the alignment, the config and SGLang's intermediate buffers.
+    step.configs says which config file SGLang would pick for this layer ("default": none)."""
     import torch
     import triton.language as tl
-    mod, configs = load(root)
+    mod, configs, source = load(root, experts, inter)
 
     def prepare(x, router_w, w13):
         wv, ei = route(x, router_w)
@@ -174,5 +205,6 @@ def step_factory(root: str | Path, route, experts: int, top_k: int):
     def step(x, router_w, w13, w2):
         return kernels(x, w13, w2, prepare(x, router_w, w13))
 
+    step.configs = source
     return step, kernels, prepare
 

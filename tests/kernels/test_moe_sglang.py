@@ -48,3 +48,21 @@ def test_config_is_the_nearest_tuned_batch():
 def test_a_missing_wheel_is_reported_not_raised(tmp_path):
     with pytest.raises(moe_sglang.Unavailable):
         moe_sglang.load(tmp_path)
+
+
+def test_config_lookup_follows_sglang(tmp_path):
+    base = tmp_path / moe_sglang.CONFIGS
+    for version, name in (("3_6_0", "E=128,N=768"), ("3_1_0", "E=8,N=14336"), ("3_2_0", "E=8,N=14336"),
+                          ("3_6_0", "E=8,N=14336,device_name=NVIDIA_H100")):
+        (base / f"triton_{version}").mkdir(parents=True, exist_ok=True)
+        (base / f"triton_{version}" / f"{name},device_name=NVIDIA_H200.json").write_text("{}")
+    assert moe_sglang.find_config(tmp_path, 128, 768, "3.6.0").parent.name == "triton_3_6_0"
+    assert moe_sglang.find_config(tmp_path, 8, 14336, "3.6.0").parent.name == "triton_3_2_0"  # newest other
+    assert moe_sglang.find_config(tmp_path, 64, 1024, "3.6.0") is None
+
+
+def test_default_config_is_sglangs_bf16_default():
+    d = moe_sglang.default_configs(64)
+    assert moe_sglang.config_for(d, 64)["BLOCK_SIZE_M"] == 16
+    assert moe_sglang.config_for(d, 65)["BLOCK_SIZE_M"] == 64
+    assert moe_sglang.config_for(d, 16384)["BLOCK_SIZE_K"] == 32
