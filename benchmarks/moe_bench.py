@@ -206,9 +206,16 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
     cls = getattr(m, "MoeStep", None)
     if cls is None:
         return {}, "kernels/moe/moe_step.py has no MoeStep(cubin, manifest) class to load linked and control"
+    from pipelink.common.diagnostics import Rejected
     cols = {}
     for name, cubin in cubins.items():
-        k = cls(cubin, manifests[name], model=MODEL)
+        try:
+            k = cls(cubin, manifests[name], model=MODEL)
+        except Rejected as e:  # a --builds column that cannot load: say why, keep the rest
+            if not name.startswith("moe_step_"):
+                return {}, f"{name}: {e}"
+            print(f"{name}: column skipped: {e}" + (f" (hint: {e.hint})" if getattr(e, "hint", "") else ""))
+            continue
         cols[name] = lambda x, rw, w13, w2, out, workspaces=None, k=k: k.open(x, rw, w13, w2, out,
                                                                              workspaces=workspaces).launch
         cols[name].step = k
