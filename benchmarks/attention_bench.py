@@ -114,14 +114,17 @@ def cmd_check(a) -> int:
 # ---- timing -------------------------------------------------------------------------------
 
 def sdpa_fns(q, k, v, causal):
+    """SDPA per backend (enable_gqa where k and v have fewer heads than q); a backend that
+    refuses the shape is reported and left out."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     fns = {}
+    gqa = k.shape[1] != q.shape[1]
     for name, b in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
                     ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION)):
         def f(b=b):
             with sdpa_kernel([b]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         try:
             f()
             fns[name] = f
@@ -142,7 +145,8 @@ def flex_fn(q, k, v, mask_mod, score_mod=None):
         _flex = torch.compile(flex_attention, dynamic=False)
     B, H, Lq, _ = q.shape
     bm = fcbm(mask_mod, None, None, Lq, k.shape[2], device="cuda", _compile=True) if mask_mod else None
-    f = lambda: _flex(q, k, v, block_mask=bm, score_mod=score_mod)  # noqa: E731
+    gqa = k.shape[1] != H
+    f = lambda: _flex(q, k, v, block_mask=bm, score_mod=score_mod, enable_gqa=gqa)  # noqa: E731
     f()
     return f
 
@@ -190,8 +194,8 @@ def cmd_bench(a) -> int:
             table.append(row)
             print(json.dumps(row), flush=True)
     for B, KV in a.decode:
-        H = 32
-        q, k, v = rand_qkv(B, H, 1, KV, seed=KV + B)
+        H, Hkv = 32, a.kv_heads  # Hkv < 32: grouped-query decode (Llama 3: 8)
+        q, k, v = rand_qkv(B, H, 1, KV, seed=KV + B, Hkv=Hkv)
         out = torch.empty_like(q)
         ctl = torch.empty_like(q)
         fns = {"pipelink": lambda: attention(q, k, v, "decode", out=out, kernel_dir=BIN),
@@ -218,15 +222,15 @@ def cmd_bench(a) -> int:
             continue
         base = {n: x for n, x in t.items() if not n.startswith("pipelink")}
         best = min(base, key=base.get) if base else None
-        kv_bytes = 2 * B * H * KV * 128 * 2
-        row = {"kind": "decode", "variant": "decode", "B": B, "KV": KV, **t, "best_baseline": best,
+        kv_bytes = 2 * B * Hkv * KV * 128 * 2
+        row = {"kind": "decode", "variant": "decode", "B": B, "KV": KV, "Hkv": Hkv, **t, "best_baseline": best,
                "speedup": base[best] / t["pipelink"] if best else float("nan"),
                "tbs": kv_bytes / t["pipelink"] / 1e6}
         table.append(row)
         print(json.dumps(row), flush=True)
     print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (B=1, H=32, d=128, bf16)")
     for r in table:
-        shape = f"S={r['S']}" if r["kind"] == "prefill" else f"B={r['B']} KV={r['KV']}"
+        shape = f"S={r['S']}" if r["kind"] == "prefill" else f"B={r['B']} KV={r['KV']} Hkv={r['Hkv']}"
         others = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and n not in
                            ("pipelink", "speedup", "tflops", "tbs"))
         extra = f" {r['tflops']:.0f} TFLOP/s" if "tflops" in r else (f" {r['tbs']:.2f} TB/s" if "tbs" in r else "")
@@ -357,6 +361,8 @@ def main() -> int:
     ap.add_argument("--seqs", default="4096,8192,32768")
     ap.add_argument("--prefill", default="causal")
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
+    ap.add_argument("--kv-heads", type=int, default=32, choices=[1, 2, 4, 8, 16, 32],
+                    help="bench: decode's K/V heads (q has 32; fewer: grouped-query)")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")
     ap.add_argument("--build-schedule", choices=["uniform", "streamk"], help="bench: decode schedule of --builds")

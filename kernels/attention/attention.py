@@ -10,6 +10,7 @@
     out = attention(q, k, v, variant="alibi")                      # causal + ALiBi (slopes=[H] optional)
     out = attention(q1, k, v, variant="decode")                    # q1: [B, H, 1..16, 128], split-KV
     out = attention(q1, k, v, variant="decode", schedule="streamk")  # or "uniform" (splits=n per head)
+    out = attention(q1, k8, v8, variant="decode")  # GQA: q1 [B, 32, 1, 128], k8/v8 [B, 8, S, 128]
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
 `kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
@@ -25,9 +26,11 @@ with pipelink.runtime.LaunchError, a code and a hint:
             window not an int in 1 .. 2^31-1; softcap / scale / slopes not finite float32
             numbers (softcap and scale > 0; bools, strings, tensors refused, numpy numbers
             taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
-            control not a bool, kernel_dir not a path; a tensor that requires grad while
+            control not a bool, kernel_dir not a path; enable_gqa not None/True/False; a tensor that requires grad while
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
-  R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; lengths not multiples
+  R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
+            grouped (Hkv < H) outside decode, or group * q rows > 16, or with enable_gqa=False;
+            lengths not multiples
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
             than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); uniform decode
             B*H > 65535 (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
@@ -220,9 +223,9 @@ def streamk_stride(bh: int, kv_len: int, num_sms: int) -> int:
 
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
                scale=None, splits=None, schedule=None, out=None, kernel_dir=None, control=False,
-               stream=None) -> dict:
-    """Every check of one `attention` call, without CUDA -> {B, H, Lq, Lkv, D, device, scale,
-    splits and schedule (None: the default), and the variant's own argument}."""
+               stream=None, enable_gqa=None) -> dict:
+    """Every check of one `attention` call, without CUDA -> {B, H, Hkv, group, Lq, Lkv, D, device,
+    scale, splits and schedule (None: the default), and the variant's own argument}."""
     import torch
     variant = check_variant(variant)
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -238,10 +241,11 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     if D not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {D} is not supported by variant {variant!r}",
                           hint="d = 128 or 64")
-    if tuple(k.shape[:2]) != (B, H) or k.shape[3] != D or k.shape != v.shape:
+    if k.shape[0] != B or k.shape[3] != D or k.shape != v.shape:
         raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
-                          hint="k and v: [B, H, Lkv, D] with q's B, H and D (no GQA in this build)")
-    Lkv = k.shape[2]
+                          hint="k and v: [B, Hkv, Lkv, D] with q's B and D, and one shape")
+    Hkv, Lkv = k.shape[1], k.shape[2]
+    group = _gqa_group(variant, H, Hkv, Lq, enable_gqa)
     if Lkv % BLOCK:
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
                           hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding)")
@@ -255,9 +259,9 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         if not 1 <= Lq <= DECODE_ROWS:
             raise LaunchError("R-SHAPE", f"decode takes 1..{DECODE_ROWS} query rows, got {Lq}",
                               hint="use a prefill variant for longer queries")
-        if B * H > 65535 and (splits is not None or schedule == "uniform"):
-            raise LaunchError("R-SHAPE", f"decode with splits= launches one CTA row per head: B*H = {B * H} > 65535 "
-                              "(grid y)", hint="splits=None (stream-K takes any B*H), or split the batch into calls")
+        if B * Hkv > 65535 and (splits is not None or schedule == "uniform"):
+            raise LaunchError("R-SHAPE", f"decode with splits= launches one CTA row per KV head: B*Hkv = {B * Hkv} > "
+                              "65535 (grid y)", hint="splits=None (stream-K takes any B*Hkv), or split the batch into calls")
     elif Lq % BLOCK:
         raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK}",
                           hint=f"pad q to a multiple of {BLOCK}, or use variant='decode' for 1..16 rows")
@@ -271,7 +275,8 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
              "splits": splits, "schedule": schedule}
     refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if READS[n] != variant},
                   {n: f"variant {r!r}" for n, r in READS.items()})
-    a = {"B": B, "H": H, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None, "schedule": None,
+    a = {"B": B, "H": H, "Hkv": Hkv, "group": group, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None,
+         "schedule": None,
          **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
                          softcap=softcap, slopes=slopes)}
     if variant == "decode":
@@ -293,14 +298,25 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
 def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = None, window: int | None = None,
               doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
               splits: int | None = None, schedule: str | None = None,
-              out=None, kernel_dir=None, control: bool = False, stream=None):
-    """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, H, Lkv, D], bf16, D = 128 or 64."""
+              out=None, kernel_dir=None, control: bool = False, stream=None, enable_gqa: bool | None = None):
+    """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, Hkv, Lkv, D], bf16, D = 128 or
+    64. Hkv < H is grouped-query attention (query head h reads KV head h // (H / Hkv)), inferred
+    from the shapes unless enable_gqa=False; this build serves it in decode (group * Lq <= 16)."""
     import torch
     a = check_call(q, k, v, variant, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                    slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
-                   control=control, stream=stream)
+                   control=control, stream=stream, enable_gqa=enable_gqa)
     B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
     uniform, splits = True, None
+    if out is None:
+        out = torch.empty_like(q)
+    if variant == "decode" and a["group"] > 1:
+        # A group's query heads are adjacent rows of one KV head's tile ([B, Hkv, group * Lq, D] is
+        # the same memory as q): the kernel loads each K/V tile once per group.
+        H, Lq = a["Hkv"], a["group"] * Lq
+        q, out_view = q.view(B, H, Lq, a["D"]), out.view(B, H, Lq, a["D"])
+    else:
+        out_view = out
     if variant == "decode":  # the schedule needs the SM count: the forced schedule's kernel, else streamk's, has it
         probe = a["schedule"] == "uniform" or a["splits"] is not None
         sms = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=probe).num_sms
@@ -309,14 +325,38 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                        slopes=slopes, grid=max(grid, 1), kv_len=Lkv)
-    if out is None:
-        out = torch.empty_like(q)
-    params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
+    params = {"q": q, "k": k, "v": v, "o": out_view, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
               "scale": a["scale"]}
     if variant == "decode":
         params["splits"] = splits
     kern.launch_with(params, stream=stream)
     return out
+
+
+def _gqa_group(variant: str, H: int, Hkv: int, Lq: int, enable_gqa) -> int:
+    """Query heads per KV head (1: plain multi-head attention); R-SHAPE / R-PARAM where this build
+    cannot serve the grouping."""
+    if enable_gqa is not None and not isinstance(enable_gqa, bool):
+        raise LaunchError("R-PARAM", f"enable_gqa must be None, True or False, got {enable_gqa!r:.60}",
+                          hint="None infers grouped-query attention from the head counts")
+    if Hkv == H:
+        return 1
+    if enable_gqa is False:
+        raise LaunchError("R-SHAPE", f"k and v have {Hkv} heads and q {H}, with enable_gqa=False",
+                          hint="enable_gqa=None (or True) for grouped-query attention, or give k and v q's heads")
+    if Hkv < 1 or H % Hkv:
+        raise LaunchError("R-SHAPE", f"q's {H} heads are not a whole multiple of k/v's {Hkv}",
+                          hint="grouped-query attention needs Hq = group * Hkv")
+    group = H // Hkv
+    if variant != "decode":
+        raise LaunchError("R-SHAPE", f"variant {variant!r} takes k and v with q's {H} heads: grouped-query "
+                          f"prefill (group {group}) is not built yet",
+                          hint=f"k.repeat_interleave({group}, dim=1) (and v) for prefill; variant='decode' groups")
+    if group * Lq > DECODE_ROWS:
+        raise LaunchError("R-SHAPE", f"decode with group {group} and {Lq} query rows is {group * Lq} rows a KV head; "
+                          f"the combine takes at most {DECODE_ROWS}",
+                          hint=f"at most {DECODE_ROWS // group} query row(s) a call at this grouping")
+    return group
 
 
 def alibi_slopes(H: int) -> list[float]:
@@ -410,6 +450,8 @@ def reference(q, k, v, variant="full", *, block_mask_pred=None, window=None, doc
     import torch
     B, H, Lq, D = q.shape
     Lkv = k.shape[2]
+    if k.shape[1] != H:  # grouped-query: query head h reads KV head h // (H / Hkv)
+        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
     scale = scale or 1.0 / math.sqrt(D)
     s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
     qi = torch.arange(Lq, device=q.device)[:, None]

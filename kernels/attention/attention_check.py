@@ -35,12 +35,13 @@ def docs_for(B, S, seed, device, mean=700):
     return ids.to(device)
 
 
-def rand_qkv(B, H, Lq, Lkv, seed=None, D=128):
+def rand_qkv(B, H, Lq, Lkv, seed=None, D=128, Hkv=None):
+    """q [B, H, Lq, D], k and v [B, Hkv (default H), Lkv, D]."""
     import torch
     g = torch.Generator(device="cuda")
     g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
-    mk = lambda L: torch.randn(B, H, L, D, device="cuda", generator=g).bfloat16()  # noqa: E731
-    return mk(Lq), mk(Lkv), mk(Lkv)
+    mk = lambda h, L: torch.randn(B, h, L, D, device="cuda", generator=g).bfloat16()  # noqa: E731
+    return mk(H, Lq), mk(Hkv or H, Lkv), mk(Hkv or H, Lkv)
 
 
 def entry_variant(name: str) -> str:
@@ -63,10 +64,11 @@ def variant_kwargs(variant, B, H, S, device, seed=0):
     return {}, {}
 
 
-def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None):
-    """-> (ok, a line of what was found). kernel_dir: attention's default when None."""
+def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None, Hkv=None):
+    """-> (ok, a line of what was found). kernel_dir: attention's default when None; Hkv: k and
+    v's heads (grouped-query attention where fewer than H)."""
     import torch
-    q, k, v = rand_qkv(B, H, Lq, Lkv, D=D)
+    q, k, v = rand_qkv(B, H, Lq, Lkv, D=D, Hkv=Hkv)
     kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
     out = torch.full_like(q, float("nan"))
     attention(q, k, v, entry_variant(variant), out=out, control=control, kernel_dir=kernel_dir, **kw)

@@ -182,3 +182,17 @@ def test_no_per_score_loads(built, kernel):
     the combine's)."""
     ldg = len(re.findall(r"\bLDG\.", _sass(BIN / f"{kernel}.cubin")))
     assert ldg <= 128, f"{kernel}: {ldg} LDG in the linked SASS"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_decode_streamk.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("H, Hkv, Lq", [(32, 8, 1), (32, 16, 1), (16, 4, 2), (32, 4, 2), (16, 1, 1), (8, 1, 2), (2, 1, 1)])
+@pytest.mark.parametrize("variant", ["decode_uniform", "decode_streamk"])
+def test_grouped_query_decode_matches_fp32_reference(H, Hkv, Lq, variant):
+    """GQA decode (issue 42): a group's query heads ride as rows of their KV head's tile."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_one
+    for B, KV in ((1, 4096), (3, 384)):
+        ok, msg = check_one(variant, B, H, Lq, KV, False, Hkv=Hkv)
+        assert ok, f"{variant} B={B} H={H} Hkv={Hkv} Lq={Lq} KV={KV}: {msg}"

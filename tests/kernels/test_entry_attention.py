@@ -77,6 +77,29 @@ def test_good_calls_launch_once(kern, variant):
         assert p["splits"] == A.default_splits(B * H, S, kern.num_sms)
 
 
+@pytest.mark.parametrize("H, Hkv, Lq", [(32, 8, 1), (32, 2, 1), (16, 1, 1), (8, 2, 4), (4, 4, 3)])
+@pytest.mark.parametrize("enable_gqa", [None, True])
+def test_grouped_query_decode_runs_a_group_as_rows(kern, H, Hkv, Lq, enable_gqa):
+    q, k, v = randn(B, H, Lq, D), randn(B, Hkv, S, D), randn(B, Hkv, S, D)
+    out = empty(*q.shape)
+    assert A.attention(q, k, v, "decode", out=out, enable_gqa=enable_gqa) is out
+    (p,) = kern.launches
+    g = H // Hkv
+    assert p["bh"] == B * Hkv and p["q_len"] == g * Lq and p["kv_len"] == S
+    assert p["q"].shape == (B, Hkv, g * Lq, D) and p["q"].data_ptr() == q.data_ptr()  # a view: no copy
+    assert p["o"].data_ptr() == out.data_ptr()
+
+
+def test_reference_repeats_each_kv_head_over_its_group():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, h, L, 64, generator=g) for h, L in ((8, 3), (2, 256), (2, 256)))
+    ref = A.reference(q, k, v, "full")
+    want = A.reference(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1), "full")
+    assert torch.equal(ref, want)
+    s = torch.einsum("qd,kd->qk", q[1, 5].double(), k[1, 1].double()) / 8
+    assert torch.allclose(ref[1, 5].double(), torch.softmax(s, -1) @ v[1, 1].double(), atol=1e-5)
+
+
 def test_decode_schedules(kern):
     """No schedule: uniform splits while the heads are fewer than the SMs, stream-K (attn_combine's
     slot stride as `splits`) once they fill them, whatever B*H; either one when asked for."""
@@ -145,6 +168,20 @@ def _cases():
         ("Lkv % 128", dict(variant="full", k=randn(B, H, 200, D), v=randn(B, H, 200, D)), "R-SHAPE"),
         ("causal Lq != Lkv", dict(k=randn(B, H, 2 * S, D), v=randn(B, H, 2 * S, D)), "R-SHAPE"),
         ("decode 17 rows", dict(variant="decode", q=randn(B, H, 17, D)), "R-SHAPE"),
+        # grouped-query attention
+        ("gqa heads do not divide", dict(variant="decode", q=randn(B, 4, 1, D), k=randn(B, 3, S, D),
+                                         v=randn(B, 3, S, D)), "R-SHAPE"),
+        ("gqa more kv heads", dict(variant="decode", q=randn(B, 2, 1, D), k=randn(B, 4, S, D),
+                                   v=randn(B, 4, S, D)), "R-SHAPE"),
+        ("gqa 32 rows a kv head", dict(variant="decode", q=randn(B, 16, 2, D), k=randn(B, 1, S, D),
+                                       v=randn(B, 1, S, D)), "R-SHAPE"),
+        ("gqa with enable_gqa=False", dict(variant="decode", q=randn(B, 4, 1, D), k=randn(B, 2, S, D),
+                                           v=randn(B, 2, S, D), enable_gqa=False), "R-SHAPE"),
+        ("gqa prefill", dict(variant="full", q=randn(B, 4, S, D), k=randn(B, 2, S, D), v=randn(B, 2, S, D)), "R-SHAPE"),
+        ("gqa k and v heads differ", dict(variant="decode", q=randn(B, 4, 1, D), k=randn(B, 2, S, D),
+                                          v=randn(B, 1, S, D)), "R-SHAPE"),
+        ("enable_gqa 1", dict(variant="decode", q=randn(B, H, 1, D), enable_gqa=1), "R-PARAM"),
+        ("enable_gqa 'yes'", dict(variant="decode", q=randn(B, H, 1, D), enable_gqa="yes"), "R-PARAM"),
         ("rows > 2^31", dict(variant="full", q=huge(64, 64, 2**19, D), k=huge(64, 64, 2**19, D),
                              v=huge(64, 64, 2**19, D)), "R-SHAPE"),
         ("uniform decode B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
