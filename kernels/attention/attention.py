@@ -30,10 +30,11 @@ with pipelink.runtime.LaunchError, a code and a hint:
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
             grouped (Hkv < H) outside decode, or group * q rows > 16, or with enable_gqa=False;
-            lengths not multiples
+            lengths not multiples (decode's kv length: any)
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
             than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); uniform decode
-            B*H > 65535 (grid y); document B*H or S/128 > 65535; doc_ids or block mask of other shapes
+            B*H > 65535 (grid y); decode of 2^24 KV blocks or more (B*Hkv*ceil(Lkv/128));
+            document B*H or S/128 > 65535; doc_ids or block mask of other shapes
   R-DTYPE   q/k/v/out not bf16, doc_ids not int32
   R-DEVICE  CPU tensors, operands (or the block mask, doc_ids) on different GPUs
   R-LAYOUT  non-contiguous, not 16-byte aligned (q, k, v, out: TMA), sparse or lazy views, an
@@ -70,6 +71,7 @@ READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document
 SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), attn_decode_streamk
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
 STREAMK_MAX_CTAS = 255  # attn_decode_streamk.cu's MAX_CTAS: its 32-bit products need N (G + 1) < 2^32
+MAX_DECODE_BLOCKS = 2**24  # N = heads x KV blocks below this: N (G + 1) < 2^32 (whole-block lengths kept it there)
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "scale"}  # the manifests' lent parameters
 AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
 
@@ -179,13 +181,18 @@ def _aux(tensor_like, words):
     return t
 
 
+def kv_blocks(kv_len: int) -> int:
+    """KV blocks of a head: the last one partial when kv_len is not a whole number of blocks."""
+    return -(-kv_len // BLOCK)
+
+
 def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
     """Fewer heads than SMs: one wave of CTAs (one fits per SM), at least one KV block each.
     Several waves: two splits per head of 64..127 KV blocks (B = 32, KV = 8K: 1.3-2.0% faster
     in four timings); heads of 32 blocks (B = 64, KV = 4K), 128 (B = 16, KV = 16K) or 256 (B = 8,
     KV = 32K) gained nothing from two, and more splits cost more in each CTA's set-up than they
     saved (docs/DECISIONS.md, attention)."""
-    blocks = kv_len // BLOCK
+    blocks = kv_blocks(kv_len)
     if bh >= num_sms:
         return 2 if 64 <= blocks < 128 else 1
     return max(1, min(blocks, num_sms // bh))
@@ -215,7 +222,7 @@ def streamk_stride(bh: int, kv_len: int, num_sms: int) -> int:
     """attn_combine's slot stride for attn_decode_streamk: the most CTAs whose ranges meet one
     head. G = min(num_sms, N) CTAs take N = bh * nkv blocks, each at least N // G; a head's
     nkv blocks meet at most nkv // (N // G) whole ranges and two partial ones."""
-    nkv = kv_len // BLOCK
+    nkv = kv_blocks(kv_len)
     n = bh * nkv
     g = min(num_sms, n, STREAMK_MAX_CTAS)
     return min(g, nkv // (n // g) + 2)
@@ -246,7 +253,7 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
                           hint="k and v: [B, Hkv, Lkv, D] with q's B and D, and one shape")
     Hkv, Lkv = k.shape[1], k.shape[2]
     group = _gqa_group(variant, H, Hkv, Lq, enable_gqa)
-    if Lkv % BLOCK:
+    if Lkv % BLOCK and variant != "decode":  # decode masks its tail block itself
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
                           hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding)")
     if variant == "decode":
@@ -259,6 +266,10 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         if not 1 <= Lq <= DECODE_ROWS:
             raise LaunchError("R-SHAPE", f"decode takes 1..{DECODE_ROWS} query rows, got {Lq}",
                               hint="use a prefill variant for longer queries")
+        if B * Hkv * kv_blocks(Lkv) >= MAX_DECODE_BLOCKS:
+            raise LaunchError("R-SHAPE", f"decode of B*Hkv = {B * Hkv} heads of {kv_blocks(Lkv)} KV blocks: "
+                              f"{B * Hkv * kv_blocks(Lkv)} blocks, the stream-K schedule's 32-bit arithmetic "
+                              f"takes fewer than {MAX_DECODE_BLOCKS}", hint="split the batch into calls")
         if B * Hkv > 65535 and (splits is not None or schedule == "uniform"):
             raise LaunchError("R-SHAPE", f"decode with splits= launches one CTA row per KV head: B*Hkv = {B * Hkv} > "
                               "65535 (grid y)", hint="splits=None (stream-K takes any B*Hkv), or split the batch into calls")
@@ -282,8 +293,9 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     if variant == "decode":
         a["schedule"] = schedule
     if variant == "decode" and splits is not None:
-        a["splits"] = integer("splits", splits, 1, Lkv // BLOCK,
-                              hint=f"1 .. {Lkv // BLOCK} (each split takes one KV block at least), or None")
+        nkv = kv_blocks(Lkv)
+        a["splits"] = integer("splits", splits, 1, nkv,
+                              hint=f"1 .. {nkv} (each split takes one KV block at least), or None")
     if out is not None:
         expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=dev, align=16)
         expect_disjoint("out", out, {"q": q, "k": k, "v": v, "doc_ids": doc_ids,

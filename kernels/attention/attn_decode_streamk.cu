@@ -6,7 +6,8 @@
 // more waves of CTAs of one per SM, each wave's tail and each CTA's start idle on DRAM.
 // info = {0, h, split, splits}: the split-th of the `splits` CTAs whose ranges meet head h,
 // which attn_combine merges. aux = {bh, kv_len} (tile is not given kv_len, kv_count and
-// kv_block not the grid's bh); nkv = kv_len / block_q (the linked fact).
+// kv_block not the grid's bh); nkv = ceil(kv_len / block_q) (the linked fact), the last block
+// PARTIAL when kv_len is not a whole number of blocks.
 #define PL_COMPONENT attn_mask
 #include <pipelink.h>
 
@@ -22,7 +23,7 @@ struct Run {  // the grid's cut of the N blocks
   unsigned n, g, nkv;
   __device__ __forceinline__ Run(const void* aux, unsigned block) {
     const unsigned bh = attn_variant::ld(aux, 0);
-    nkv = attn_variant::ld(aux, 1) / block;
+    nkv = (attn_variant::ld(aux, 1) + block - 1) / block;  // the last block PARTIAL past kv_len
     n = bh * nkv;
     g = min(min(gridDim.x, n), MAX_CTAS);
   }
@@ -65,7 +66,8 @@ ATTN_KV_BLOCK {
   const Run r(aux, ATTN_BLOCK);
   unsigned lo, hi;
   r.range(bh, split, lo, hi);
-  return lo - bh * r.nkv + i;
+  const unsigned b = lo - bh * r.nkv + i;
+  return (b + 1) * ATTN_BLOCK > kv_len ? b | attn::PARTIAL : b;
 }
-ATTN_MASK_BITS { return ~0u; }
+ATTN_MASK_BITS { return attn_variant::below(k0, (int)attn_variant::ld(aux, 1)); }  // the tail block only
 ATTN_NO_SCORE_MOD

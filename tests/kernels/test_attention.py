@@ -193,6 +193,20 @@ def test_grouped_query_decode_matches_fp32_reference(H, Hkv, Lq, variant):
     pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "kernels" / "attention"))
     from attention_check import check_one
-    for B, KV in ((1, 4096), (3, 384)):
+    for B, KV in ((1, 4096), (3, 384), (2, 1000)):
         ok, msg = check_one(variant, B, H, Lq, KV, False, Hkv=Hkv)
         assert ok, f"{variant} B={B} H={H} Hkv={Hkv} Lq={Lq} KV={KV}: {msg}"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_decode_streamk.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("KV", [1, 5, 127, 129, 1000, 4095, 32769])
+@pytest.mark.parametrize("variant", ["decode_uniform", "decode_streamk"])
+def test_decode_takes_any_kv_length(KV, variant):
+    """Decode's last KV block is PARTIAL past kv_len (issue 42): no padding by the caller."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_one
+    for control in (False, True):
+        ok, msg = check_one(variant, 2, 4, 3, KV, control, Hkv=2)
+        assert ok, f"{variant} KV={KV} control={control}: {msg}"

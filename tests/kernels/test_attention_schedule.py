@@ -104,7 +104,7 @@ class StreamK:
     checked to fit, as the device's would wrap)."""
 
     def __init__(self, bh, kv_len, grid):
-        self.nkv = kv_len // M.BLOCK
+        self.nkv = (kv_len + M.BLOCK - 1) // M.BLOCK  # the last block partial past kv_len
         self.n = bh * self.nkv
         self.g = min(grid, self.n, A.STREAMK_MAX_CTAS)
 
@@ -141,7 +141,7 @@ class StreamK:
 @pytest.mark.parametrize("bh,kv_len,grid", [
     (32, 4096, 132), (256, 32768, 132), (512, 16384, 132), (1024, 8192, 132), (2048, 4096, 132),
     (160, 32768, 132), (6, 384, 132), (1, 128, 132), (3, 1024, 7), (65535, 256, 132), (1, 2**31 - 128, 132),
-    (2, 2**30 - 128, 255), (5, 640, 300)])
+    (2, 2**30 - 128, 255), (5, 640, 300), (3, 1, 132), (7, 1000, 132), (160, 32769, 132), (1, 2**31 - 200, 132), (2**17 - 1, 1, 132)])
 def test_streamk_covers_every_block_once(bh, kv_len, grid):
     """Every head's blocks once, in the tiles of consecutive CTAs (split 0 .. splits - 1, each the
     same `splits`), CTAs' block counts within one of each other, splits within the slot stride the

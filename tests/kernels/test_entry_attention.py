@@ -90,6 +90,18 @@ def test_grouped_query_decode_runs_a_group_as_rows(kern, H, Hkv, Lq, enable_gqa)
     assert p["o"].data_ptr() == out.data_ptr()
 
 
+@pytest.mark.parametrize("lkv", [1, 5, 127, 129, 200, 4095])
+def test_decode_takes_any_kv_length(kern, lkv):
+    q, k, v = randn(B, H, 1, D), randn(B, H, lkv, D), randn(B, H, lkv, D)
+    A.attention(q, k, v, "decode", out=empty(*q.shape), schedule="uniform")
+    (p,) = kern.launches
+    assert p["kv_len"] == lkv and 1 <= p["splits"] <= A.kv_blocks(lkv)
+    A.attention(q, k, v, "decode", out=empty(*q.shape), splits=A.kv_blocks(lkv))  # one split a block, the tail's too
+    with pytest.raises(A.LaunchError) as e:
+        A.attention(q, k, v, "decode", out=empty(*q.shape), splits=A.kv_blocks(lkv) + 1)
+    assert e.value.code == "R-PARAM"
+
+
 def test_reference_repeats_each_kv_head_over_its_group():
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, h, L, 64, generator=g) for h, L in ((8, 3), (2, 256), (2, 256)))
@@ -186,6 +198,8 @@ def _cases():
                              v=huge(64, 64, 2**19, D)), "R-SHAPE"),
         ("uniform decode B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
                                             v=huge(2, 32768, 128, D), schedule="uniform"), "R-SHAPE"),
+        ("decode 2^24 blocks", dict(variant="decode", q=huge(2**17, 128, 1, D), k=huge(2**17, 128, 1, D),
+                                    v=huge(2**17, 128, 1, D)), "R-SHAPE"),
         ("decode splits, B*H > 65535", dict(variant="decode", q=huge(2, 32768, 1, D), k=huge(2, 32768, 128, D),
                                             v=huge(2, 32768, 128, D), splits=1), "R-SHAPE"),
         ("document B*H > 65535", dict(variant="document", q=huge(2, 32768, 128, D), k=huge(2, 32768, 128, D),
