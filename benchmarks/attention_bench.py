@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import attention_check  # noqa: E402
 from attention import VARIANTS, attention, create_block_mask  # noqa: E402
-from attention_check import ATOL, RTOL, docs_for, entry_variant, rand_qkv, variant_kwargs  # noqa: E402
+from attention_check import ATOL, RTOL, docs_for, entry_variant, paged_cache, rand_qkv, variant_kwargs  # noqa: E402
 from gpu_bench import (both_ways_ratio, expect, interleaved, parse_builds, parse_counts, parse_shapes,  # noqa: E402
                        run_gates, sanitizer)
 
@@ -59,8 +59,8 @@ def split_dim(v: str) -> tuple[str, int]:
 
 # The bench's names: the entry's variants, and decode_uniform / decode_streamk (variant "decode"
 # with schedule= "uniform" (attn_decode) / "streamk" (attn_decode_streamk); plain "decode" lets the
-# entry pick by shape).
-NAMES = VARIANTS + ("decode_uniform", "decode_streamk")
+# entry pick by shape), and decode_paged (attn_decode_paged over pages of 16: attention_check.check_paged).
+NAMES = VARIANTS + ("decode_uniform", "decode_streamk", "decode_paged")
 
 
 def check_one(variant, B, H, Lq, Lkv, control, D=128):
@@ -210,6 +210,12 @@ def cmd_bench(a) -> int:
             if n <= KV // 128:
                 fns[f"pipelink_s{n}"] = (lambda o=torch.empty_like(q), n=n:
                                          attention(q, k, v, "decode", out=o, splits=n, kernel_dir=BIN))
+        for ps in a.paged:  # the same cache in FlashInfer HND pages (shuffled): columns pipelink_paged<ps>
+            kp, vp, table = paged_cache(k, v, ps, seed=KV + ps)
+            lens = torch.full((B,), KV, dtype=torch.int32, device=q.device)
+            fns[f"pipelink_paged{ps}"] = (lambda o=torch.empty_like(q), kp=kp, vp=vp, table=table, lens=lens:
+                                          attention(q, kp, vp, "decode", out=o, block_table=table, seq_lens=lens,
+                                                    kernel_dir=BIN))
         fns.update(sdpa_fns(q, k, v, False))
         if a.flex_decode:
             try:
@@ -363,6 +369,7 @@ def main() -> int:
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
     ap.add_argument("--kv-heads", type=int, default=32, choices=[1, 2, 4, 8, 16, 32],
                     help="bench: decode's K/V heads (q has 32; fewer: grouped-query)")
+    ap.add_argument("--paged", default="", help="bench: decode page sizes to time beside contiguous (16,64)")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")
     ap.add_argument("--build-schedule", choices=["uniform", "streamk"], help="bench: decode schedule of --builds")
@@ -379,6 +386,9 @@ def main() -> int:
     a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")
     a.decode = parse_shapes(ap, "--decode", a.decode)
     a.decode_splits = parse_counts(ap, "--decode-splits", a.decode_splits)
+    a.paged = parse_counts(ap, "--paged", a.paged, minimum=16)
+    if any(ps not in (16, 32, 64, 128) for ps in a.paged):
+        ap.error(f"--paged {a.paged}: page sizes of 16, 32, 64 or 128 tokens")
     if a.cmd == "one":
         return cmd_one(a)
     if a.cmd == "prof":

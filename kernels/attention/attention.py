@@ -11,6 +11,7 @@
     out = attention(q1, k, v, variant="decode")                    # q1: [B, H, 1..16, 128], split-KV
     out = attention(q1, k, v, variant="decode", schedule="streamk")  # or "uniform" (splits=n per head)
     out = attention(q1, k8, v8, variant="decode")  # GQA: q1 [B, 32, 1, 128], k8/v8 [B, 8, S, 128]
+    out = attention(q1, k_pages, v_pages, "decode", block_table=bt, seq_lens=lens)  # paged (HND pools)
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
 `kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
@@ -26,16 +27,19 @@ with pipelink.runtime.LaunchError, a code and a hint:
             window not an int in 1 .. 2^31-1; softcap / scale / slopes not finite float32
             numbers (softcap and scale > 0; bools, strings, tensors refused, numpy numbers
             taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
-            control not a bool, kernel_dir not a path; enable_gqa not None/True/False; a tensor that requires grad while
+            control not a bool, kernel_dir not a path; enable_gqa not None/True/False;
+            block_table= / seq_lens= outside decode, one without the other, or with
+            schedule='streamk'; a tensor that requires grad while
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
             grouped (Hkv < H) outside decode, or group * q rows > 16, or with enable_gqa=False;
-            lengths not multiples (decode's kv length: any)
+            lengths not multiples (decode's kv length: any); a paged pool not
+            [num_pages, Hkv, 16|32|64|128, D], block_table not [B, max_pages], seq_lens not [B];
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
             than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); uniform decode
             B*H > 65535 (grid y); decode of 2^24 KV blocks or more (B*Hkv*ceil(Lkv/128));
             document B*H or S/128 > 65535; doc_ids or block mask of other shapes
-  R-DTYPE   q/k/v/out not bf16, doc_ids not int32
+  R-DTYPE   q/k/v/out not bf16, doc_ids, block_table or seq_lens not int32
   R-DEVICE  CPU tensors, operands (or the block mask, doc_ids) on different GPUs
   R-LAYOUT  non-contiguous, not 16-byte aligned (q, k, v, out: TMA), sparse or lazy views, an
             out that shares memory with q, k, v (or doc_ids, the block mask)
@@ -67,12 +71,15 @@ PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
 READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document", "softcap": "softcap",
-         "slopes": "alibi", "splits": "decode", "schedule": "decode"}  # the keyword arguments only one variant reads
+         "slopes": "alibi", "splits": "decode", "schedule": "decode", "block_table": "decode",
+         "seq_lens": "decode"}  # the keyword arguments only one variant reads
+PAGE_SIZES = (16, 32, 64, 128)  # attn_paged_loader: one TMA box per page, at most a KV block
 SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), attn_decode_streamk
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
 STREAMK_MAX_CTAS = 255  # attn_decode_streamk.cu's MAX_CTAS: its 32-bit products need N (G + 1) < 2^32
 MAX_DECODE_BLOCKS = 2**24  # N = heads x KV blocks below this: N (G + 1) < 2^32 (whole-block lengths kept it there)
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "scale"}  # the manifests' lent parameters
+PAGED_PARAMS = PARAMS | {"splits", "pages", "max_pages", "kv_heads", "page_size", "pool_rows"}  # attn_decode_paged
 AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
 
 
@@ -137,19 +144,23 @@ def check_variant(variant) -> str:
 
 
 def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM,
-         uniform: bool = False) -> Kernel:
+         uniform: bool = False, paged: bool = False) -> Kernel:
     """The (cached) kernel attn_<variant>[_d64] on `device` (decode: attn_decode_streamk, or
-    attn_decode's uniform splits with `uniform`); R-MANIFEST if kernel_dir has none, or its
-    manifest is not that variant's (parameters, head_dim), before the cubin is loaded."""
+    attn_decode's uniform splits with `uniform`, or attn_decode_paged with `paged`); R-MANIFEST if
+    kernel_dir has none, or its manifest is not that variant's (parameters, head_dim), before the
+    cubin is loaded."""
     variant, device = check_variant(variant), device_index(device)
     kdir, control = optional_dir("kernel_dir", kernel_dir), flag("control", control)
-    uniform = flag("uniform", uniform)
+    uniform, paged = flag("uniform", uniform), flag("paged", paged)
+    if paged and variant != "decode":
+        raise LaunchError("R-PARAM", f"paged=True is decode's; variant {variant!r} reads a contiguous cache",
+                          hint="variant='decode'")
     head_dim = integer("head_dim", head_dim, code="R-SHAPE")
     if head_dim not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
                           hint="d = 128 or 64")
     d = kdir or kernel_dir_default()
-    kernel = "decode_streamk" if variant == "decode" and not uniform else variant
+    kernel = "decode_paged" if paged else "decode_streamk" if variant == "decode" and not uniform else variant
     name = f"attn_{kernel}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
     cubin, manifest = d / f"{name}{'.control' if control else ''}.cubin", d / f"{name}.manifest.json"
     key = (str(cubin), device)
@@ -160,7 +171,7 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
             if not cubin.is_file():
                 raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
             expect_manifest(manifest, f"attention variant {variant!r} (d = {head_dim})",
-                            params=PARAMS | ({"splits"} if variant == "decode" else set()),
+                            params=PAGED_PARAMS if paged else PARAMS | ({"splits"} if variant == "decode" else set()),
                             facts={"head_dim": head_dim, "block_q": BLOCK}, hint=build)
             expect_cubin(cubin, hint=build)
             k = _cache[key] = Kernel.load(cubin, manifest, device)
@@ -230,7 +241,7 @@ def streamk_stride(bh: int, kv_len: int, num_sms: int) -> int:
 
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
                scale=None, splits=None, schedule=None, out=None, kernel_dir=None, control=False,
-               stream=None, enable_gqa=None) -> dict:
+               stream=None, enable_gqa=None, block_table=None, seq_lens=None) -> dict:
     """Every check of one `attention` call, without CUDA -> {B, H, Hkv, group, Lq, Lkv, D, device,
     scale, splits and schedule (None: the default), and the variant's own argument}."""
     import torch
@@ -248,10 +259,15 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     if D not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {D} is not supported by variant {variant!r}",
                           hint="d = 128 or 64")
-    if k.shape[0] != B or k.shape[3] != D or k.shape != v.shape:
-        raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
-                          hint="k and v: [B, Hkv, Lkv, D] with q's B and D, and one shape")
-    Hkv, Lkv = k.shape[1], k.shape[2]
+    paging = None
+    if block_table is not None or seq_lens is not None:
+        paging = _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev)
+        Hkv, Lkv = k.shape[1], paging["max_pages"] * paging["page_size"]
+    else:
+        if k.shape[0] != B or k.shape[3] != D or k.shape != v.shape:
+            raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
+                              hint="k and v: [B, Hkv, Lkv, D] with q's B and D, and one shape")
+        Hkv, Lkv = k.shape[1], k.shape[2]
     group = _gqa_group(variant, H, Hkv, Lq, enable_gqa)
     if Lkv % BLOCK and variant != "decode":  # decode masks its tail block itself
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
@@ -266,11 +282,14 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         if not 1 <= Lq <= DECODE_ROWS:
             raise LaunchError("R-SHAPE", f"decode takes 1..{DECODE_ROWS} query rows, got {Lq}",
                               hint="use a prefill variant for longer queries")
-        if B * Hkv * kv_blocks(Lkv) >= MAX_DECODE_BLOCKS:
+        if paging is not None and schedule == "streamk":
+            raise LaunchError("R-PARAM", "a paged cache is decoded with uniform splits; schedule='streamk' is not built "
+                              "for it", hint="schedule=None (or 'uniform')")
+        if paging is None and B * Hkv * kv_blocks(Lkv) >= MAX_DECODE_BLOCKS:
             raise LaunchError("R-SHAPE", f"decode of B*Hkv = {B * Hkv} heads of {kv_blocks(Lkv)} KV blocks: "
                               f"{B * Hkv * kv_blocks(Lkv)} blocks, the stream-K schedule's 32-bit arithmetic "
                               f"takes fewer than {MAX_DECODE_BLOCKS}", hint="split the batch into calls")
-        if B * Hkv > 65535 and (splits is not None or schedule == "uniform"):
+        if B * Hkv > 65535 and (splits is not None or schedule == "uniform" or paging is not None):
             raise LaunchError("R-SHAPE", f"decode with splits= launches one CTA row per KV head: B*Hkv = {B * Hkv} > "
                               "65535 (grid y)", hint="splits=None (stream-K takes any B*Hkv), or split the batch into calls")
     elif Lq % BLOCK:
@@ -279,17 +298,18 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     if variant in SQUARE and Lq != Lkv:
         raise LaunchError("R-SHAPE", f"variant {variant!r} needs q_len == kv_len, got {Lq} and {Lkv}",
                           hint="self-attention over one sequence (pack documents and use variant='document')")
-    if B * H * max(Lq, Lkv) > MAX_ROWS:
+    if B * H * (Lq if paging else max(Lq, Lkv)) > MAX_ROWS:
         raise LaunchError("R-SHAPE", f"B*H*S = {B * H * max(Lq, Lkv)} rows: the kernel addresses at most "
                           f"{MAX_ROWS} (a 32-bit TMA row coordinate)", hint="split the batch or heads into several calls")
     given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
-             "splits": splits, "schedule": schedule}
+             "splits": splits, "schedule": schedule, "block_table": block_table, "seq_lens": seq_lens}
     refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if READS[n] != variant},
                   {n: f"variant {r!r}" for n, r in READS.items()})
     a = {"B": B, "H": H, "Hkv": Hkv, "group": group, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None,
          "schedule": None,
          **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
                          softcap=softcap, slopes=slopes)}
+    a["paging"] = paging
     if variant == "decode":
         a["schedule"] = schedule
     if variant == "decode" and splits is not None:
@@ -298,8 +318,8 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
                               hint=f"1 .. {nkv} (each split takes one KV block at least), or None")
     if out is not None:
         expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=dev, align=16)
-        expect_disjoint("out", out, {"q": q, "k": k, "v": v, "doc_ids": doc_ids,
-                                     "block_mask": getattr(block_mask, "aux", None)})
+        expect_disjoint("out", out, {"q": q, "k": k, "v": v, "doc_ids": doc_ids, "block_table": block_table,
+                                     "seq_lens": seq_lens, "block_mask": getattr(block_mask, "aux", None)})
     a["scale"] = 1.0 / math.sqrt(D) if scale is None else real("scale", scale, positive=True, hint="default: 1/sqrt(d)")
     optional_dir("kernel_dir", kernel_dir)
     flag("control", control)
@@ -310,14 +330,21 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
 def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = None, window: int | None = None,
               doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
               splits: int | None = None, schedule: str | None = None,
-              out=None, kernel_dir=None, control: bool = False, stream=None, enable_gqa: bool | None = None):
+              out=None, kernel_dir=None, control: bool = False, stream=None, enable_gqa: bool | None = None,
+              block_table=None, seq_lens=None):
     """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, Hkv, Lkv, D], bf16, D = 128 or
     64. Hkv < H is grouped-query attention (query head h reads KV head h // (H / Hkv)), inferred
-    from the shapes unless enable_gqa=False; this build serves it in decode (group * Lq <= 16)."""
+    from the shapes unless enable_gqa=False; this build serves it in decode (group * Lq <= 16).
+    Decode over a paged cache: k, v [num_pages, Hkv, page_size, D] (FlashInfer's HND layout,
+    page_size 16/32/64/128), block_table [B, max_pages] int32, seq_lens [B] int32."""
     import torch
     a = check_call(q, k, v, variant, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                    slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
-                   control=control, stream=stream, enable_gqa=enable_gqa)
+                   control=control, stream=stream, enable_gqa=enable_gqa, block_table=block_table,
+                   seq_lens=seq_lens)
+    if a["paging"] is not None:
+        return _paged_decode(q, k, v, a, block_table, seq_lens, out, kernel_dir=kernel_dir, control=control,
+                             stream=stream)
     B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
     uniform, splits = True, None
     if out is None:
@@ -343,6 +370,84 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         params["splits"] = splits
     kern.launch_with(params, stream=stream)
     return out
+
+
+def _paged_decode(q, k, v, a, block_table, seq_lens, out, *, kernel_dir, control, stream):
+    """attn_decode_paged over the checked call `a`: a group's query heads as rows (as contiguous
+    decode), uniform splits over the longest possible sequence (no host sync to read seq_lens),
+    aux = {Hkv, seq_lens} built on the device (graph-capturable)."""
+    import torch
+    B, Hkv, D, pg = a["B"], a["Hkv"], a["D"], a["paging"]
+    rows = a["group"] * a["Lq"]
+    if out is None:
+        out = torch.empty_like(q)
+    qv, ov = q.view(B, Hkv, rows, D), out.view(B, Hkv, rows, D)
+    kern = load("decode", a["device"], kernel_dir=kernel_dir, control=control, head_dim=D, paged=True)
+    splits = a["splits"] if a["splits"] is not None else default_splits(B * Hkv, a["Lkv"], kern.num_sms)
+    aux = _paged_aux(q, Hkv, seq_lens)
+    params = {"q": qv, "k": k, "v": v, "o": ov, "aux": aux, "q_len": rows, "kv_len": a["Lkv"], "bh": B * Hkv,
+              "scale": a["scale"], "splits": splits, "pages": block_table, "max_pages": pg["max_pages"],
+              "kv_heads": Hkv, "page_size": pg["page_size"], "pool_rows": pg["num_pages"] * Hkv * pg["page_size"]}
+    kern.launch_with(params, stream=stream)
+    return out
+
+
+def _paged_aux(q, kv_heads: int, seq_lens):
+    """{kv_heads, seq_lens[0..B-1]} int32 on the device: one concatenation (no host sync)."""
+    import torch
+    return torch.cat((_aux(q, [kv_heads])[:1], seq_lens))
+
+
+def paged_reference(q, k_cache, v_cache, block_table, seq_lens, scale=None):
+    """fp32 reference of paged decode: each sequence's K/V gathered from its pages (its first
+    seq_lens[b] tokens), then attention of its query rows over them (grouped-query by head)."""
+    import torch
+    B, H, Lq, D = q.shape
+    ps = k_cache.shape[2]
+    out = torch.empty(B, H, Lq, D, dtype=torch.float32, device=q.device)
+    for b in range(B):
+        n = int(seq_lens[b])
+        pages = block_table[b, : -(-n // ps)].long()
+        k = k_cache[pages].permute(1, 0, 2, 3).reshape(k_cache.shape[1], -1, D)[:, :n]  # [Hkv, n, D]
+        v = v_cache[pages].permute(1, 0, 2, 3).reshape(v_cache.shape[1], -1, D)[:, :n]
+        out[b] = reference(q[b:b + 1], k[None], v[None], "full", scale=scale)[0]
+    return out
+
+
+def _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev) -> dict:
+    """A paged KV cache (FlashInfer's HND layout): k and v [num_pages, Hkv, page_size, D] bf16,
+    block_table [B, max_pages] int32, seq_lens [B] int32 -> {page_size, max_pages, num_pages}.
+    Device contents are not read (no host sync): lengths above max_pages * page_size are
+    clamped by the kernel, page numbers past the pool read zeros, and a page's slots past its
+    sequence's length must hold finite values (allocate the pool with torch.zeros)."""
+    import torch
+    if variant != "decode":
+        raise LaunchError("R-PARAM", f"variant {variant!r} does not read a paged cache (block_table=, seq_lens=)",
+                          hint="block_table= and seq_lens= are read by variant 'decode'")
+    if block_table is None or seq_lens is None:
+        missing = "block_table" if block_table is None else "seq_lens"
+        raise LaunchError("R-PARAM", f"a paged cache needs both block_table= and seq_lens= ({missing} is missing)",
+                          hint="block_table [B, max_pages] int32, seq_lens [B] int32, on q's device")
+    if k.shape != v.shape or k.shape[3] != D:
+        raise LaunchError("R-SHAPE", f"k cache {list(k.shape)} / v cache {list(v.shape)}: expected one shape "
+                          f"[num_pages, Hkv, page_size, {D}]", hint="FlashInfer's HND layout, K and V pools apart")
+    num_pages, Hkv, page_size = k.shape[:3]
+    if page_size not in PAGE_SIZES:
+        raise LaunchError("R-SHAPE", f"page size {page_size} (k.shape[2]) is not one of {PAGE_SIZES}",
+                          hint="pages of 16, 32, 64 or 128 tokens")
+    if num_pages * Hkv * page_size > MAX_ROWS:
+        raise LaunchError("R-SHAPE", f"the page pool has {num_pages * Hkv * page_size} rows; the loader addresses at "
+                          f"most {MAX_ROWS} (a 32-bit TMA row coordinate)", hint="a smaller pool, or split it")
+    expect_tensor("block_table", block_table, dtype=torch.int32, device=dev, nonempty=True)
+    expect_tensor("seq_lens", seq_lens, shape=(B,), dtype=torch.int32, device=dev)
+    if block_table.dim() != 2 or block_table.shape[0] != B:
+        raise LaunchError("R-SHAPE", f"block_table has shape {list(block_table.shape)}; expected [{B}, max_pages]",
+                          hint="one row of page numbers per sequence of q's batch")
+    max_pages = block_table.shape[1]
+    if max_pages * page_size > I32_MAX:
+        raise LaunchError("R-SHAPE", f"block_table's {max_pages} pages of {page_size} tokens exceed 2^31 - 1 keys",
+                          hint="fewer pages a sequence")
+    return {"page_size": page_size, "max_pages": max_pages, "num_pages": num_pages}
 
 
 def _gqa_group(variant: str, H: int, Hkv: int, Lq: int, enable_gqa) -> int:

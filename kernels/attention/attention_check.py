@@ -8,7 +8,8 @@ the benchmarks time).
 q, k, v ~ N(0, 1) bf16; the output is poisoned with NaN first, so every element must be written,
 and |out - ref| <= ATOL + RTOL |ref| everywhere against `attention.reference` of the same mask /
 score function (P is rounded to bf16 as in FA3: ~0.4% relative). Variant names are the entry's,
-plus decode_uniform / decode_streamk (variant "decode" with that schedule forced).
+plus decode_uniform / decode_streamk (variant "decode" with that schedule forced) and
+decode_paged (decode over a paged cache: check_paged).
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None, Hkv=No
     """-> (ok, a line of what was found). kernel_dir: attention's default when None; Hkv: k and
     v's heads (grouped-query attention where fewer than H)."""
     import torch
+    if variant == "decode_paged":  # pages of 16 tokens, ragged lengths down from Lkv, KV heads H / 2
+        lens = [max(1, Lkv - 131 * i) for i in range(B)]
+        return check_paged(B, H, Hkv or (H // 2 if H % 2 == 0 else H), Lq, lens, 16, control, kernel_dir=kernel_dir,
+                           D=D)
     q, k, v = rand_qkv(B, H, Lq, Lkv, D=D, Hkv=Hkv)
     kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
     out = torch.full_like(q, float("nan"))
@@ -80,3 +85,43 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None, Hkv=No
     rel = float(err.norm() / ref.norm().clamp(min=1e-30))
     ok = nan == 0 and bad == 0
     return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}, rel {rel:.2e}"
+
+
+def paged_cache(k, v, page_size, seed=0, spare=3):
+    """k, v [B, Hkv, S, D] copied into FlashInfer HND page pools [num_pages, Hkv, page_size, D]
+    in a shuffled page order (plus `spare` pages of noise) -> (k_pool, v_pool, block_table)."""
+    import torch
+    B, Hkv, S, D = k.shape
+    per = -(-S // page_size)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(B * per + spare, generator=g)
+    pools = []
+    for t in (k, v):
+        pool = torch.randn(B * per + spare, Hkv, page_size, D, device=t.device, generator=None).to(t.dtype)
+        padded = torch.zeros(B, Hkv, per * page_size, D, device=t.device, dtype=t.dtype)
+        padded[:, :, :S] = t
+        pool[order[:B * per].to(t.device)] = padded.view(B, Hkv, per, page_size, D).permute(0, 2, 1, 3, 4).reshape(
+            B * per, Hkv, page_size, D)
+        pools.append(pool)
+    table = order[:B * per].view(B, per).to(torch.int32).to(k.device)
+    return pools[0], pools[1], table
+
+
+def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=None, D=128):
+    """Paged decode against the fp32 reference: sequences of the given lengths (the pool holds
+    max(lens) tokens a sequence; pages past a length hold other data), NaN-poisoned output."""
+    import torch
+    from attention import attention, paged_reference
+    S = max(lens)
+    q, k, v = rand_qkv(B, H, Lq, S, D=D, Hkv=Hkv)
+    kp, vp, table = paged_cache(k, v, page_size, seed=S + B)
+    seq = torch.tensor(lens, dtype=torch.int32, device=q.device)
+    out = torch.full_like(q, float("nan"))
+    attention(q, kp, vp, "decode", block_table=table, seq_lens=seq, out=out, control=control, kernel_dir=kernel_dir)
+    torch.cuda.synchronize()
+    ref = paged_reference(q, kp, vp, table, seq)
+    nan = int(torch.isnan(out).sum())
+    err = (out.float() - ref).abs()
+    bad = int((err > ATOL + RTOL * ref.abs()).sum())
+    ok = nan == 0 and bad == 0
+    return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}"

@@ -21,7 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
-VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode", "decode_streamk"]
+VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode", "decode_streamk",
+            "decode_paged"]
 D64 = list(VARIANTS)  # attn_<variant>_d64: the same variant with attn_core_d64 (decode too: the combine reads head_dim)
 KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d64" for v in D64]
 BAZEL = [str(ROOT / "tools" / "bazel")]
@@ -98,9 +99,10 @@ def test_variant_placement(built, kernel):
     # ring q: 2 stages (the next tile's Q loads under this one; decode, one tile per CTA, links
     # attn_loader_q1: 1; decode_streamk, tiles across heads, 2); kv: what is left (5 at d = 128,
     # 6 for decode and at d = 64)
-    q_depth = 1 if variant == "decode" else 2
+    one_tile = variant in ("decode", "decode_paged")  # one tile per CTA: the q1 loader, or the paged one
+    q_depth = 1 if one_tile else 2
     assert r["rings"]["q"]["depth"] == q_depth and 2 <= r["rings"]["kv"]["depth"] <= 6
-    if variant == "decode" or kernel.endswith("_d64"):
+    if one_tile or kernel.endswith("_d64"):
         assert r["rings"]["kv"]["depth"] == 6
     names = {i["name"]: i["package"] for i in m["instances"]}
     assert names["core"] == "attn_core" and names["mask"] == "attn_mask"
@@ -157,7 +159,7 @@ def test_wgmma_not_serialised(built, kernel):
     decode_streamk (several tiles a CTA) has the prefill count, without ping-pong. Also the ping-pong
     barriers and no named barrier id computed at run time."""
     d = 64 if kernel.endswith("_d64") else 128
-    decode = kernel.removesuffix("_d64") == "attn_decode"
+    decode = kernel.removesuffix("_d64") in ("attn_decode", "attn_decode_paged")  # one tile per CTA
     want = 2 * (d // 16) + 17 if decode else d // 16 + 2 * (d // 16 + 8)  # decode: 33 (d = 128), 25 (d = 64)
     decode = decode or kernel.removesuffix("_d64") == "attn_decode_streamk"
     for cubin in (BIN / f"{kernel}.cubin", BIN / f"{kernel}.control.cubin"):
@@ -210,3 +212,18 @@ def test_decode_takes_any_kv_length(KV, variant):
     for control in (False, True):
         ok, msg = check_one(variant, 2, 4, 3, KV, control, Hkv=2)
         assert ok, f"{variant} KV={KV} control={control}: {msg}"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_decode_paged.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("page_size", [16, 32, 64, 128])
+@pytest.mark.parametrize("H, Hkv, Lq, lens", [(32, 8, 1, [4096]), (8, 2, 2, [1, 129, 1000, 16]),
+                                              (16, 16, 1, [5, 300]), (16, 1, 1, [2049, 7, 128])])
+def test_paged_decode_matches_fp32_reference(page_size, H, Hkv, Lq, lens):
+    """Paged decode (issue 42): FlashInfer's HND pools in shuffled page order, ragged lengths."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_paged
+    for control in (False, True):
+        ok, msg = check_paged(len(lens), H, Hkv, Lq, lens, page_size, control)
+        assert ok, f"page {page_size} H={H} Hkv={Hkv} Lq={Lq} lens={lens} control={control}: {msg}"

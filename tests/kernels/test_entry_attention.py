@@ -33,6 +33,7 @@ def kern(monkeypatch):
     loads = []
     monkeypatch.setattr(A, "load", lambda variant, device=0, **kw: loads.append((variant, device, kw)) or k)
     monkeypatch.setattr(A, "_variant_aux", lambda *a, **kw: "aux")
+    monkeypatch.setattr(A, "_paged_aux", lambda *a, **kw: "paged aux")
     k.loads = loads
     return k
 
@@ -100,6 +101,86 @@ def test_decode_takes_any_kv_length(kern, lkv):
     with pytest.raises(A.LaunchError) as e:
         A.attention(q, k, v, "decode", out=empty(*q.shape), splits=A.kv_blocks(lkv) + 1)
     assert e.value.code == "R-PARAM"
+
+
+def paged(b=B, hkv=2, ps=16, pages=40, max_pages=9, d=D):
+    """A paged cache (HND) and its block table, seq lengths."""
+    k, v = randn(pages, hkv, ps, d), randn(pages, hkv, ps, d)
+    table = gpu(torch.randint(0, pages, (b, max_pages), dtype=torch.int32))
+    lens = gpu(torch.full((b,), 5, dtype=torch.int32))
+    return k, v, table, lens
+
+
+@pytest.mark.parametrize("H, hkv, Lq, ps", [(2, 2, 1, 16), (8, 2, 1, 32), (8, 2, 4, 64), (16, 1, 1, 128)])
+def test_paged_decode_launches_the_paged_kernel(kern, H, hkv, Lq, ps):
+    k, v, table, lens = paged(hkv=hkv, ps=ps)
+    q = randn(B, H, Lq, D)
+    out = empty(*q.shape)
+    assert A.attention(q, k, v, "decode", block_table=table, seq_lens=lens, out=out) is out
+    (p,) = kern.launches
+    g = H // hkv
+    assert kern.loads[-1][2].get("paged") is True
+    assert p["bh"] == B * hkv and p["q_len"] == g * Lq and p["kv_len"] == 9 * ps and p["aux"] == "paged aux"
+    assert p["pages"] is table and p["max_pages"] == 9 and p["kv_heads"] == hkv and p["page_size"] == ps
+    assert p["pool_rows"] == 40 * hkv * ps and 1 <= p["splits"] <= A.kv_blocks(9 * ps)
+
+
+def _paged_cases():
+    k, v, table, lens = paged()
+    big = torch.empty(40 * 2 * 16 * D, dtype=BF16)
+    pool = gpu(big.view(40, 2, 16, D))
+    return [
+        ("paged for causal", dict(variant="causal", block_table=table, seq_lens=lens), "R-PARAM"),
+        ("paged without seq_lens", dict(seq_lens=None), "R-PARAM"),
+        ("paged without block_table", dict(block_table=None), "R-PARAM"),
+        ("paged streamk", dict(schedule="streamk"), "R-PARAM"),
+        ("page size 8", dict(k=randn(40, 2, 8, D), v=randn(40, 2, 8, D)), "R-SHAPE"),
+        ("page size 256", dict(k=randn(4, 2, 256, D), v=randn(4, 2, 256, D)), "R-SHAPE"),
+        ("k and v pools differ", dict(v=randn(41, 2, 16, D)), "R-SHAPE"),
+        ("pool head dim", dict(k=randn(40, 2, 16, 64), v=randn(40, 2, 16, 64)), "R-SHAPE"),
+        ("table int64", dict(block_table=gpu(table.cpu().long())), "R-DTYPE"),
+        ("table 1-d", dict(block_table=gpu(table.cpu().flatten())), "R-SHAPE"),
+        ("table batch", dict(block_table=gpu(torch.zeros(2, 9, dtype=torch.int32))), "R-SHAPE"),
+        ("table cpu", dict(block_table=torch.zeros(B, 9, dtype=torch.int32)), "R-DEVICE"),
+        ("table empty", dict(block_table=gpu(torch.zeros(1, 0, dtype=torch.int32))), "R-SHAPE"),
+        ("table list", dict(block_table=[[0]]), "R-PARAM"),
+        ("lens shape", dict(seq_lens=gpu(torch.ones(2, dtype=torch.int32))), "R-SHAPE"),
+        ("lens float", dict(seq_lens=gpu(torch.ones(1))), "R-DTYPE"),
+        ("lens cuda:1", dict(seq_lens=gpu(torch.ones(1, dtype=torch.int32), 1)), "R-DEVICE"),
+        ("paged gqa heads", dict(q=randn(B, 3, 1, D)), "R-SHAPE"),
+        ("paged 17 rows", dict(q=randn(B, 2, 17, D)), "R-SHAPE"),
+        ("paged splits past the table", dict(splits=A.kv_blocks(9 * 16) + 1), "R-PARAM"),
+        ("paged out overlaps the k pool", dict(k=pool, out=gpu(big[:2 * D].view(B, 2, 1, D))), "R-LAYOUT"),
+    ]
+
+
+PAGED_CASES = _paged_cases()
+
+
+@pytest.mark.parametrize("name, change, code", PAGED_CASES, ids=[c[0] for c in PAGED_CASES])
+def test_bad_paged_input_is_refused_before_loading(kern, name, change, code):
+    k, v, table, lens = paged()
+    args = {"q": randn(B, 2, 1, D), "k": k, "v": v, "variant": "decode", "block_table": table, "seq_lens": lens}
+    args.update(change)
+    if change.get("variant") == "causal":
+        args["q"] = randn(B, 2, 16, D)
+    e = refused(A.attention, args.pop("q"), args.pop("k"), args.pop("v"), args.pop("variant"), **args)
+    assert e.code == code, f"{name}: {e.code}: {e}"
+    assert not kern.launches and not kern.loads
+
+
+def test_paged_reference_gathers_each_sequence():
+    g = torch.Generator().manual_seed(7)
+    pages, hkv, ps, d = 12, 2, 16, 64
+    kc, vc = torch.randn(pages, hkv, ps, d, generator=g), torch.randn(pages, hkv, ps, d, generator=g)
+    table = torch.tensor([[3, 7, 1, 0], [5, 2, 9, 11]], dtype=torch.int32)
+    lens = torch.tensor([37, 64], dtype=torch.int32)
+    q = torch.randn(2, 4, 1, d, generator=g)
+    ref = A.paged_reference(q, kc, vc, table, lens)
+    k0 = torch.cat([kc[p] for p in (3, 7, 1)], dim=1)[:, :37]  # [hkv, 37, d]
+    v0 = torch.cat([vc[p] for p in (3, 7, 1)], dim=1)[:, :37]
+    want = A.reference(q[:1], k0[None], v0[None], "full")
+    assert torch.allclose(ref[:1], want, atol=1e-6)
 
 
 def test_reference_repeats_each_kv_head_over_its_group():

@@ -1,0 +1,35 @@
+// attn_decode_paged.cu — variant: split-KV decode over a paged KV cache (issue 42). CTA
+// (split, bh) of a grid [splits, B * kv_heads] visits the split-th of `splits` equal ranges of
+// its sequence's KV blocks (attn_decode_split.cu's cut, per sequence): aux = {kv_heads,
+// seq_lens[B]}, each length clamped to kv_len (max_pages * page_size). The last block is
+// PARTIAL when the length is not a whole number of blocks. A split with no blocks exports an
+// empty row set (l = 0), which attn_combine's merge weighs zero.
+#define PL_COMPONENT attn_mask
+#include <pipelink.h>
+
+#include "attn_variant.h"
+
+namespace {
+__device__ __forceinline__ unsigned seq_len(const void* aux, unsigned bh) {
+  return attn_variant::ld(aux, 1 + bh / attn_variant::ld(aux, 0));
+}
+}  // namespace
+
+ATTN_TILE_SIGNATURE {
+  info[0] = 0;
+  info[1] = blockIdx.y;
+  info[2] = blockIdx.x;
+  info[3] = gridDim.x;
+  return t == 0;  // one tile per CTA
+}
+ATTN_KV_COUNT {
+  const unsigned nkv = (min(seq_len(aux, bh), kv_len) + ATTN_BLOCK - 1) / ATTN_BLOCK, ns = gridDim.x;
+  return (split + 1) * nkv / ns - split * nkv / ns;
+}
+ATTN_KV_BLOCK {
+  const unsigned seq = min(seq_len(aux, bh), kv_len);
+  const unsigned b = split * ((seq + ATTN_BLOCK - 1) / ATTN_BLOCK) / gridDim.x + i;
+  return (b + 1) * ATTN_BLOCK > seq ? b | attn::PARTIAL : b;
+}
+ATTN_MASK_BITS { return attn_variant::below(k0, (int)seq_len(aux, bh)); }  // the tail block only
+ATTN_NO_SCORE_MOD

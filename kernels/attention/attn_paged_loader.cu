@@ -1,0 +1,80 @@
+// attn_paged_loader.cu — TMA producer of rings `q` and `kv` for split-KV decode over a paged KV
+// cache (issue 42). The same ring protocol as attn_loader (attn_producer.h); only K/V rows
+// differ: the cache is FlashInfer's HND layout, k and v each [num_pages, kv_heads, page_size, D]
+// (read as 2-D [pool_rows, D]), and `pages` is the block table [B, max_pages] int32. A KV block
+// of 128 keys is 128 / page_size pages, each one TMA box of page_size rows (per 64-column chunk)
+// into its rows of the stage: the SWIZZLE_128B pattern repeats every 8 rows, so a page's box
+// lands as the whole tile's would. Work tile bh = b * kv_heads + kv head (attention.py runs a
+// group's query heads as rows). Pages past a sequence's length load the sequence's first page:
+// their keys are masked, and a valid page holds finite values.
+#define PL_COMPONENT attn_paged_loader
+#include <pipelink.h>
+
+#include <stddef.h>
+
+#include "attn.h"
+#include "attn_producer.h"
+
+ATTN_PRODUCER_DECLARATIONS();
+
+// The contract's [params], in order.
+struct AttnPagedLoaderParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* aux;  // {kv_heads, seq_lens[B]} (attention.py; the variant reads it too)
+  const int* pages;
+  uint32_t q_len, kv_len, bh, max_pages, kv_heads, page_size, pool_rows;
+  pl::TensorMap tmap_q, tmap_k, tmap_v;
+};
+static_assert(offsetof(AttnPagedLoaderParams, q_len) == 40 && offsetof(AttnPagedLoaderParams, tmap_q) == 128 &&
+                  sizeof(AttnPagedLoaderParams) == 512, "params layout (docs/CONTRACTS.md)");
+
+PL_ENTRY(run) {
+  if (pl::role_thread(PL_WARP_BEGIN()) != 0) return;
+  const AttnPagedLoaderParams& p = PL_PARAMS(AttnPagedLoaderParams);
+  uint8_t* base = pl::smem_base();
+  pl::prefetch_tensor_map(&p.tmap_q);
+  pl::prefetch_tensor_map(&p.tmap_k);
+  pl::prefetch_tensor_map(&p.tmap_v);
+  unsigned info[4];
+  const unsigned blk = PL_FACT(block_q), d = PL_FACT(head_dim), bytes = blk * d * 2;  // one tile (attn.h)
+  uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
+  uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
+  const unsigned qdepth = PL_RING_DEPTH(q);
+  uint8_t* buf = base + PL_RING_BUFFER(kv);
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
+  const unsigned depth = PL_RING_DEPTH(kv);
+  const unsigned ps = p.page_size, per = blk / ps;  // pages a KV block spans (host: 16 .. 128)
+  unsigned stage = 0, phase = 0;
+  for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
+    const unsigned qb = info[0], bh = info[1], split = info[2];
+    const unsigned qs = it % qdepth;
+    attn_producer::claim_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes);
+    attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
+                             qfull + qs, d, blk);
+    const unsigned b = bh / p.kv_heads, head = bh - b * p.kv_heads;
+    const unsigned seq = min(__ldg(static_cast<const unsigned*>(p.aux) + 1 + b), p.kv_len);
+    const int* table = p.pages + (size_t)b * p.max_pages;
+    const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+    for (unsigned i = 0; i < n; ++i) {
+      const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
+#pragma unroll 1
+      for (unsigned part = 0; part < 2; ++part) {  // K, then V
+        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
+        const pl::TensorMap* map = part ? &p.tmap_v : &p.tmap_k;
+        uint8_t* dst = buf + stage * bytes;
+#pragma unroll 1
+        for (unsigned j = 0; j < per; ++j) {
+          const unsigned tok = kb * blk + j * ps;
+          const unsigned page = (unsigned)__ldg(table + (tok < seq ? min(tok / ps, p.max_pages - 1) : 0u));
+          const int row = (int)((page * p.kv_heads + head) * ps);
+          pl::tma_load_2d(dst + j * ps * 128, map, 0, row, full + stage);
+          if (d > 64) pl::tma_load_2d(dst + blk * 128 + j * ps * 128, map, 64, row, full + stage);
+        }
+        attn_producer::next_stage(stage, phase, depth);
+      }
+    }
+  }
+}
