@@ -155,8 +155,8 @@ def cmd_bench(a) -> int:
     import torch
     table = []
     for S in a.seqs:
-        B, H = 1, 32
-        q, k, v = rand_qkv(B, H, S, S, seed=S)
+        B, H = a.batch, 32
+        q, k, v = rand_qkv(B, H, S, S, seed=S, Hkv=a.kv_heads)
         inner = max(1, 16384 // S)
         flops_full = 4 * B * H * S * S * 128
         cases = {  # the masked variants vs FlexAttention: attention_flex_bench.py
@@ -234,7 +234,8 @@ def cmd_bench(a) -> int:
                "tbs": kv_bytes / t["pipelink"] / 1e6}
         table.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (B=1, H=32, d=128, bf16)")
+    print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (prefill B={a.batch}, "
+          f"H=32, Hkv={a.kv_heads}, d=128, bf16)")
     for r in table:
         shape = f"S={r['S']}" if r["kind"] == "prefill" else f"B={r['B']} KV={r['KV']} Hkv={r['Hkv']}"
         others = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and n not in
@@ -368,7 +369,9 @@ def main() -> int:
     ap.add_argument("--prefill", default="causal")
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
     ap.add_argument("--kv-heads", type=int, default=32, choices=[1, 2, 4, 8, 16, 32],
-                    help="bench: decode's K/V heads (q has 32; fewer: grouped-query)")
+                    help="bench: K/V heads of the 32 query heads, prefill and decode (8: Llama-3-8B's GQA)")
+    ap.add_argument("--batch", type=int, default=1, choices=range(1, 65), metavar="B",
+                    help="bench: prefill batch (default 1)")
     ap.add_argument("--paged", default="", help="bench: decode page sizes to time beside contiguous (16,64)")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")

@@ -36,6 +36,7 @@ from gpu_bench import interleaved, parse_builds, parse_counts  # noqa: E402
 
 WINDOW = 1024
 VARIANTS = ("sliding", "document", "block_sparse")
+BATCH, KV_HEADS = 1, 32  # --batch, --kv-heads (Llama-3-8B's attention: --kv-heads 8, grouped-query)
 
 
 def cache_env(cache: str) -> None:
@@ -45,13 +46,12 @@ def cache_env(cache: str) -> None:
 
 def problem(variant, S):
     """q, k, v, our kwargs, the mask predicate (for flex and the dense SDPA mask)."""
-    q, k, v = ab.rand_qkv(1, 32, S, S, seed=S)
+    q, k, v = ab.rand_qkv(BATCH, 32, S, S, seed=S, Hkv=KV_HEADS)
     if variant == "sliding":
         return q, k, v, {"window": WINDOW}, lambda b, h, i, j: (j <= i) & (i - j < WINDOW)
     if variant == "document":
-        docs = ab.docs_for(1, S, S, "cuda", mean=1024)
-        d0 = docs[0]
-        return q, k, v, {"doc_ids": docs}, lambda b, h, i, j: d0[i] == d0[j]
+        docs = ab.docs_for(BATCH, S, S, "cuda", mean=1024)
+        return q, k, v, {"doc_ids": docs}, lambda b, h, i, j: docs[b, i] == docs[b, j]
     return q, k, v, {"block_mask": create_block_mask(ab.sparse_pred, None, None, S, S)}, ab.sparse_pred
 
 
@@ -60,8 +60,9 @@ def flex_compiled(q, k, v, pred):
     from torch.nn.attention.flex_attention import create_block_mask as fcbm
     from torch.nn.attention.flex_attention import flex_attention
     fa = torch.compile(flex_attention, dynamic=False)
-    bm = fcbm(pred, None, None, q.shape[2], k.shape[2], device="cuda", _compile=True)
-    f = lambda: fa(q, k, v, block_mask=bm)  # noqa: E731
+    bm = fcbm(pred, q.shape[0] if q.shape[0] > 1 else None, None, q.shape[2], k.shape[2], device="cuda",
+              _compile=True)
+    f = lambda: fa(q, k, v, block_mask=bm, enable_gqa=k.shape[1] != q.shape[1])  # noqa: E731
     f()
     torch.cuda.synchronize()
     return f
@@ -74,6 +75,8 @@ def rows_reference(q, k, v, pred, heads=2, n=512):
     r0 = S // 2
     qi = torch.arange(r0, r0 + n, device=q.device)[:, None]
     ki = torch.arange(S, device=q.device)[None, :]
+    kv = [h // (q.shape[1] // k.shape[1]) for h in range(heads)]  # grouped-query: query head h's K/V head
+    k, v = k[:, kv], v[:, kv]
     s = torch.einsum("hqd,hkd->hqk", q[0, :heads, r0:r0 + n].float(), k[0, :heads].float()) / q.shape[3] ** 0.5
     allow = pred(torch.tensor(0, device=q.device), torch.tensor(0, device=q.device), qi, ki)
     p = torch.softmax(s.masked_fill(~allow, float("-inf")), -1).nan_to_num(0.0)
@@ -142,7 +145,7 @@ def v2_launch(v2dir, variant, q, k, v, out, kw):
     aux = _variant_aux(variant, q, 1, 32, q.shape[2], block_mask=kw.get("block_mask"), window=kw.get("window"),
                        doc_ids=None, softcap=None)
     S = q.shape[2]
-    params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": S, "kv_len": S, "bh": 32,
+    params = {"q": q, "k": k, "v": v, "o": out, "aux": aux, "q_len": S, "kv_len": S, "bh": 32, "kv_group": 1,
               "scale": 1.0 / 128 ** 0.5}
     return lambda: kern.launch_with(params)
 
@@ -181,18 +184,21 @@ def cmd_bench(a) -> int:
                 notes["flex_compiled"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"
             if S <= a.sdpa_mask_max:
                 qi = torch.arange(S, device="cuda")
-                dense = pred(torch.tensor(0, device="cuda"), torch.tensor(0, device="cuda"), qi[:, None], qi[None, :])
+                bi = torch.arange(BATCH, device="cuda")[:, None, None, None]
+                dense = pred(bi, torch.tensor(0, device="cuda"), qi[None, None, :, None], qi[None, None, None, :])
+                gqa = KV_HEADS != 32
 
                 def sdpa_mask(dense=dense):
                     with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
-                        return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+                        return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=gqa)
                 fns["sdpa_mask"] = sdpa_mask
             if causal_ref is None and a.sdpa_causal:
                 causal_ref = {}
                 for name, b in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     def f(b=b):
                         with sdpa_kernel([b]):
-                            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                            return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                  enable_gqa=k.shape[1] != q.shape[1])
                     fns[f"sdpa_causal_{name}"] = f
             # correctness of ours at this size: the same output as flex (bf16 vs bf16)
             t = interleaved(fns, inner, a.rounds, skip_failing=True)
@@ -212,7 +218,8 @@ def cmd_bench(a) -> int:
             print(json.dumps(row), flush=True)
             del fns, outs
             torch.cuda.empty_cache()
-    print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (B=1, H=32, d=128, bf16)")
+    print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (B={BATCH}, H=32, "
+          f"Hkv={KV_HEADS}, d=128, bf16)")
     for r in table:
         flex = r.get("flex_compiled")
         flex_s = f"{flex:9.1f}" if isinstance(flex, float) else f"{r.get('flex_compiled', 'n/a')!s:>9}"
@@ -242,8 +249,13 @@ def main() -> int:
     ap.add_argument("--builds", default="", help="bench: name=dir,... more builds with this tree's aux layouts "
                     "(columns pipelink_<name>)")
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1, choices=range(1, 65), metavar="B", help="batch (default 1)")
+    ap.add_argument("--kv-heads", type=int, default=32, choices=[1, 2, 4, 8, 16, 32],
+                    help="K/V heads of the 32 query heads (8: Llama-3-8B's grouped-query attention)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global BATCH, KV_HEADS
+    BATCH, KV_HEADS = a.batch, a.kv_heads
     a.variants = [v for v in a.variants.split(",") if v]
     a.seqs = parse_counts(ap, "--seqs", a.seqs, 128)
     a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")

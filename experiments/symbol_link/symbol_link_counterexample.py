@@ -125,7 +125,8 @@ def attention_problem(rng, *, head_dim=128, decode=False):
     kb, kf = bf16(rng.uniform(-1, 1, (B, H, Lkv, head_dim)))
     vb, vf = bf16(rng.uniform(-1, 1, (B, H, Lkv, head_dim)))
     scale = 1.0 / head_dim**0.5
-    scalars = {"q_len": Lq, "kv_len": Lkv, "bh": B * H, "scale": scale, **({"splits": 4} if decode else {})}
+    scalars = {"q_len": Lq, "kv_len": Lkv, "bh": B * H, "kv_group": 1, "scale": scale,
+               **({"splits": 4} if decode else {})}
     return ({"q": qb, "k": kb, "v": vb, "aux": np.zeros(4, np.int32)}, scalars, ("o", (B, H, Lq, head_dim)),
             _attention_ref(qf, kf, vf, scale, causal=not decode))
 

@@ -32,7 +32,7 @@ with pipelink.runtime.LaunchError, a code and a hint:
             schedule='streamk'; a tensor that requires grad while
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
-            grouped (Hkv < H) outside decode, or group * q rows > 16, or with enable_gqa=False;
+            grouped (Hkv < H) with group * q rows > 16 in decode, or with enable_gqa=False;
             lengths not multiples (decode's kv length: any); a paged pool not
             [num_pages, Hkv, 16|32|64|128, D], block_table not [B, max_pages], seq_lens not [B];
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
@@ -78,8 +78,9 @@ SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), att
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
 STREAMK_MAX_CTAS = 255  # attn_decode_streamk.cu's MAX_CTAS: its 32-bit products need N (G + 1) < 2^32
 MAX_DECODE_BLOCKS = 2**24  # N = heads x KV blocks below this: N (G + 1) < 2^32 (whole-block lengths kept it there)
-PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "scale"}  # the manifests' lent parameters
-PAGED_PARAMS = PARAMS | {"splits", "pages", "max_pages", "kv_heads", "page_size", "pool_rows"}  # attn_decode_paged
+PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "kv_group", "scale"}  # the manifests' lent parameters
+PAGED_PARAMS = (PARAMS - {"kv_group"}) | {"splits", "pages", "max_pages", "kv_heads", "page_size",
+                                          "pool_rows"}  # attn_decode_paged
 AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
 
 
@@ -334,7 +335,7 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
               block_table=None, seq_lens=None):
     """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, Hkv, Lkv, D], bf16, D = 128 or
     64. Hkv < H is grouped-query attention (query head h reads KV head h // (H / Hkv)), inferred
-    from the shapes unless enable_gqa=False; this build serves it in decode (group * Lq <= 16).
+    from the shapes unless enable_gqa=False (decode: group * Lq <= 16).
     Decode over a paged cache: k, v [num_pages, Hkv, page_size, D] (FlashInfer's HND layout,
     page_size 16/32/64/128), block_table [B, max_pages] int32, seq_lens [B] int32."""
     import torch
@@ -364,8 +365,10 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                        slopes=slopes, grid=max(grid, 1), kv_len=Lkv)
+    # prefill: tile bh reads K/V head bh / group (neighbouring CTAs share it through L2); decode
+    # ran the group as rows above
     params = {"q": q, "k": k, "v": v, "o": out_view, "aux": aux, "q_len": Lq, "kv_len": Lkv, "bh": B * H,
-              "scale": a["scale"]}
+              "kv_group": 1 if variant == "decode" else a["group"], "scale": a["scale"]}
     if variant == "decode":
         params["splits"] = splits
     kern.launch_with(params, stream=stream)
@@ -465,11 +468,7 @@ def _gqa_group(variant: str, H: int, Hkv: int, Lq: int, enable_gqa) -> int:
         raise LaunchError("R-SHAPE", f"q's {H} heads are not a whole multiple of k/v's {Hkv}",
                           hint="grouped-query attention needs Hq = group * Hkv")
     group = H // Hkv
-    if variant != "decode":
-        raise LaunchError("R-SHAPE", f"variant {variant!r} takes k and v with q's {H} heads: grouped-query "
-                          f"prefill (group {group}) is not built yet",
-                          hint=f"k.repeat_interleave({group}, dim=1) (and v) for prefill; variant='decode' groups")
-    if group * Lq > DECODE_ROWS:
+    if variant == "decode" and group * Lq > DECODE_ROWS:
         raise LaunchError("R-SHAPE", f"decode with group {group} and {Lq} query rows is {group * Lq} rows a KV head; "
                           f"the combine takes at most {DECODE_ROWS}",
                           hint=f"at most {DECODE_ROWS // group} query row(s) a call at this grouping")

@@ -2,7 +2,9 @@
 // for each of the CTA's work tiles (callable `tile`, persistent), the Q block into ring `q`,
 // then K and V of every KV block the variant lists (callables `kv_count`, `kv_block`) into
 // ring `kv`, K before V. The next tile's loads start as soon as the core frees the stages.
-// Tensor maps come from attn_loader_host.py (boxes [128, 64], SWIZZLE_128B).
+// Tensor maps come from attn_loader_host.py (boxes [128, 64], SWIZZLE_128B). Work tile bh reads
+// K/V head bh / kv_group: the prefill tile orders put a group's heads on neighbouring CTAs, so
+// a K/V tile comes from DRAM once per group and from L2 for the others.
 #define PL_COMPONENT attn_loader
 #include <pipelink.h>
 
@@ -19,7 +21,7 @@ struct AttnLoaderParams {
   const void* k;
   const void* v;
   const void* aux;
-  uint32_t q_len, kv_len, bh;
+  uint32_t q_len, kv_len, bh, kv_group;  // kv_group: query heads per K/V head (grouped-query attention)
   pl::TensorMap tmap_q, tmap_k, tmap_v;
 };
 static_assert(offsetof(AttnLoaderParams, q_len) == 32 && offsetof(AttnLoaderParams, tmap_q) == 64 &&
@@ -49,9 +51,10 @@ PL_ENTRY(run) {
     attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
                              qfull + qs, PL_FACT(head_dim), blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
+    const unsigned kv_head = bh / p.kv_group;  // the g query heads of a group read one K/V head
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
-      const int row = (int)(bh * p.kv_len + kb * blk);
+      const int row = (int)(kv_head * p.kv_len + kb * blk);
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
         attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);

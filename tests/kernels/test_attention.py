@@ -227,3 +227,16 @@ def test_paged_decode_matches_fp32_reference(page_size, H, Hkv, Lq, lens):
     for control in (False, True):
         ok, msg = check_paged(len(lens), H, Hkv, Lq, lens, page_size, control)
         assert ok, f"page {page_size} H={H} Hkv={Hkv} Lq={Lq} lens={lens} control={control}: {msg}"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_causal.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("variant", ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi"])
+@pytest.mark.parametrize("H, Hkv", [(4, 2), (8, 1), (16, 4)])
+def test_grouped_query_prefill_matches_fp32_reference(variant, H, Hkv):
+    """GQA prefill (issue 42): work tile bh reads K/V head bh / (H / Hkv)."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_one
+    ok, msg = check_one(variant, 2, H, 512, 512, False, Hkv=Hkv)
+    assert ok, f"{variant} H={H} Hkv={Hkv}: {msg}"

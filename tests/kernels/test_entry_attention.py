@@ -74,6 +74,7 @@ def test_good_calls_launch_once(kern, variant):
     assert A.attention(q, k, v, variant, out=out, **good_kwargs(variant)) is out
     (p,) = kern.launches
     assert p["q_len"] == q.shape[2] and p["kv_len"] == S and p["bh"] == B * H and p["scale"] == 1 / math.sqrt(D)
+    assert p["kv_group"] == 1
     if variant == "decode":
         assert p["splits"] == A.default_splits(B * H, S, kern.num_sms)
 
@@ -183,6 +184,18 @@ def test_paged_reference_gathers_each_sequence():
     assert torch.allclose(ref[:1], want, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant", A.PREFILL)
+@pytest.mark.parametrize("H, Hkv", [(4, 2), (8, 1), (32, 8)])
+def test_grouped_query_prefill_reads_kv_head_of_its_group(kern, variant, H, Hkv):
+    q, k, v = randn(B, H, S, D), randn(B, Hkv, S, D), randn(B, Hkv, S, D)
+    kw = good_kwargs(variant)
+    if variant == "block_sparse":
+        kw["block_mask"] = mask(h=H)
+    A.attention(q, k, v, variant, out=empty(*q.shape), **kw)
+    (p,) = kern.launches
+    assert p["bh"] == B * H and p["kv_group"] == H // Hkv and p["q"] is q and p["k"] is k
+
+
 def test_reference_repeats_each_kv_head_over_its_group():
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, h, L, 64, generator=g) for h, L in ((8, 3), (2, 256), (2, 256)))
@@ -255,7 +268,7 @@ def _cases():
         ("q requires grad", dict(q=grad), "R-PARAM"),
         ("q negated view", dict(q=gpu(torch._neg_view(t))), "R-LAYOUT"),
         ("d = 96", dict(q=randn(B, H, S, 96), k=randn(B, H, S, 96), v=randn(B, H, S, 96)), "R-SHAPE"),
-        ("k heads", dict(k=randn(B, 1, S, D), v=randn(B, 1, S, D)), "R-SHAPE"),
+        ("k heads do not divide", dict(q=randn(B, 3, S, D), k=randn(B, 2, S, D), v=randn(B, 2, S, D)), "R-SHAPE"),
         ("v != k", dict(variant="full", v=randn(B, H, 2 * S, D)), "R-SHAPE"),
         ("Lq % 128", dict(variant="full", q=randn(B, H, 200, D)), "R-SHAPE"),
         ("Lkv % 128", dict(variant="full", k=randn(B, H, 200, D), v=randn(B, H, 200, D)), "R-SHAPE"),
@@ -270,7 +283,8 @@ def _cases():
                                        v=randn(B, 1, S, D)), "R-SHAPE"),
         ("gqa with enable_gqa=False", dict(variant="decode", q=randn(B, 4, 1, D), k=randn(B, 2, S, D),
                                            v=randn(B, 2, S, D), enable_gqa=False), "R-SHAPE"),
-        ("gqa prefill", dict(variant="full", q=randn(B, 4, S, D), k=randn(B, 2, S, D), v=randn(B, 2, S, D)), "R-SHAPE"),
+        ("gqa prefill, enable_gqa=False", dict(variant="full", q=randn(B, 4, S, D), k=randn(B, 2, S, D),
+                                               v=randn(B, 2, S, D), enable_gqa=False), "R-SHAPE"),
         ("gqa k and v heads differ", dict(variant="decode", q=randn(B, 4, 1, D), k=randn(B, 2, S, D),
                                           v=randn(B, 1, S, D)), "R-SHAPE"),
         ("enable_gqa 1", dict(variant="decode", q=randn(B, H, 1, D), enable_gqa=1), "R-PARAM"),
