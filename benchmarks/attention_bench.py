@@ -181,7 +181,7 @@ def cmd_bench(a) -> int:
                     print(f"    (flex {variant} S={S}: compiled in {time.time() - t0:.1f} s)", flush=True)
                 except Exception as e:  # noqa: BLE001
                     print(f"    (flex unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-            t = interleaved(fns, inner, a.rounds, skip_failing=True)
+            t = interleaved(fns, inner, a.rounds, skip_failing=True, sustain_ms=a.sustain_ms)
             if "pipelink" not in t:
                 print(f"FAIL {variant} S={S}: pipelink was not timed")
                 continue
@@ -222,7 +222,7 @@ def cmd_bench(a) -> int:
                 fns["flex_compiled"] = flex_fn(q, k, v, None)
             except Exception as e:  # noqa: BLE001
                 print(f"    (flex decode unavailable: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-        t = interleaved(fns, 20, a.rounds, skip_failing=True)
+        t = interleaved(fns, 20, a.rounds, skip_failing=True, sustain_ms=a.sustain_ms)
         if "pipelink" not in t:
             print(f"FAIL decode B={B} KV={KV}: pipelink was not timed")
             continue
@@ -378,6 +378,8 @@ def main() -> int:
     ap.add_argument("--build-schedule", choices=["uniform", "streamk"], help="bench: decode schedule of --builds")
     ap.add_argument("--decode-splits", default="", help="bench: split counts to time beside the default (1,2,4)")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--sustain-ms", type=float, default=200.0,
+                    help="bench: each timed graph holds at least this many ms of calls (0: the fixed counts)")
     ap.add_argument("--jobs", type=int, default=7, help="sanitize: runs at once")
     ap.add_argument("--timeout", type=int, default=150, help="sanitize: seconds per run")
     ap.add_argument("--builds", default="", help="bench: name=dir,... more builds (columns pipelink_<name>)")

@@ -201,7 +201,7 @@ def cmd_bench(a) -> int:
                                                                   enable_gqa=k.shape[1] != q.shape[1])
                     fns[f"sdpa_causal_{name}"] = f
             # correctness of ours at this size: the same output as flex (bf16 vs bf16)
-            t = interleaved(fns, inner, a.rounds, skip_failing=True)
+            t = interleaved(fns, inner, a.rounds, skip_failing=True, sustain_ms=a.sustain_ms)
             if "pipelink" in t:  # both against an fp32 reference of 512 rows of 2 heads (mid-sequence)
                 outs["pl"].fill_(float("nan"))
                 fns["pipelink"]()
@@ -249,6 +249,8 @@ def main() -> int:
     ap.add_argument("--builds", default="", help="bench: name=dir,... more builds with this tree's aux layouts "
                     "(columns pipelink_<name>)")
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--sustain-ms", type=float, default=200.0,
+                    help="bench: each timed graph holds at least this many ms of calls (0: the fixed counts)")
     ap.add_argument("--batch", type=int, default=1, choices=range(1, 65), metavar="B", help="batch (default 1)")
     ap.add_argument("--kv-heads", type=int, default=32, choices=[1, 2, 4, 8, 16, 32],
                     help="K/V heads of the 32 query heads (8: Llama-3-8B's grouped-query attention)")
