@@ -63,9 +63,13 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 from pipelink.runtime.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
                             expect_tensor, flag, integer, optional_dir, real, refuse_unused, tensor_device)
 
-from attention_masks import BlockMask, causal_schedule, check_doc_ids, create_block_mask, document_aux  # noqa: E402,F401
+from attention_masks import (BLOCK, BlockMask, causal_schedule, check_doc_ids, create_block_mask,  # noqa: E402,F401
+                             document_aux)
+from attention_reference import alibi_slopes, paged_reference, reference  # noqa: E402,F401
+from decode_schedule import (MAX_DECODE_BLOCKS, STREAMK_MAX_CTAS, decode_schedule, default_splits,  # noqa: E402,F401
+                             kv_blocks, streamk_stride)
 
-BLOCK, HEAD_DIM, DECODE_ROWS = 128, 128, 16
+HEAD_DIM, DECODE_ROWS = 128, 16
 HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d64 (attn_<variant>_d64)
 PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi")
 VARIANTS = PREFILL + ("decode",)
@@ -76,8 +80,6 @@ READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document
 PAGE_SIZES = (16, 32, 64, 128)  # attn_paged_loader: one TMA box per page, at most a KV block
 SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), attn_decode_streamk
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
-STREAMK_MAX_CTAS = 255  # attn_decode_streamk.cu's MAX_CTAS: its 32-bit products need N (G + 1) < 2^32
-MAX_DECODE_BLOCKS = 2**24  # N = heads x KV blocks below this: N (G + 1) < 2^32 (whole-block lengths kept it there)
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "kv_group", "scale"}  # the manifests' lent parameters
 PAGED_PARAMS = (PARAMS - {"kv_group"}) | {"splits", "pages", "max_pages", "kv_heads", "page_size",
                                           "pool_rows"}  # attn_decode_paged
@@ -191,53 +193,6 @@ def _aux(tensor_like, words):
     if t is None:
         t = _aux_cache.put(key, _words_tensor(words, tensor_like.device))
     return t
-
-
-def kv_blocks(kv_len: int) -> int:
-    """KV blocks of a head: the last one partial when kv_len is not a whole number of blocks."""
-    return -(-kv_len // BLOCK)
-
-
-def default_splits(bh: int, kv_len: int, num_sms: int) -> int:
-    """Fewer heads than SMs: one wave of CTAs (one fits per SM), at least one KV block each.
-    Several waves: two splits per head of 64..127 KV blocks (B = 32, KV = 8K: 1.3-2.0% faster
-    in four timings); heads of 32 blocks (B = 64, KV = 4K), 128 (B = 16, KV = 16K) or 256 (B = 8,
-    KV = 32K) gained nothing from two, and more splits cost more in each CTA's set-up than they
-    saved (docs/DECISIONS.md, attention)."""
-    blocks = kv_blocks(kv_len)
-    if bh >= num_sms:
-        return 2 if 64 <= blocks < 128 else 1
-    return max(1, min(blocks, num_sms // bh))
-
-
-def decode_schedule(bh: int, kv_len: int, num_sms: int, schedule: str | None = None,
-                    splits: int | None = None) -> tuple[bool, int]:
-    """(uniform, splits param). schedule "uniform": attn_decode, `splits` per head (given, or
-    default_splits); "streamk": attn_decode_streamk, whose `splits` is attn_combine's slot
-    stride. None picks by shape (each measured beside the other; BENCHMARKS.md, split-KV decode):
-    - heads fewer than the SMs: uniform, one wave (stream-K's ranges across heads cost it ~3 us:
-      B = 1, KV 4K..128K);
-    - uniform's waves under 90% used (w / ceil(w), w = its CTAs / SMs): stream-K (160 heads,
-      KV = 32K: 599 us against 835);
-    - fewer than 8 heads a SM: stream-K (B = 8..32 at 1-8 heads a SM: 0.9-1.6% faster);
-    - else uniform (B = 64, KV = 4K, 15.5 heads a SM: stream-K's 16 tiles a CTA cost 1%)."""
-    if schedule is None and splits is None and bh >= num_sms:
-        waves = bh * default_splits(bh, kv_len, num_sms) / num_sms
-        streamk = waves / math.ceil(waves) < 0.9 or bh < 8 * num_sms
-        schedule = "streamk" if streamk else "uniform"
-    if schedule == "streamk":
-        return False, streamk_stride(bh, kv_len, num_sms)
-    return True, splits if splits is not None else default_splits(bh, kv_len, num_sms)
-
-
-def streamk_stride(bh: int, kv_len: int, num_sms: int) -> int:
-    """attn_combine's slot stride for attn_decode_streamk: the most CTAs whose ranges meet one
-    head. G = min(num_sms, N) CTAs take N = bh * nkv blocks, each at least N // G; a head's
-    nkv blocks meet at most nkv // (N // G) whole ranges and two partial ones."""
-    nkv = kv_blocks(kv_len)
-    n = bh * nkv
-    g = min(num_sms, n, STREAMK_MAX_CTAS)
-    return min(g, nkv // (n // g) + 2)
 
 
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
@@ -401,22 +356,6 @@ def _paged_aux(q, kv_heads: int, seq_lens):
     return torch.cat((_aux(q, [kv_heads])[:1], seq_lens))
 
 
-def paged_reference(q, k_cache, v_cache, block_table, seq_lens, scale=None):
-    """fp32 reference of paged decode: each sequence's K/V gathered from its pages (its first
-    seq_lens[b] tokens), then attention of its query rows over them (grouped-query by head)."""
-    import torch
-    B, H, Lq, D = q.shape
-    ps = k_cache.shape[2]
-    out = torch.empty(B, H, Lq, D, dtype=torch.float32, device=q.device)
-    for b in range(B):
-        n = int(seq_lens[b])
-        pages = block_table[b, : -(-n // ps)].long()
-        k = k_cache[pages].permute(1, 0, 2, 3).reshape(k_cache.shape[1], -1, D)[:, :n]  # [Hkv, n, D]
-        v = v_cache[pages].permute(1, 0, 2, 3).reshape(v_cache.shape[1], -1, D)[:, :n]
-        out[b] = reference(q[b:b + 1], k[None], v[None], "full", scale=scale)[0]
-    return out
-
-
 def _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev) -> dict:
     """A paged KV cache (FlashInfer's HND layout): k and v [num_pages, Hkv, page_size, D] bf16,
     block_table [B, max_pages] int32, seq_lens [B] int32 -> {page_size, max_pages, num_pages}.
@@ -473,11 +412,6 @@ def _gqa_group(variant: str, H: int, Hkv: int, Lq: int, enable_gqa) -> int:
                           f"the combine takes at most {DECODE_ROWS}",
                           hint=f"at most {DECODE_ROWS // group} query row(s) a call at this grouping")
     return group
-
-
-def alibi_slopes(H: int) -> list[float]:
-    """ALiBi's head slopes 2^(-8 (h + 1) / H) (Press et al., for H a power of two)."""
-    return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
 
 
 def _variant_args(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes) -> dict:
@@ -558,38 +492,3 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
     if variant == "decode":  # {bh, kv_len}: attn_decode_streamk.cu's (attn_decode reads no aux)
         return _aux(q, [B * H, integer("kv_len", S if kv_len is None else kv_len, 1, I32_MAX)])
     return _aux(q, [0])
-
-
-def reference(q, k, v, variant="full", *, block_mask_pred=None, window=None, doc_ids=None, softcap=None,
-              slopes=None, scale=None):
-    """fp32 reference: the same function with a dense mask (rows with no key give 0)."""
-    import torch
-    B, H, Lq, D = q.shape
-    Lkv = k.shape[2]
-    if k.shape[1] != H:  # grouped-query: query head h reads KV head h // (H / Hkv)
-        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
-    scale = scale or 1.0 / math.sqrt(D)
-    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
-    qi = torch.arange(Lq, device=q.device)[:, None]
-    ki = torch.arange(Lkv, device=q.device)[None, :]
-    allow = torch.ones(Lq, Lkv, dtype=torch.bool, device=q.device)
-    if variant in ("causal", "softcap", "alibi"):
-        allow = ki <= qi
-    elif variant == "sliding":
-        allow = (ki <= qi) & (qi - ki < window)
-    if variant == "softcap":
-        s = softcap * torch.tanh(s / softcap)
-    if variant == "alibi":
-        sl = torch.tensor(alibi_slopes(H) if slopes is None else slopes, dtype=torch.float32, device=q.device)
-        s = s + sl[None, :, None, None] * (ki - qi).float()[None, None]
-    allow = allow.expand(B, H, Lq, Lkv)
-    if variant == "block_sparse":
-        b = torch.arange(B, device=q.device)[:, None, None, None]
-        h = torch.arange(H, device=q.device)[None, :, None, None]
-        allow = block_mask_pred(b, h, qi[None, None], ki[None, None]).expand(B, H, Lq, Lkv)
-    if variant == "document":
-        d = doc_ids.long()
-        allow = (d[:, None, :, None] == d[:, None, None, :]).expand(B, H, Lq, Lkv)
-    s = s.masked_fill(~allow, float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return torch.einsum("bhqk,bhkd->bhqd", p, v.float())

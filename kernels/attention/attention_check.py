@@ -14,7 +14,8 @@ decode_paged (decode over a paged cache: check_paged).
 
 from __future__ import annotations
 
-from attention import attention, create_block_mask, reference
+from attention import attention, create_block_mask
+from attention_reference import paged_reference, reference
 
 ATOL = RTOL = 2e-2
 
@@ -111,7 +112,7 @@ def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=Non
     """Paged decode against the fp32 reference: sequences of the given lengths (the pool holds
     max(lens) tokens a sequence; pages past a length hold other data), NaN-poisoned output."""
     import torch
-    from attention import attention, paged_reference
+    from attention import attention
     S = max(lens)
     q, k, v = rand_qkv(B, H, Lq, S, D=D, Hkv=Hkv)
     kp, vp, table = paged_cache(k, v, page_size, seed=S + B)

@@ -1,0 +1,62 @@
+"""fp32 references of the attention entry's functions (what the GPU checks compare against):
+every variant with a dense mask, grouped-query heads, and decode over a paged cache."""
+
+from __future__ import annotations
+
+import math
+
+
+def alibi_slopes(H: int) -> list[float]:
+    """ALiBi's head slopes 2^(-8 (h + 1) / H) (Press et al., for H a power of two)."""
+    return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
+
+
+def reference(q, k, v, variant="full", *, block_mask_pred=None, window=None, doc_ids=None, softcap=None,
+              slopes=None, scale=None):
+    """fp32 reference: the same function with a dense mask (rows with no key give 0)."""
+    import torch
+    B, H, Lq, D = q.shape
+    Lkv = k.shape[2]
+    if k.shape[1] != H:  # grouped-query: query head h reads KV head h // (H / Hkv)
+        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
+    scale = scale or 1.0 / math.sqrt(D)
+    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
+    qi = torch.arange(Lq, device=q.device)[:, None]
+    ki = torch.arange(Lkv, device=q.device)[None, :]
+    allow = torch.ones(Lq, Lkv, dtype=torch.bool, device=q.device)
+    if variant in ("causal", "softcap", "alibi"):
+        allow = ki <= qi
+    elif variant == "sliding":
+        allow = (ki <= qi) & (qi - ki < window)
+    if variant == "softcap":
+        s = softcap * torch.tanh(s / softcap)
+    if variant == "alibi":
+        sl = torch.tensor(alibi_slopes(H) if slopes is None else slopes, dtype=torch.float32, device=q.device)
+        s = s + sl[None, :, None, None] * (ki - qi).float()[None, None]
+    allow = allow.expand(B, H, Lq, Lkv)
+    if variant == "block_sparse":
+        b = torch.arange(B, device=q.device)[:, None, None, None]
+        h = torch.arange(H, device=q.device)[None, :, None, None]
+        allow = block_mask_pred(b, h, qi[None, None], ki[None, None]).expand(B, H, Lq, Lkv)
+    if variant == "document":
+        d = doc_ids.long()
+        allow = (d[:, None, :, None] == d[:, None, None, :]).expand(B, H, Lq, Lkv)
+    s = s.masked_fill(~allow, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return torch.einsum("bhqk,bhkd->bhqd", p, v.float())
+
+
+def paged_reference(q, k_cache, v_cache, block_table, seq_lens, scale=None):
+    """fp32 reference of paged decode: each sequence's K/V gathered from its pages (its first
+    seq_lens[b] tokens), then attention of its query rows over them (grouped-query by head)."""
+    import torch
+    B, H, Lq, D = q.shape
+    ps = k_cache.shape[2]
+    out = torch.empty(B, H, Lq, D, dtype=torch.float32, device=q.device)
+    for b in range(B):
+        n = int(seq_lens[b])
+        pages = block_table[b, : -(-n // ps)].long()
+        k = k_cache[pages].permute(1, 0, 2, 3).reshape(k_cache.shape[1], -1, D)[:, :n]  # [Hkv, n, D]
+        v = v_cache[pages].permute(1, 0, 2, 3).reshape(v_cache.shape[1], -1, D)[:, :n]
+        out[b] = reference(q[b:b + 1], k[None], v[None], "full", scale=scale)[0]
+    return out
