@@ -42,7 +42,7 @@ if has ncu; then
 fi
 if has serving; then
   timeout ${SERVING_TEST_TIMEOUT:-300} python3 -m pytest -q -rs tests/kernels/test_attention.py \
-    -k "grouped or any_kv or paged" > "$OUT/serving_tests.log" 2>&1 || rc=1
+    -k "grouped or any_kv or any_length or paged" > "$OUT/serving_tests.log" 2>&1 || rc=1
   tail -3 "$OUT/serving_tests.log"
   for B in 1 4; do
     "${P[@]}" bench --prefill causal --seqs 4096,16384 --batch $B --kv-heads 8 --decode "" --rounds ${ROUNDS:-8} \

@@ -33,7 +33,8 @@ with pipelink.runtime.LaunchError, a code and a hint:
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
             grouped (Hkv < H) with group * q rows > 16 in decode, or with enable_gqa=False;
-            lengths not multiples (decode's kv length: any); a paged pool not
+            lengths not multiples of 128 for block_sparse and document (the others
+            take any length); a paged pool not
             [num_pages, Hkv, 16|32|64|128, D], block_table not [B, max_pages], seq_lens not [B];
             of 128 (decode: 1..16 query rows); q_len != kv_len for the masked variants; more
             than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); uniform decode
@@ -74,6 +75,7 @@ HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d
 PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi")
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
+ANY_LENGTH = ("full", "causal", "sliding", "softcap", "alibi", "decode")  # lengths need not be whole blocks
 READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document", "softcap": "softcap",
          "slopes": "alibi", "splits": "decode", "schedule": "decode", "block_table": "decode",
          "seq_lens": "decode"}  # the keyword arguments only one variant reads
@@ -225,9 +227,10 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
                               hint="k and v: [B, Hkv, Lkv, D] with q's B and D, and one shape")
         Hkv, Lkv = k.shape[1], k.shape[2]
     group = _gqa_group(variant, H, Hkv, Lq, enable_gqa)
-    if Lkv % BLOCK and variant != "decode":  # decode masks its tail block itself
-        raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK}",
-                          hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding)")
+    if Lkv % BLOCK and variant not in ANY_LENGTH:  # the others mask their tail block themselves
+        raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK} for variant {variant!r}",
+                          hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding); "
+                               f"{', '.join(ANY_LENGTH)} take any length")
     if variant == "decode":
         if schedule is not None and (not isinstance(schedule, str) or schedule not in SCHEDULES):
             raise LaunchError("R-PARAM", f"schedule must be None, 'uniform' or 'streamk', got {schedule!r:.60}",
@@ -248,9 +251,9 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
         if B * Hkv > 65535 and (splits is not None or schedule == "uniform" or paging is not None):
             raise LaunchError("R-SHAPE", f"decode with splits= launches one CTA row per KV head: B*Hkv = {B * Hkv} > "
                               "65535 (grid y)", hint="splits=None (stream-K takes any B*Hkv), or split the batch into calls")
-    elif Lq % BLOCK:
-        raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK}",
-                          hint=f"pad q to a multiple of {BLOCK}, or use variant='decode' for 1..16 rows")
+    elif Lq % BLOCK and variant not in ANY_LENGTH:
+        raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK} for variant {variant!r}",
+                          hint=f"pad q to a multiple of {BLOCK}; {', '.join(ANY_LENGTH)} take any length")
     if variant in SQUARE and Lq != Lkv:
         raise LaunchError("R-SHAPE", f"variant {variant!r} needs q_len == kv_len, got {Lq} and {Lkv}",
                           hint="self-attention over one sequence (pack documents and use variant='document')")
@@ -317,7 +320,7 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         sms = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=probe).num_sms
         uniform, splits = decode_schedule(B * H, Lkv, sms, a["schedule"], a["splits"])
     kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=uniform)
-    grid = min(kern.num_sms, Lq // BLOCK * B * H)  # attn_prefill.kernel.toml's persistent grid
+    grid = min(kern.num_sms, -(-Lq // BLOCK) * B * H)  # attn_prefill.kernel.toml's persistent grid
     aux = _variant_aux(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                        slopes=slopes, grid=max(grid, 1), kv_len=Lkv)
     # prefill: tile bh reads K/V head bh / group (neighbouring CTAs share it through L2); decode
@@ -491,4 +494,4 @@ def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, s
         return _causal_aux(q, B, H, S, grid, [])
     if variant == "decode":  # {bh, kv_len}: attn_decode_streamk.cu's (attn_decode reads no aux)
         return _aux(q, [B * H, integer("kv_len", S if kv_len is None else kv_len, 1, I32_MAX)])
-    return _aux(q, [0])
+    return _aux(q, [integer("kv_len", S if kv_len is None else kv_len, 1, I32_MAX)])  # full: {kv_len}

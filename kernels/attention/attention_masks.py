@@ -227,7 +227,7 @@ def causal_schedule(B, H, S, D, G, l2_bytes, base=0):
     (batch, head) rows in sections of equal size, each section's Q blocks longest first (a tile
     costs its KV blocks + ~0.5), list-scheduled onto G CTAs. [0] (the device's own order) for a
     shape whose fields do not fit 16 bits or whose schedule is too long to make on the host."""
-    QB, BH = S // BLOCK, B * H
+    QB, BH = -(-S // BLOCK), B * H  # a last partial Q block too
     if QB > 0xFFFF or BH > 0xFFFF or QB * BH > CAUSAL_SCHEDULE_MAX_TILES:
         return [0]
     cuts = sections(BH, S, D, l2_bytes)

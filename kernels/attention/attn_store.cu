@@ -10,7 +10,8 @@
 // (at once only after the role's last tile, OutFrag::more == 0, before the CTA may exit): the
 // wait had held the warpgroup's next GEMMs (0-1.2% on the masked variants).
 // The tensor map of o is this package's parameter tmap_o, filled by attn_store_host.py
-// ([bh * q_len, d] bf16, boxes [64, 64]); prefill q_len is a multiple of block_q (attention.py).
+// ([bh * q_len, d] bf16, boxes [64, 64]). A warpgroup whose 64 rows run past q_len (the last
+// Q block of a length that is not a whole number of blocks) stores its rows with plain stores.
 #define PL_COMPONENT attn_store
 #include <pipelink.h>
 
@@ -85,11 +86,26 @@ PL_IMPORT(out) {
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // st.shared -> TMA reads
   sync();
-  if (u == 0) {
-    const int row0 = (int)(bh * p.q_len + pl_row0 + 64 * wg);
-    for (unsigned half = 0; half < d / 64; ++half) pl::tma_store_2d(&p.tmap_o, mine + half * 64 * 128, half * 64, row0);
-    pl::tma_store_commit();
-    if (!f.more) pl::tma_store_wait_read<0>();  // the role's last tile: read before the CTA exits
+  const unsigned first = pl_row0 + 64 * wg;  // this warpgroup's first row in the head
+  if (first + 64 <= p.q_len) {
+    if (u == 0) {
+      const int row0 = (int)(bh * p.q_len + first);
+      for (unsigned half = 0; half < d / 64; ++half)
+        pl::tma_store_2d(&p.tmap_o, mine + half * 64 * 128, half * 64, row0);
+      pl::tma_store_commit();
+      if (!f.more) pl::tma_store_wait_read<0>();  // the role's last tile: read before the CTA exits
+    }
+  } else {
+    // A Q block past the end of a head's rows (q_len not a whole number of blocks): a TMA box
+    // would write into the next head, so the warpgroup copies its rows below q_len from the
+    // staging half with 16-byte stores. The next tile's first sync orders these reads before
+    // the half is written again.
+    const unsigned rows = p.q_len > first ? p.q_len - first : 0u, chunks = d / 8;
+    uint4* o = static_cast<uint4*>(p.o);
+    for (unsigned i = u; i < rows * chunks; i += 128) {
+      const unsigned r = i / chunks, c = (i % chunks) * 8;
+      o[((size_t)bh * p.q_len + first + r) * chunks + c / 8] = *reinterpret_cast<const uint4*>(mine + stage_offset(r, c));
+    }
   }
   (void)PL_FACT(block_q);
 }

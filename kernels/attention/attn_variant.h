@@ -11,7 +11,8 @@
 PL_DECLARE_FACT(block_q);
 #define ATTN_BLOCK PL_FACT(block_q)
 
-// Prefill, persistent: the (q_len / 128) x bh tiles in the order last Q block first (the most
+// Prefill, persistent: the ceil(q_len / 128) x bh tiles (a last partial Q block's rows past
+// q_len are computed and not stored: attn_store) in the order last Q block first (the most
 // KV blocks, for causal masks), every head's before the next Q block's; CTA c of G takes one
 // tile of each run of G, boustrophedon (t even: c, t odd: G - 1 - c), so a CTA that took a
 // long tile in one run takes a short one in the next: a causal grid's CTAs end within ~0.1%
@@ -21,7 +22,7 @@ PL_DECLARE_FACT(block_q);
                                   const void* aux, unsigned* info)
 #define ATTN_PREFILL_TILE                                                                       \
   ATTN_TILE_SIGNATURE {                                                                         \
-    const unsigned qbs = q_len / ATTN_BLOCK, g = gridDim.x;                                      \
+    const unsigned qbs = (q_len + ATTN_BLOCK - 1) / ATTN_BLOCK, g = gridDim.x;                   \
     const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
     if (lin >= qbs * bh) return 0u; /* later runs start past it too: this CTA is done */        \
     info[0] = qbs - 1 - lin / bh;                                                                \
@@ -35,7 +36,7 @@ PL_DECLARE_FACT(block_q);
 // Q-block-major order re-read K/V from DRAM, 78% of DRAM bandwidth at S = 8K).
 #define ATTN_PREFILL_TILE_HEAD_MAJOR                                                            \
   ATTN_TILE_SIGNATURE {                                                                         \
-    const unsigned qbs = q_len / ATTN_BLOCK, g = gridDim.x;                                      \
+    const unsigned qbs = (q_len + ATTN_BLOCK - 1) / ATTN_BLOCK, g = gridDim.x;                   \
     const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                   \
     if (lin >= qbs * bh) return 0u;                                                              \
     info[0] = qbs - 1 - lin % qbs;                                                               \
@@ -61,7 +62,7 @@ PL_DECLARE_FACT(block_q);
       info[0] = w >> 16;                                                                        \
       info[1] = w & 0xFFFFu;                                                                    \
     } else {                                                                                    \
-      const unsigned qbs = q_len / ATTN_BLOCK, g = gridDim.x;                                    \
+      const unsigned qbs = (q_len + ATTN_BLOCK - 1) / ATTN_BLOCK, g = gridDim.x;                 \
       const unsigned lin = t * g + ((t & 1u) ? g - 1 - blockIdx.x : blockIdx.x);                 \
       if (lin >= qbs * bh) return 0u;                                                            \
       info[0] = qbs - 1 - lin / bh;                                                              \

@@ -240,3 +240,21 @@ def test_grouped_query_prefill_matches_fp32_reference(variant, H, Hkv):
     from attention_check import check_one
     ok, msg = check_one(variant, 2, H, 512, 512, False, Hkv=Hkv)
     assert ok, f"{variant} H={H} Hkv={Hkv}: {msg}"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_causal.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("variant, Lq, Lkv", [("full", 100, 300), ("full", 1, 129), ("full", 300, 1000),
+                                              ("causal", 200, 200), ("causal", 1, 1), ("sliding", 1000, 1000),
+                                              ("softcap", 129, 129), ("alibi", 257, 257)])
+@pytest.mark.parametrize("D", [128, 64])
+def test_prefill_takes_any_length(variant, Lq, Lkv, D):
+    """Prefill lengths that are not whole blocks (issue 42): the tail Q block's rows past q_len
+    are not stored (attn_store's plain-store path), the full variant masks keys past kv_len, the
+    causal family needs no mask beyond its own."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_one
+    for control in (False, True):
+        ok, msg = check_one(variant, 3, 4, Lq, Lkv, control, D, Hkv=2)
+        assert ok, f"{variant} Lq={Lq} Lkv={Lkv} d={D} control={control}: {msg}"

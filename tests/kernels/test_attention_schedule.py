@@ -24,9 +24,10 @@ def decode(words, G, base=0):
 
 
 @pytest.mark.parametrize("B,H,S,G", [(1, 32, 4096, 132), (1, 32, 8192, 132), (1, 32, 32768, 132),
-                                     (2, 3, 256, 4), (1, 1, 128, 1), (3, 20, 1024, 100)])
+                                     (2, 3, 256, 4), (1, 1, 128, 1), (3, 20, 1024, 100), (1, 32, 4000, 132),
+                                     (2, 3, 1, 4), (1, 5, 129, 3)])
 def test_every_tile_once_and_balanced(B, H, S, G):
-    QB = S // M.BLOCK
+    QB = -(-S // M.BLOCK)  # a last partial Q block is a tile too
     lists = decode(M.causal_schedule(B, H, S, 128, G, L2), G)
     seen = sorted(t for lst in lists for t in lst)
     assert seen == sorted((qb, bh) for qb in range(QB) for bh in range(B * H))
@@ -69,8 +70,9 @@ def test_document_schedule_in_sections_longest_first():
 
 
 def test_store_provider_maps_o_per_warpgroup_box():
-    """attn_store_host: o as [bh * q_len, d] bf16 in boxes of one warpgroup's 64 rows x 64 columns;
-    a q_len that is not whole Q blocks is refused (R-HOST at launch)."""
+    """attn_store_host: o as [bh * q_len, d] bf16 in boxes of one warpgroup's 64 rows x 64 columns,
+    at any q_len (a warpgroup past q_len stores with plain stores); an empty problem is refused
+    (R-HOST at launch)."""
     import importlib.util
 
     from pipelink.runtime.host import HostError
@@ -89,8 +91,9 @@ def test_store_provider_maps_o_per_warpgroup_box():
     lent, facts = {"o": 4096, "q_len": 256, "bh": 3}, {"block_q": 128, "head_dim": 64}
     assert mod.provide(lent, facts, Host())["tmap_o"] == (
         4096, "bf16", {"rows": 768, "cols": 64, "box_rows": 64, "box_cols": 64, "swizzle": 128})
+    assert mod.provide({**lent, "q_len": 200}, facts, Host())["tmap_o"][2]["rows"] == 600
     with pytest.raises(HostError):
-        mod.provide({**lent, "q_len": 200}, facts, Host())
+        mod.provide({**lent, "q_len": 0}, facts, Host())
 
 
 # --- split-KV decode, stream-K (attn_decode_streamk.cu) ----------------------------------------

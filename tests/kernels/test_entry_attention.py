@@ -196,6 +196,15 @@ def test_grouped_query_prefill_reads_kv_head_of_its_group(kern, variant, H, Hkv)
     assert p["bh"] == B * H and p["kv_group"] == H // Hkv and p["q"] is q and p["k"] is k
 
 
+@pytest.mark.parametrize("variant, lq, lkv", [("full", 100, 300), ("full", 1, 129), ("causal", 200, 200),
+                                             ("sliding", 1000, 1000), ("softcap", 1, 1), ("alibi", 257, 257)])
+def test_prefill_takes_any_length(kern, variant, lq, lkv):
+    q, k, v = randn(B, H, lq, D), randn(B, H, lkv, D), randn(B, H, lkv, D)
+    A.attention(q, k, v, variant, out=empty(*q.shape), **good_kwargs(variant))
+    (p,) = kern.launches
+    assert p["q_len"] == lq and p["kv_len"] == lkv
+
+
 def test_reference_repeats_each_kv_head_over_its_group():
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, h, L, 64, generator=g) for h, L in ((8, 3), (2, 256), (2, 256)))
@@ -270,8 +279,10 @@ def _cases():
         ("d = 96", dict(q=randn(B, H, S, 96), k=randn(B, H, S, 96), v=randn(B, H, S, 96)), "R-SHAPE"),
         ("k heads do not divide", dict(q=randn(B, 3, S, D), k=randn(B, 2, S, D), v=randn(B, 2, S, D)), "R-SHAPE"),
         ("v != k", dict(variant="full", v=randn(B, H, 2 * S, D)), "R-SHAPE"),
-        ("Lq % 128", dict(variant="full", q=randn(B, H, 200, D)), "R-SHAPE"),
-        ("Lkv % 128", dict(variant="full", k=randn(B, H, 200, D), v=randn(B, H, 200, D)), "R-SHAPE"),
+        ("Lq % 128 document", dict(variant="document", q=randn(B, H, 200, D), k=randn(B, H, 200, D),
+                                   v=randn(B, H, 200, D), doc_ids=doc_ids(s=200)), "R-SHAPE"),
+        ("Lkv % 128 block_sparse", dict(variant="block_sparse", q=randn(B, H, 200, D), k=randn(B, H, 200, D),
+                                        v=randn(B, H, 200, D), block_mask=mask()), "R-SHAPE"),
         ("causal Lq != Lkv", dict(k=randn(B, H, 2 * S, D), v=randn(B, H, 2 * S, D)), "R-SHAPE"),
         ("decode 17 rows", dict(variant="decode", q=randn(B, H, 17, D)), "R-SHAPE"),
         # grouped-query attention
@@ -553,7 +564,7 @@ def test_variant_aux_builds_what_the_checks_passed():
     assert aux("block_sparse", block_mask=bm)[3] == H
     ids = (torch.arange(S, dtype=torch.int32) // 50).repeat(2, 1)
     assert aux("document", doc_ids=ids)[:3] == [S, H, S // 128]
-    assert aux("full") == [0, 0, 0, 0]
+    assert aux("full") == [S, 0, 0, 0]  # {kv_len}: the tail block's mask
     assert aux("causal", grid=3)[:6] == [2, 6, 0, 2, 5, 8]  # the host schedule: 8 tiles on 3 CTAs
     assert aux("softcap", softcap=30.0, grid=3)[1:7] == [3, 7, 0, 2, 5, 8]  # after the cap word
     assert aux("alibi", grid=3)[1 + H:7 + H] == [3 + H, 7 + H, 0, 2, 5, 8]  # after H and the slopes
