@@ -608,3 +608,105 @@ def test_aux_cache_is_bounded_but_keeps_what_graphs_captured(monkeypatch):
     recent = aux(100 + 3 * A.AUX_CACHE_LIMIT - 1)
     assert aux(100 + 3 * A.AUX_CACHE_LIMIT - 1) is recent
     A._aux_cache.clear()
+
+
+@pytest.mark.parametrize("kernel", ["attn_causal", "attn_full", "attn_alibi_d64"])
+@pytest.mark.parametrize("q_len, bh, want", [(200, 3, 6), (1, 5, 5), (128, 1, 1), (4000, 32, 132)])
+def test_prefill_grid_counts_a_partial_q_block(kernel, q_len, bh, want):
+    """The built manifest's persistent grid covers ceil(q_len / 128) Q blocks: the host's tile
+    schedule is made for that many CTAs (attention.py), and q_len < 128 must still launch."""
+    from pipelink.runtime.launch_plan import grid_dims
+    from pipelink.runtime.manifest import Manifest
+    path = ROOT / "bazel-bin" / "kernels" / "attention" / f"{kernel}.manifest.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not built")
+    m = Manifest.from_file(path)
+    values = {"q_len": q_len, "kv_len": q_len, "bh": bh, "num_sms": 132, "resident_ctas": 132}
+    assert grid_dims(m, values)[0] == want
+
+
+@pytest.mark.parametrize("kv_len, bh, want", [(4096, 1, 32), (4097, 1, 33), (5, 3, 3), (131072, 64, 132)])
+def test_streamk_decode_grid_counts_a_partial_kv_block(kv_len, bh, want):
+    """attn_decode_streamk's one-wave grid over ceil(kv_len / 128) blocks a head (whole-block
+    lengths included: an exact `/` in the grid refused every launch)."""
+    from pipelink.runtime.launch_plan import grid_dims
+    from pipelink.runtime.manifest import Manifest
+    path = ROOT / "bazel-bin" / "kernels" / "attention" / "attn_decode_streamk.manifest.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not built")
+    values = {"q_len": 1, "kv_len": kv_len, "bh": bh, "num_sms": 132, "resident_ctas": 132, "splits": 4}
+    assert grid_dims(Manifest.from_file(path), values)[0] == want
+
+
+class _PlanningKernel:
+    """The built kernel's manifest planning a launch on the CPU (grid, host providers, workspaces,
+    packed parameters): what Kernel.launch_with does before the CUDA call."""
+
+    def __init__(self, manifest):
+        from pipelink.runtime.manifest import Manifest
+        self.manifest, self.num_sms, self.plans = Manifest.from_file(manifest), 132, []
+
+    def launch_with(self, params, *, grid=None, stream=None, workspaces=None):
+        from pipelink.runtime.launch_plan import plan_launch
+
+        class Host:
+            def require(self, cond, msg):
+                assert cond, msg
+
+            def tensor_map_2d(self, ptr, dtype, **kw):
+                return bytes(128)
+        values = {k: (v.data_ptr() if isinstance(v, torch.Tensor) else v) for k, v in params.items()}
+        self.plans.append(plan_launch(self.manifest, values, builtins={"num_sms": 132, "resident_ctas": 132},
+                                      host=Host(), workspace=lambda w, n: 0x100000))
+
+
+@pytest.fixture
+def planning(monkeypatch):
+    """attention.load -> the built manifest of the kernel it names, planning each launch."""
+    built = ROOT / "bazel-bin" / "kernels" / "attention"
+    if not (built / "attn_decode_paged.manifest.json").is_file():
+        pytest.skip("bazel-bin/kernels/attention is not built")
+    kernels = []
+
+    def load(variant, device=0, *, kernel_dir=None, control=False, head_dim=128, uniform=False, paged=False):
+        kernel = "decode_paged" if paged else "decode_streamk" if variant == "decode" and not uniform else variant
+        k = _PlanningKernel(built / f"attn_{kernel}{'' if head_dim == 128 else f'_d{head_dim}'}.manifest.json")
+        kernels.append(k)
+        return k
+    monkeypatch.setattr(A, "load", load)
+    monkeypatch.setattr(A, "_words_tensor", lambda words, device: gpu(torch.tensor(
+        list(words) + [0] * (4 - len(words) % 4), dtype=torch.int32)))
+    monkeypatch.setattr(A, "_paged_aux", lambda q, hkv, lens: gpu(torch.cat((torch.tensor([hkv], dtype=torch.int32),
+                                                                           lens.cpu()))))
+    monkeypatch.setattr(A, "_l2_bytes", lambda q: 60 << 20)
+    A._aux_cache.clear()
+    return kernels
+
+
+@pytest.mark.parametrize("variant, H, Hkv, lq, lkv, d", [
+    ("full", 4, 4, 100, 300, 128), ("full", 4, 2, 1, 129, 64), ("causal", 32, 8, 200, 200, 128),
+    ("sliding", 2, 1, 1000, 1000, 128), ("softcap", 2, 2, 1, 1, 64), ("alibi", 4, 2, 257, 257, 128),
+    ("block_sparse", 2, 2, 256, 256, 128), ("decode", 32, 8, 1, 4096, 128), ("decode", 32, 8, 1, 4097, 128),
+    ("decode", 8, 8, 3, 5, 64), ("decode", 16, 1, 1, 131072, 128)])
+def test_entry_launches_plan_against_the_built_manifests(planning, variant, H, Hkv, lq, lkv, d):
+    """Every launch the entry makes is one the built kernel's manifest plans on the CPU (grid
+    expressions, host providers, workspaces): a grid expression that refuses a legal shape is
+    found here, not on the GPU."""
+    q, k, v = randn(B, H, lq, d), randn(B, Hkv, lkv, d), randn(B, Hkv, lkv, d)
+    kw = good_kwargs(variant)
+    if variant == "block_sparse":
+        kw["block_mask"] = mask(h=H)
+    A.attention(q, k, v, variant, out=empty(*q.shape), **kw)
+    if variant == "decode":
+        A.attention(q, k, v, variant, out=empty(*q.shape), schedule="uniform")
+    plans = [p for kern in planning for p in kern.plans]
+    assert plans and all(p.grid[0] >= 1 for p in plans)
+
+
+@pytest.mark.parametrize("ps", [16, 32, 64, 128])
+def test_paged_launch_plans_against_the_built_manifest(planning, ps):
+    k, v, table, lens = paged(hkv=2, ps=ps)
+    A.attention(randn(B, 8, 2, D), k, v, "decode", block_table=table, seq_lens=lens, out=empty(B, 8, 2, D))
+    (kern,) = planning
+    (plan,) = kern.plans
+    assert plan.grid[1] == B * 2 and plan.grid[0] >= 1
