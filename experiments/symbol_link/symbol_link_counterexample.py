@@ -127,7 +127,8 @@ def attention_problem(rng, *, head_dim=128, decode=False):
     scale = 1.0 / head_dim**0.5
     scalars = {"q_len": Lq, "kv_len": Lkv, "bh": B * H, "kv_group": 1, "scale": scale,
                **({"splits": 4} if decode else {})}
-    return ({"q": qb, "k": kb, "v": vb, "aux": np.zeros(4, np.int32)}, scalars, ("o", (B, H, Lq, head_dim)),
+    aux = np.array([B * H, Lkv, 0, 0] if decode else [0] * 4, np.int32)  # decode: {bh, kv_len}, as attention.py
+    return ({"q": qb, "k": kb, "v": vb, "aux": aux}, scalars, ("o", (B, H, Lq, head_dim)),
             _attention_ref(qf, kf, vf, scale, causal=not decode))
 
 
