@@ -59,8 +59,9 @@ def split_dim(v: str) -> tuple[str, int]:
 
 # The bench's names: the entry's variants, and decode_uniform / decode_streamk (variant "decode"
 # with schedule= "uniform" (attn_decode) / "streamk" (attn_decode_streamk); plain "decode" lets the
-# entry pick by shape), and decode_paged (attn_decode_paged over pages of 16: attention_check.check_paged).
-NAMES = VARIANTS + ("decode_uniform", "decode_streamk", "decode_paged")
+# entry pick by shape), and decode_paged / prefill_paged (attn_decode_paged, attn_prefill_paged over
+# pages: attention_check.check_paged).
+NAMES = VARIANTS + ("decode_uniform", "decode_streamk", "decode_paged", "prefill_paged")
 
 
 def check_one(variant, B, H, Lq, Lkv, control, D=128):

@@ -19,8 +19,8 @@ CACHE=/tmp/flexcache; mkdir -p $CACHE
 P=(python3 benchmarks/attention_bench.py)
 F=(python3 benchmarks/attention_flex_bench.py)
 # decode_uniform / decode_streamk: variant decode with each schedule forced (attn_decode, attn_decode_streamk)
-D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode_uniform,decode_streamk,decode_paged
-D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64,decode_uniform:64,decode_streamk:64,decode_paged:64
+D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode_uniform,decode_streamk,decode_paged,prefill_paged
+D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64,decode_uniform:64,decode_streamk:64,decode_paged:64,prefill_paged:64
 rc=0
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # flex compiles are CPU work: start them first, in the background, while the GPU checks run
@@ -42,7 +42,7 @@ if has ncu; then
 fi
 if has serving; then
   timeout ${SERVING_TEST_TIMEOUT:-300} python3 -m pytest -q -rs tests/kernels/test_attention.py \
-    -k "grouped or any_kv or any_length or paged" > "$OUT/serving_tests.log" 2>&1 || rc=1
+    -k "grouped or any_kv or any_length or paged or chunked" > "$OUT/serving_tests.log" 2>&1 || rc=1
   tail -3 "$OUT/serving_tests.log"
   for B in 1 4; do
     "${P[@]}" bench --prefill causal --seqs 4096,16384 --batch $B --kv-heads 8 --decode "" --rounds ${ROUNDS:-8} \

@@ -12,6 +12,7 @@
     out = attention(q1, k, v, variant="decode", schedule="streamk")  # or "uniform" (splits=n per head)
     out = attention(q1, k8, v8, variant="decode")  # GQA: q1 [B, 32, 1, 128], k8/v8 [B, 8, S, 128]
     out = attention(q1, k_pages, v_pages, "decode", block_table=bt, seq_lens=lens)  # paged (HND pools)
+    out = attention(q, k_pages, v_pages, "causal", block_table=bt, seq_lens=lens)  # chunked prefill, paged prefix
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
 `kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
@@ -28,8 +29,8 @@ with pipelink.runtime.LaunchError, a code and a hint:
             numbers (softcap and scale > 0; bools, strings, tensors refused, numpy numbers
             taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
             control not a bool, kernel_dir not a path; enable_gqa not None/True/False;
-            block_table= / seq_lens= outside decode, one without the other, or with
-            schedule='streamk'; a tensor that requires grad while
+            block_table= / seq_lens= outside decode and causal, one without the other, or
+            with schedule='streamk'; a tensor that requires grad while
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
   R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
             grouped (Hkv < H) with group * q rows > 16 in decode, or with enable_gqa=False;
@@ -76,15 +77,16 @@ PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
 ANY_LENGTH = ("full", "causal", "sliding", "softcap", "alibi", "decode")  # lengths need not be whole blocks
-READS = {"block_mask": "block_sparse", "window": "sliding", "doc_ids": "document", "softcap": "softcap",
-         "slopes": "alibi", "splits": "decode", "schedule": "decode", "block_table": "decode",
-         "seq_lens": "decode"}  # the keyword arguments only one variant reads
+READS = {"block_mask": ("block_sparse",), "window": ("sliding",), "doc_ids": ("document",), "softcap": ("softcap",),
+         "slopes": ("alibi",), "splits": ("decode",), "schedule": ("decode",), "block_table": ("decode", "causal"),
+         "seq_lens": ("decode", "causal")}  # the keyword arguments only some variants read
 PAGE_SIZES = (16, 32, 64, 128)  # attn_paged_loader: one TMA box per page, at most a KV block
+PAGED_VARIANTS = ("decode", "causal")  # attn_decode_paged, attn_prefill_paged (chunked prefill over a cached prefix)
 SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), attn_decode_streamk
 MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "kv_group", "scale"}  # the manifests' lent parameters
-PAGED_PARAMS = (PARAMS - {"kv_group"}) | {"splits", "pages", "max_pages", "kv_heads", "page_size",
-                                          "pool_rows"}  # attn_decode_paged
+PAGED_PREFILL_PARAMS = PARAMS | {"pages", "max_pages", "kv_heads", "page_size", "pool_rows"}  # attn_prefill_paged
+PAGED_PARAMS = PAGED_PREFILL_PARAMS | {"splits"}  # attn_decode_paged
 AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
 
 
@@ -157,15 +159,16 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
     variant, device = check_variant(variant), device_index(device)
     kdir, control = optional_dir("kernel_dir", kernel_dir), flag("control", control)
     uniform, paged = flag("uniform", uniform), flag("paged", paged)
-    if paged and variant != "decode":
-        raise LaunchError("R-PARAM", f"paged=True is decode's; variant {variant!r} reads a contiguous cache",
-                          hint="variant='decode'")
+    if paged and variant not in PAGED_VARIANTS:
+        raise LaunchError("R-PARAM", f"paged=True: variant {variant!r} reads a contiguous cache",
+                          hint=f"a paged cache is read by {' and '.join(PAGED_VARIANTS)}")
     head_dim = integer("head_dim", head_dim, code="R-SHAPE")
     if head_dim not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
                           hint="d = 128 or 64")
     d = kdir or kernel_dir_default()
-    kernel = "decode_paged" if paged else "decode_streamk" if variant == "decode" and not uniform else variant
+    kernel = (f"{'decode' if variant == 'decode' else 'prefill'}_paged" if paged else
+              "decode_streamk" if variant == "decode" and not uniform else variant)
     name = f"attn_{kernel}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
     cubin, manifest = d / f"{name}{'.control' if control else ''}.cubin", d / f"{name}.manifest.json"
     key = (str(cubin), device)
@@ -176,7 +179,8 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
             if not cubin.is_file():
                 raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
             expect_manifest(manifest, f"attention variant {variant!r} (d = {head_dim})",
-                            params=PAGED_PARAMS if paged else PARAMS | ({"splits"} if variant == "decode" else set()),
+                            params=(PAGED_PARAMS if variant == "decode" else PAGED_PREFILL_PARAMS) if paged else
+                            PARAMS | ({"splits"} if variant == "decode" else set()),
                             facts={"head_dim": head_dim, "block_q": BLOCK}, hint=build)
             expect_cubin(cubin, hint=build)
             k = _cache[key] = Kernel.load(cubin, manifest, device)
@@ -254,7 +258,7 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     elif Lq % BLOCK and variant not in ANY_LENGTH:
         raise LaunchError("R-SHAPE", f"query length {Lq} is not a positive multiple of {BLOCK} for variant {variant!r}",
                           hint=f"pad q to a multiple of {BLOCK}; {', '.join(ANY_LENGTH)} take any length")
-    if variant in SQUARE and Lq != Lkv:
+    if variant in SQUARE and Lq != Lkv and paging is None:
         raise LaunchError("R-SHAPE", f"variant {variant!r} needs q_len == kv_len, got {Lq} and {Lkv}",
                           hint="self-attention over one sequence (pack documents and use variant='document')")
     if B * H * (Lq if paging else max(Lq, Lkv)) > MAX_ROWS:
@@ -262,13 +266,13 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
                           f"{MAX_ROWS} (a 32-bit TMA row coordinate)", hint="split the batch or heads into several calls")
     given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
              "splits": splits, "schedule": schedule, "block_table": block_table, "seq_lens": seq_lens}
-    refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if READS[n] != variant},
-                  {n: f"variant {r!r}" for n, r in READS.items()})
+    refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if variant not in READS[n]},
+                  {n: " or ".join(f"variant {r!r}" for r in rs) for n, rs in READS.items()})
     a = {"B": B, "H": H, "Hkv": Hkv, "group": group, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None,
          "schedule": None,
          **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
                          softcap=softcap, slopes=slopes)}
-    a["paging"] = paging
+    a["paging"], a["block_table"] = paging, block_table
     if variant == "decode":
         a["schedule"] = schedule
     if variant == "decode" and splits is not None:
@@ -294,16 +298,17 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, Hkv, Lkv, D], bf16, D = 128 or
     64. Hkv < H is grouped-query attention (query head h reads KV head h // (H / Hkv)), inferred
     from the shapes unless enable_gqa=False (decode: group * Lq <= 16).
-    Decode over a paged cache: k, v [num_pages, Hkv, page_size, D] (FlashInfer's HND layout,
-    page_size 16/32/64/128), block_table [B, max_pages] int32, seq_lens [B] int32."""
+    A paged cache: k, v [num_pages, Hkv, page_size, D] (FlashInfer's HND layout, page_size
+    16/32/64/128), block_table [B, max_pages] int32, seq_lens [B] int32: variant "decode", or
+    "causal" for chunked prefill (q's Lq tokens are the last of each sequence's seq_lens[b])."""
     import torch
     a = check_call(q, k, v, variant, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                    slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
                    control=control, stream=stream, enable_gqa=enable_gqa, block_table=block_table,
                    seq_lens=seq_lens)
     if a["paging"] is not None:
-        return _paged_decode(q, k, v, a, block_table, seq_lens, out, kernel_dir=kernel_dir, control=control,
-                             stream=stream)
+        run = _paged_decode if variant == "decode" else _paged_prefill
+        return run(q, k, v, a, block_table, seq_lens, out, kernel_dir=kernel_dir, control=control, stream=stream)
     B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
     uniform, splits = True, None
     if out is None:
@@ -345,18 +350,38 @@ def _paged_decode(q, k, v, a, block_table, seq_lens, out, *, kernel_dir, control
     qv, ov = q.view(B, Hkv, rows, D), out.view(B, Hkv, rows, D)
     kern = load("decode", a["device"], kernel_dir=kernel_dir, control=control, head_dim=D, paged=True)
     splits = a["splits"] if a["splits"] is not None else default_splits(B * Hkv, a["Lkv"], kern.num_sms)
-    aux = _paged_aux(q, Hkv, seq_lens)
+    aux = _paged_aux(q, Hkv, rows, seq_lens)
     params = {"q": qv, "k": k, "v": v, "o": ov, "aux": aux, "q_len": rows, "kv_len": a["Lkv"], "bh": B * Hkv,
-              "scale": a["scale"], "splits": splits, "pages": block_table, "max_pages": pg["max_pages"],
-              "kv_heads": Hkv, "page_size": pg["page_size"], "pool_rows": pg["num_pages"] * Hkv * pg["page_size"]}
+              "kv_group": 1, "scale": a["scale"], "splits": splits, **_paging_params(a)}
     kern.launch_with(params, stream=stream)
     return out
 
 
-def _paged_aux(q, kv_heads: int, seq_lens):
-    """{kv_heads, seq_lens[0..B-1]} int32 on the device: one concatenation (no host sync)."""
+def _paged_prefill(q, k, v, a, block_table, seq_lens, out, *, kernel_dir, control, stream):
+    """attn_prefill_paged over the checked call `a`: each sequence's q_len new tokens (the end of its
+    seq_lens[b] keys) against its pages, causal and bottom-right aligned; aux = {H, q_len, seq_lens}."""
     import torch
-    return torch.cat((_aux(q, [kv_heads])[:1], seq_lens))
+    B, H = a["B"], a["H"]
+    if out is None:
+        out = torch.empty_like(q)
+    kern = load("causal", a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], paged=True)
+    params = {"q": q, "k": k, "v": v, "o": out, "aux": _paged_aux(q, H, a["Lq"], seq_lens), "q_len": a["Lq"],
+              "kv_len": a["Lkv"], "bh": B * H, "kv_group": a["group"], "scale": a["scale"], **_paging_params(a)}
+    kern.launch_with(params, stream=stream)
+    return out
+
+
+def _paging_params(a) -> dict:
+    pg, Hkv = a["paging"], a["Hkv"]
+    return {"pages": a["block_table"], "max_pages": pg["max_pages"], "kv_heads": Hkv, "page_size": pg["page_size"],
+            "pool_rows": pg["num_pages"] * Hkv * pg["page_size"]}
+
+
+def _paged_aux(q, heads: int, q_len: int, seq_lens):
+    """{work heads a sequence, q_len, seq_lens[0..B-1]} int32 on the device: one concatenation
+    (no host sync)."""
+    import torch
+    return torch.cat((_aux(q, [heads, q_len])[:2], seq_lens))
 
 
 def _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev) -> dict:
@@ -366,9 +391,10 @@ def _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev) -> dict:
     clamped by the kernel, page numbers past the pool read zeros, and a page's slots past its
     sequence's length must hold finite values (allocate the pool with torch.zeros)."""
     import torch
-    if variant != "decode":
+    if variant not in PAGED_VARIANTS:
         raise LaunchError("R-PARAM", f"variant {variant!r} does not read a paged cache (block_table=, seq_lens=)",
-                          hint="block_table= and seq_lens= are read by variant 'decode'")
+                          hint=f"block_table= and seq_lens= are read by {' and '.join(PAGED_VARIANTS)} "
+                               "(causal: chunked prefill over a cached prefix)")
     if block_table is None or seq_lens is None:
         missing = "block_table" if block_table is None else "seq_lens"
         raise LaunchError("R-PARAM", f"a paged cache needs both block_table= and seq_lens= ({missing} is missing)",

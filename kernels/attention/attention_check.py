@@ -9,7 +9,7 @@ q, k, v ~ N(0, 1) bf16; the output is poisoned with NaN first, so every element 
 and |out - ref| <= ATOL + RTOL |ref| everywhere against `attention.reference` of the same mask /
 score function (P is rounded to bf16 as in FA3: ~0.4% relative). Variant names are the entry's,
 plus decode_uniform / decode_streamk (variant "decode" with that schedule forced) and
-decode_paged (decode over a paged cache: check_paged).
+decode_paged / prefill_paged (decode, and chunked prefill, over a paged cache: check_paged).
 """
 
 from __future__ import annotations
@@ -74,6 +74,11 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None, Hkv=No
         lens = [max(1, Lkv - 131 * i) for i in range(B)]
         return check_paged(B, H, Hkv or (H // 2 if H % 2 == 0 else H), Lq, lens, 16, control, kernel_dir=kernel_dir,
                            D=D)
+    if variant == "prefill_paged":  # chunked prefill: the last third of each sequence, pages of 32 tokens
+        rows = max(1, Lq // 3)
+        lens = [max(rows, Lkv - 131 * i) for i in range(B)]
+        return check_paged(B, H, Hkv or (H // 2 if H % 2 == 0 else H), rows, lens, 32, control,
+                           kernel_dir=kernel_dir, D=D, variant="causal")
     q, k, v = rand_qkv(B, H, Lq, Lkv, D=D, Hkv=Hkv)
     kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
     out = torch.full_like(q, float("nan"))
@@ -108,9 +113,10 @@ def paged_cache(k, v, page_size, seed=0, spare=3):
     return pools[0], pools[1], table
 
 
-def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=None, D=128):
-    """Paged decode against the fp32 reference: sequences of the given lengths (the pool holds
-    max(lens) tokens a sequence; pages past a length hold other data), NaN-poisoned output."""
+def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=None, D=128, variant="decode"):
+    """Paged decode (or chunked prefill: variant "causal", q's Lq rows the last tokens of each
+    sequence) against the fp32 reference: sequences of the given lengths (the pool holds max(lens)
+    tokens a sequence; pages past a length hold other data), NaN-poisoned output."""
     import torch
     from attention import attention
     S = max(lens)
@@ -118,9 +124,9 @@ def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=Non
     kp, vp, table = paged_cache(k, v, page_size, seed=S + B)
     seq = torch.tensor(lens, dtype=torch.int32, device=q.device)
     out = torch.full_like(q, float("nan"))
-    attention(q, kp, vp, "decode", block_table=table, seq_lens=seq, out=out, control=control, kernel_dir=kernel_dir)
+    attention(q, kp, vp, variant, block_table=table, seq_lens=seq, out=out, control=control, kernel_dir=kernel_dir)
     torch.cuda.synchronize()
-    ref = paged_reference(q, kp, vp, table, seq)
+    ref = paged_reference(q, kp, vp, table, seq, causal=variant == "causal")
     nan = int(torch.isnan(out).sum())
     err = (out.float() - ref).abs()
     bad = int((err > ATOL + RTOL * ref.abs()).sum())

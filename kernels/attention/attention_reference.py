@@ -46,17 +46,23 @@ def reference(q, k, v, variant="full", *, block_mask_pred=None, window=None, doc
     return torch.einsum("bhqk,bhkd->bhqd", p, v.float())
 
 
-def paged_reference(q, k_cache, v_cache, block_table, seq_lens, scale=None):
-    """fp32 reference of paged decode: each sequence's K/V gathered from its pages (its first
-    seq_lens[b] tokens), then attention of its query rows over them (grouped-query by head)."""
+def paged_reference(q, k_cache, v_cache, block_table, seq_lens, scale=None, causal=False):
+    """fp32 reference over a paged cache: each sequence's K/V gathered from its pages (its first
+    seq_lens[b] tokens), then attention of its query rows over them (grouped-query by head);
+    causal: the Lq rows are the sequence's last tokens, row i sees keys <= seq_lens[b] - Lq + i."""
     import torch
     B, H, Lq, D = q.shape
-    ps = k_cache.shape[2]
+    ps, Hkv = k_cache.shape[2], k_cache.shape[1]
+    scale = scale or 1.0 / math.sqrt(D)
     out = torch.empty(B, H, Lq, D, dtype=torch.float32, device=q.device)
     for b in range(B):
         n = int(seq_lens[b])
         pages = block_table[b, : -(-n // ps)].long()
-        k = k_cache[pages].permute(1, 0, 2, 3).reshape(k_cache.shape[1], -1, D)[:, :n]  # [Hkv, n, D]
-        v = v_cache[pages].permute(1, 0, 2, 3).reshape(v_cache.shape[1], -1, D)[:, :n]
-        out[b] = reference(q[b:b + 1], k[None], v[None], "full", scale=scale)[0]
+        k = k_cache[pages].permute(1, 0, 2, 3).reshape(Hkv, -1, D)[:, :n].repeat_interleave(H // Hkv, 0).float()
+        v = v_cache[pages].permute(1, 0, 2, 3).reshape(Hkv, -1, D)[:, :n].repeat_interleave(H // Hkv, 0).float()
+        s = torch.einsum("hqd,hkd->hqk", q[b].float(), k) * scale
+        if causal:
+            qi = torch.arange(Lq, device=q.device)[:, None] + (n - Lq)
+            s = s.masked_fill(torch.arange(n, device=q.device)[None, :] > qi, float("-inf"))
+        out[b] = torch.einsum("hqk,hkd->hqd", torch.softmax(s, -1).nan_to_num(0.0), v)
     return out

@@ -1,11 +1,12 @@
 // attn_paged_loader.cu — TMA producer of rings `q` and `kv` for split-KV decode over a paged KV
-// cache (issue 42). The same ring protocol as attn_loader (attn_producer.h); only K/V rows
+// cache (issue 42), for split-KV decode and for chunked prefill over a cached prefix. The same
+// ring protocol as attn_loader (attn_producer.h); only K/V rows
 // differ: the cache is FlashInfer's HND layout, k and v each [num_pages, kv_heads, page_size, D]
 // (read as 2-D [pool_rows, D]), and `pages` is the block table [B, max_pages] int32. A KV block
 // of 128 keys is 128 / page_size pages, each one TMA box of page_size rows (per 64-column chunk)
 // into its rows of the stage: the SWIZZLE_128B pattern repeats every 8 rows, so a page's box
-// lands as the whole tile's would. Work tile bh = b * kv_heads + kv head (attention.py runs a
-// group's query heads as rows). Pages past a sequence's length load the sequence's first page:
+// lands as the whole tile's would. Work tile bh reads K/V head bh / kv_group of sequence
+// bh / (kv_group * kv_heads). Pages past a sequence's length load the sequence's first page:
 // their keys are masked, and a valid page holds finite values.
 #define PL_COMPONENT attn_paged_loader
 #include <pipelink.h>
@@ -22,9 +23,9 @@ struct AttnPagedLoaderParams {
   const void* q;
   const void* k;
   const void* v;
-  const void* aux;  // {kv_heads, seq_lens[B]} (attention.py; the variant reads it too)
+  const void* aux;  // {work heads a sequence, q_len, seq_lens[B]} (attention.py; the variant's too)
   const int* pages;
-  uint32_t q_len, kv_len, bh, max_pages, kv_heads, page_size, pool_rows;
+  uint32_t q_len, kv_len, bh, kv_group, max_pages, kv_heads, page_size, pool_rows;
   pl::TensorMap tmap_q, tmap_k, tmap_v;
 };
 static_assert(offsetof(AttnPagedLoaderParams, q_len) == 40 && offsetof(AttnPagedLoaderParams, tmap_q) == 128 &&
@@ -54,8 +55,10 @@ PL_ENTRY(run) {
     attn_producer::claim_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes);
     attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
                              qfull + qs, d, blk);
-    const unsigned b = bh / p.kv_heads, head = bh - b * p.kv_heads;
-    const unsigned seq = min(__ldg(static_cast<const unsigned*>(p.aux) + 1 + b), p.kv_len);
+    // bh counts query heads (prefill: kv_group of them a K/V head) or K/V heads (decode runs a
+    // group as rows: kv_group 1); either way bh / kv_group is sequence b's K/V head `head`.
+    const unsigned kvh = bh / p.kv_group, b = kvh / p.kv_heads, head = kvh - b * p.kv_heads;
+    const unsigned seq = min(__ldg(static_cast<const unsigned*>(p.aux) + 2 + b), p.kv_len);
     const int* table = p.pages + (size_t)b * p.max_pages;
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {

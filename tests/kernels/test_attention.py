@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
 VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode", "decode_streamk",
-            "decode_paged"]
+            "decode_paged", "prefill_paged"]
 D64 = list(VARIANTS)  # attn_<variant>_d64: the same variant with attn_core_d64 (decode too: the combine reads head_dim)
 KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d64" for v in D64]
 BAZEL = [str(ROOT / "tools" / "bazel")]
@@ -99,7 +99,7 @@ def test_variant_placement(built, kernel):
     # ring q: 2 stages (the next tile's Q loads under this one; decode, one tile per CTA, links
     # attn_loader_q1: 1; decode_streamk, tiles across heads, 2); kv: what is left (5 at d = 128,
     # 6 for decode and at d = 64)
-    one_tile = variant in ("decode", "decode_paged")  # one tile per CTA: the q1 loader, or the paged one
+    one_tile = variant in ("decode", "decode_paged")  # one tile per CTA: the q1 builds of the loaders
     q_depth = 1 if one_tile else 2
     assert r["rings"]["q"]["depth"] == q_depth and 2 <= r["rings"]["kv"]["depth"] <= 6
     if one_tile or kernel.endswith("_d64"):
@@ -258,3 +258,19 @@ def test_prefill_takes_any_length(variant, Lq, Lkv, D):
     for control in (False, True):
         ok, msg = check_one(variant, 3, 4, Lq, Lkv, control, D, Hkv=2)
         assert ok, f"{variant} Lq={Lq} Lkv={Lkv} d={D} control={control}: {msg}"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_prefill_paged.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("page_size", [16, 64, 128])
+@pytest.mark.parametrize("H, Hkv, Lq, lens", [(32, 8, 512, [4096]), (8, 2, 100, [100, 1000, 257]),
+                                              (4, 4, 1, [1, 130]), (16, 1, 300, [300, 2049])])
+def test_paged_chunked_prefill_matches_fp32_reference(page_size, H, Hkv, Lq, lens):
+    """Chunked prefill over a cached prefix (issue 42): q's rows are each sequence's last tokens,
+    causal bottom-right aligned, K/V from FlashInfer HND pages."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_paged
+    for control in (False, True):
+        ok, msg = check_paged(len(lens), H, Hkv, Lq, lens, page_size, control, variant="causal")
+        assert ok, f"page {page_size} H={H} Hkv={Hkv} Lq={Lq} lens={lens} control={control}: {msg}"

@@ -123,7 +123,19 @@ def test_paged_decode_launches_the_paged_kernel(kern, H, hkv, Lq, ps):
     assert kern.loads[-1][2].get("paged") is True
     assert p["bh"] == B * hkv and p["q_len"] == g * Lq and p["kv_len"] == 9 * ps and p["aux"] == "paged aux"
     assert p["pages"] is table and p["max_pages"] == 9 and p["kv_heads"] == hkv and p["page_size"] == ps
-    assert p["pool_rows"] == 40 * hkv * ps and 1 <= p["splits"] <= A.kv_blocks(9 * ps)
+    assert p["pool_rows"] == 40 * hkv * ps and 1 <= p["splits"] <= A.kv_blocks(9 * ps) and p["kv_group"] == 1
+
+
+@pytest.mark.parametrize("H, hkv, Lq, ps", [(2, 2, 1, 16), (8, 2, 100, 32), (32, 8, 129, 64), (4, 1, 300, 128)])
+def test_paged_chunked_prefill_launches_the_paged_prefill_kernel(kern, H, hkv, Lq, ps):
+    k, v, table, lens = paged(hkv=hkv, ps=ps)
+    q = randn(B, H, Lq, D)
+    out = empty(*q.shape)
+    assert A.attention(q, k, v, "causal", block_table=table, seq_lens=lens, out=out) is out
+    (p,) = kern.launches
+    assert kern.loads[-1][0] == "causal" and kern.loads[-1][2].get("paged") is True
+    assert p["bh"] == B * H and p["q_len"] == Lq and p["kv_group"] == H // hkv and p["kv_len"] == 9 * ps
+    assert p["q"] is q and "splits" not in p and p["pages"] is table and p["kv_heads"] == hkv
 
 
 def _paged_cases():
@@ -131,7 +143,8 @@ def _paged_cases():
     big = torch.empty(40 * 2 * 16 * D, dtype=BF16)
     pool = gpu(big.view(40, 2, 16, D))
     return [
-        ("paged for causal", dict(variant="causal", block_table=table, seq_lens=lens), "R-PARAM"),
+        ("paged for sliding", dict(variant="sliding", window=100, block_table=table, seq_lens=lens), "R-PARAM"),
+        ("paged for full", dict(variant="full", block_table=table, seq_lens=lens), "R-PARAM"),
         ("paged without seq_lens", dict(seq_lens=None), "R-PARAM"),
         ("paged without block_table", dict(block_table=None), "R-PARAM"),
         ("paged streamk", dict(schedule="streamk"), "R-PARAM"),
@@ -163,7 +176,7 @@ def test_bad_paged_input_is_refused_before_loading(kern, name, change, code):
     k, v, table, lens = paged()
     args = {"q": randn(B, 2, 1, D), "k": k, "v": v, "variant": "decode", "block_table": table, "seq_lens": lens}
     args.update(change)
-    if change.get("variant") == "causal":
+    if change.get("variant") in ("sliding", "full"):
         args["q"] = randn(B, 2, 16, D)
     e = refused(A.attention, args.pop("q"), args.pop("k"), args.pop("v"), args.pop("variant"), **args)
     assert e.code == code, f"{name}: {e.code}: {e}"
@@ -520,7 +533,7 @@ def test_fuzz_keyword_arguments(kern):
         p = kern.launches[-1]
         assert type(p["scale"]) is float and 0 < p["scale"] < 3.5e38
         given_ = {n for n, x in kw.items() if x is not None and n != "scale"}
-        assert given_ <= {n for n, r in A.READS.items() if r == variant}, (variant, kw)
+        assert given_ <= {n for n, r in A.READS.items() if variant in r}, (variant, kw)
         if variant == "decode":  # uniform: splits per head (S = 256: 2 blocks); stream-K: its slot stride
             streamk = kw.get("schedule") == "streamk"
             assert type(p["splits"]) is int and 1 <= p["splits"] <= (A.streamk_stride(B * H, S, 132) if streamk
@@ -669,15 +682,16 @@ def planning(monkeypatch):
     kernels = []
 
     def load(variant, device=0, *, kernel_dir=None, control=False, head_dim=128, uniform=False, paged=False):
-        kernel = "decode_paged" if paged else "decode_streamk" if variant == "decode" and not uniform else variant
+        kernel = (f"{'decode' if variant == 'decode' else 'prefill'}_paged" if paged else
+                  "decode_streamk" if variant == "decode" and not uniform else variant)
         k = _PlanningKernel(built / f"attn_{kernel}{'' if head_dim == 128 else f'_d{head_dim}'}.manifest.json")
         kernels.append(k)
         return k
     monkeypatch.setattr(A, "load", load)
     monkeypatch.setattr(A, "_words_tensor", lambda words, device: gpu(torch.tensor(
         list(words) + [0] * (4 - len(words) % 4), dtype=torch.int32)))
-    monkeypatch.setattr(A, "_paged_aux", lambda q, hkv, lens: gpu(torch.cat((torch.tensor([hkv], dtype=torch.int32),
-                                                                           lens.cpu()))))
+    monkeypatch.setattr(A, "_paged_aux", lambda q, heads, q_len, lens: gpu(torch.cat((
+        torch.tensor([heads, q_len], dtype=torch.int32), lens.cpu()))))
     monkeypatch.setattr(A, "_l2_bytes", lambda q: 60 << 20)
     A._aux_cache.clear()
     return kernels
@@ -707,6 +721,9 @@ def test_entry_launches_plan_against_the_built_manifests(planning, variant, H, H
 def test_paged_launch_plans_against_the_built_manifest(planning, ps):
     k, v, table, lens = paged(hkv=2, ps=ps)
     A.attention(randn(B, 8, 2, D), k, v, "decode", block_table=table, seq_lens=lens, out=empty(B, 8, 2, D))
-    (kern,) = planning
-    (plan,) = kern.plans
+    A.attention(randn(B, 8, 200, D), k, v, "causal", block_table=table, seq_lens=lens, out=empty(B, 8, 200, D))
+    decode, prefill = planning
+    (plan,) = decode.plans
     assert plan.grid[1] == B * 2 and plan.grid[0] >= 1
+    (plan,) = prefill.plans
+    assert plan.grid == (2 * B * 8, 1, 1)  # ceil(200 / 128) Q blocks x 8 heads
