@@ -84,7 +84,13 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None, Hkv=No
     out = torch.full_like(q, float("nan"))
     attention(q, k, v, entry_variant(variant), out=out, control=control, kernel_dir=kernel_dir, **kw)
     torch.cuda.synchronize()
-    ref = reference(q, k, v, "full" if entry_variant(variant) == "decode" else variant, **rkw)
+    return compare(out, reference(q, k, v, "full" if entry_variant(variant) == "decode" else variant, **rkw))
+
+
+def compare(out, ref):
+    """(ok, a line): every element written (no NaN left of the poison) and within
+    ATOL + RTOL |ref| of the fp32 reference."""
+    import torch
     nan = int(torch.isnan(out).sum())
     err = (out.float() - ref).abs()
     bad = int((err > ATOL + RTOL * ref.abs()).sum())
@@ -126,9 +132,4 @@ def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=Non
     out = torch.full_like(q, float("nan"))
     attention(q, kp, vp, variant, block_table=table, seq_lens=seq, out=out, control=control, kernel_dir=kernel_dir)
     torch.cuda.synchronize()
-    ref = paged_reference(q, kp, vp, table, seq, causal=variant == "causal")
-    nan = int(torch.isnan(out).sum())
-    err = (out.float() - ref).abs()
-    bad = int((err > ATOL + RTOL * ref.abs()).sum())
-    ok = nan == 0 and bad == 0
-    return ok, f"unwritten/NaN {nan}, beyond tol {bad}, max err {float(err.nan_to_num(9.0).max()):.2e}"
+    return compare(out, paged_reference(q, kp, vp, table, seq, causal=variant == "causal"))

@@ -16,21 +16,14 @@ __device__ __forceinline__ unsigned seq_len(const void* aux, unsigned bh) {
 }
 }  // namespace
 
-ATTN_TILE_SIGNATURE {
-  info[0] = 0;
-  info[1] = blockIdx.y;
-  info[2] = blockIdx.x;
-  info[3] = gridDim.x;
-  return t == 0;  // one tile per CTA
-}
+ATTN_SPLIT_TILE
 ATTN_KV_COUNT {
-  const unsigned nkv = (min(seq_len(aux, bh), kv_len) + ATTN_BLOCK - 1) / ATTN_BLOCK, ns = gridDim.x;
-  return (split + 1) * nkv / ns - split * nkv / ns;
+  return attn_variant::split_count((min(seq_len(aux, bh), kv_len) + ATTN_BLOCK - 1) / ATTN_BLOCK, split);
 }
 ATTN_KV_BLOCK {
   const unsigned seq = min(seq_len(aux, bh), kv_len);
-  const unsigned b = split * ((seq + ATTN_BLOCK - 1) / ATTN_BLOCK) / gridDim.x + i;
-  return (b + 1) * ATTN_BLOCK > seq ? b | attn::PARTIAL : b;
+  return attn_variant::tail_kind(attn_variant::split_first((seq + ATTN_BLOCK - 1) / ATTN_BLOCK, split) + i, seq,
+                                 ATTN_BLOCK);
 }
 ATTN_MASK_BITS { return attn_variant::below(k0, (int)seq_len(aux, bh)); }  // the tail block only
 ATTN_NO_SCORE_MOD

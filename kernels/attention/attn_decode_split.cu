@@ -7,22 +7,13 @@
 
 #include "attn_variant.h"
 
-ATTN_TILE_SIGNATURE {
-  info[0] = 0;
-  info[1] = blockIdx.y;
-  info[2] = blockIdx.x;
-  info[3] = gridDim.x;
-  return t == 0;  // one tile per CTA
-}
-ATTN_KV_COUNT {
-  const unsigned nkv = (kv_len + ATTN_BLOCK - 1) / ATTN_BLOCK, ns = gridDim.x;
-  return (split + 1) * nkv / ns - split * nkv / ns;
-}
+ATTN_SPLIT_TILE
+ATTN_KV_COUNT { return attn_variant::split_count((kv_len + ATTN_BLOCK - 1) / ATTN_BLOCK, split); }
 // The last block is PARTIAL when kv_len is not a whole number of blocks: its keys past kv_len
 // are masked (the loader's rows there are the next head's, or TMA's zeros past the tensor).
 ATTN_KV_BLOCK {
-  const unsigned b = split * ((kv_len + ATTN_BLOCK - 1) / ATTN_BLOCK) / gridDim.x + i;
-  return (b + 1) * ATTN_BLOCK > kv_len ? b | attn::PARTIAL : b;
+  return attn_variant::tail_kind(attn_variant::split_first((kv_len + ATTN_BLOCK - 1) / ATTN_BLOCK, split) + i,
+                                 kv_len, ATTN_BLOCK);
 }
 // Only the tail block asks: keys below kv_len (aux = {bh, kv_len}, attention.py's decode aux).
 ATTN_MASK_BITS { return attn_variant::below(k0, (int)attn_variant::ld(aux, 1)); }

@@ -66,8 +66,7 @@ ATTN_KV_BLOCK {
   const Run r(aux, ATTN_BLOCK);
   unsigned lo, hi;
   r.range(bh, split, lo, hi);
-  const unsigned b = lo - bh * r.nkv + i;
-  return (b + 1) * ATTN_BLOCK > kv_len ? b | attn::PARTIAL : b;
+  return attn_variant::tail_kind(lo - bh * r.nkv + i, kv_len, ATTN_BLOCK);
 }
 ATTN_MASK_BITS { return attn_variant::below(k0, (int)attn_variant::ld(aux, 1)); }  // the tail block only
 ATTN_NO_SCORE_MOD

@@ -36,20 +36,11 @@ PL_ENTRY(run) {
   pl::prefetch_tensor_map(&p.tmap_v);
   unsigned info[4];
   const unsigned blk = PL_FACT(block_q), bytes = blk * PL_FACT(head_dim) * 2;  // one tile (attn.h)
-  uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
-  uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
-  const unsigned qdepth = PL_RING_DEPTH(q);  // 2: tile t + 1's Q loads while the core works on tile t
-  uint8_t* buf = base + PL_RING_BUFFER(kv);
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
-  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
-  const unsigned depth = PL_RING_DEPTH(kv);
+  const attn_producer::Rings r = ATTN_PRODUCER_RINGS(base);  // ring q: tile t + 1's Q loads under tile t
   unsigned stage = 0, phase = 0;
   for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
-    const unsigned qs = it % qdepth;
-    attn_producer::claim_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes);
-    attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
-                             qfull + qs, PL_FACT(head_dim), blk);
+    attn_producer::load_q(r, it, &p.tmap_q, (int)(bh * p.q_len + qb * blk), PL_FACT(head_dim), blk);
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     const unsigned kv_head = bh / p.kv_group;  // the g query heads of a group read one K/V head
     for (unsigned i = 0; i < n; ++i) {
@@ -57,10 +48,10 @@ PL_ENTRY(run) {
       const int row = (int)(kv_head * p.kv_len + kb * blk);
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
-        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
-        attn_producer::load_tile(buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, full + stage,
+        attn_producer::claim_stage(r.kv_full + stage, r.kv_empty + stage, phase ^ 1u, bytes);
+        attn_producer::load_tile(r.kv_buf + stage * bytes, part ? &p.tmap_v : &p.tmap_k, row, r.kv_full + stage,
                                  PL_FACT(head_dim), blk);
-        attn_producer::next_stage(stage, phase, depth);
+        attn_producer::next_stage(stage, phase, r.kv_depth);
       }
     }
   }

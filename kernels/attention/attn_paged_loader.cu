@@ -40,21 +40,12 @@ PL_ENTRY(run) {
   pl::prefetch_tensor_map(&p.tmap_v);
   unsigned info[4];
   const unsigned blk = PL_FACT(block_q), d = PL_FACT(head_dim), bytes = blk * d * 2;  // one tile (attn.h)
-  uint64_t* qfull = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(q));
-  uint64_t* qempty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(q));
-  const unsigned qdepth = PL_RING_DEPTH(q);
-  uint8_t* buf = base + PL_RING_BUFFER(kv);
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + PL_RING_FULL(kv));
-  uint64_t* empty = reinterpret_cast<uint64_t*>(base + PL_RING_EMPTY(kv));
-  const unsigned depth = PL_RING_DEPTH(kv);
+  const attn_producer::Rings r = ATTN_PRODUCER_RINGS(base);
   const unsigned ps = p.page_size, per = blk / ps;  // pages a KV block spans (host: 16 .. 128)
   unsigned stage = 0, phase = 0;
   for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
-    const unsigned qs = it % qdepth;
-    attn_producer::claim_stage(qfull + qs, qempty + qs, ((it / qdepth) & 1u) ^ 1u, bytes);
-    attn_producer::load_tile(base + PL_RING_BUFFER(q) + qs * bytes, &p.tmap_q, (int)(bh * p.q_len + qb * blk),
-                             qfull + qs, d, blk);
+    attn_producer::load_q(r, it, &p.tmap_q, (int)(bh * p.q_len + qb * blk), d, blk);
     // bh counts query heads (prefill: kv_group of them a K/V head) or K/V heads (decode runs a
     // group as rows: kv_group 1); either way bh / kv_group is sequence b's K/V head `head`.
     const unsigned kvh = bh / p.kv_group, b = kvh / p.kv_heads, head = kvh - b * p.kv_heads;
@@ -65,18 +56,18 @@ PL_ENTRY(run) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
-        attn_producer::claim_stage(full + stage, empty + stage, phase ^ 1u, bytes);
+        attn_producer::claim_stage(r.kv_full + stage, r.kv_empty + stage, phase ^ 1u, bytes);
         const pl::TensorMap* map = part ? &p.tmap_v : &p.tmap_k;
-        uint8_t* dst = buf + stage * bytes;
+        uint8_t* dst = r.kv_buf + stage * bytes;
 #pragma unroll 1
         for (unsigned j = 0; j < per; ++j) {
           const unsigned tok = kb * blk + j * ps;
           const unsigned page = (unsigned)__ldg(table + (tok < seq ? min(tok / ps, p.max_pages - 1) : 0u));
           const int row = (int)((page * p.kv_heads + head) * ps);
-          pl::tma_load_2d(dst + j * ps * 128, map, 0, row, full + stage);
-          if (d > 64) pl::tma_load_2d(dst + blk * 128 + j * ps * 128, map, 64, row, full + stage);
+          pl::tma_load_2d(dst + j * ps * 128, map, 0, row, r.kv_full + stage);
+          if (d > 64) pl::tma_load_2d(dst + blk * 128 + j * ps * 128, map, 64, row, r.kv_full + stage);
         }
-        attn_producer::next_stage(stage, phase, depth);
+        attn_producer::next_stage(stage, phase, r.kv_depth);
       }
     }
   }

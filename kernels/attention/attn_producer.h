@@ -4,9 +4,18 @@
 // stage: wait on its `empty` barrier until the core has freed it (a fresh barrier passes
 // parity 1), expect the tile's bytes on its `full` barrier, then TMA the tile (d / 64 boxes
 // of [blk rows, 64 cols], SWIZZLE_128B: attn.h) with completion on `full`.
-// Include after <pipelink.h> (the pl:: helpers and handle macros).
+// Include after <pipelink.h> (the pl:: helpers and handle macros). ATTN_PRODUCER_RINGS(base) gives
+// a loader its Rings (the handles are the compiled component's).
 #pragma once
 #include <stdint.h>
+
+#define ATTN_PRODUCER_RINGS(base)                                                                          \
+  attn_producer::Rings {                                                                                    \
+    (base) + PL_RING_BUFFER(q), reinterpret_cast<uint64_t*>((base) + PL_RING_FULL(q)),                      \
+        reinterpret_cast<uint64_t*>((base) + PL_RING_EMPTY(q)), PL_RING_DEPTH(q), (base) + PL_RING_BUFFER(kv), \
+        reinterpret_cast<uint64_t*>((base) + PL_RING_FULL(kv)), reinterpret_cast<uint64_t*>((base) + PL_RING_EMPTY(kv)), \
+        PL_RING_DEPTH(kv)                                                                                   \
+  }
 
 // A macro: it declares the handles of the component being compiled (PL_COMPONENT where it
 // is used).
@@ -20,6 +29,18 @@
   PL_DECLARE_CALL_RET(unsigned, kv_block, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, const void*)
 
 namespace attn_producer {
+
+// The producer's view of rings `q` and `kv` (addresses and depths of the linked placement).
+struct Rings {
+  uint8_t* q_buf;
+  uint64_t* q_full;
+  uint64_t* q_empty;
+  unsigned q_depth;
+  uint8_t* kv_buf;
+  uint64_t* kv_full;
+  uint64_t* kv_empty;
+  unsigned kv_depth;
+};
 
 // d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 128 or 64; blk =
 // block_q).
@@ -35,6 +56,15 @@ __device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map
 __device__ __forceinline__ void claim_stage(uint64_t* full, uint64_t* empty, unsigned parity, unsigned bytes) {
   pl::mbar_wait(empty, parity);
   pl::mbar_arrive_expect_tx(full, bytes);
+}
+
+// Work tile `it`'s Q block (rows row .. row + blk - 1 of `map`) into its stage of ring q, once the
+// core has freed that stage.
+__device__ __forceinline__ void load_q(const Rings& r, unsigned it, const pl::TensorMap* map, int row, unsigned d,
+                                       unsigned blk) {
+  const unsigned qs = it % r.q_depth, bytes = blk * d * 2;
+  claim_stage(r.q_full + qs, r.q_empty + qs, ((it / r.q_depth) & 1u) ^ 1u, bytes);
+  load_tile(r.q_buf + qs * bytes, map, row, r.q_full + qs, d, blk);
 }
 
 // The ring position after one more stage.

@@ -87,6 +87,15 @@ PL_DECLARE_FACT(block_q);
     info[3] = 1;                                                                                 \
     return 1u;                                                                                   \
   }
+// Split-KV decode, uniform: CTA (split, bh) of a grid [splits, heads], one tile each.
+#define ATTN_SPLIT_TILE                                                                         \
+  ATTN_TILE_SIGNATURE {                                                                         \
+    info[0] = 0;                                                                                \
+    info[1] = blockIdx.y;                                                                       \
+    info[2] = blockIdx.x;                                                                       \
+    info[3] = gridDim.x;                                                                        \
+    return t == 0; /* one tile per CTA */                                                       \
+  }
 #define ATTN_KV_COUNT                                                                            \
   PL_CALLABLE_RET(unsigned, kv_count)(unsigned pl_inst, unsigned qb, unsigned bh, unsigned split, \
                                       unsigned q_len, unsigned kv_len, const void* aux)
@@ -130,6 +139,16 @@ __device__ __forceinline__ unsigned below(unsigned k0, int x) {
     r |= m << e;
   }
   return r;
+}
+// Uniform split-KV: the split-th of gridDim.x equal contiguous ranges of nkv blocks, its first
+// block and its count.
+__device__ __forceinline__ unsigned split_first(unsigned nkv, unsigned split) { return split * nkv / gridDim.x; }
+__device__ __forceinline__ unsigned split_count(unsigned nkv, unsigned split) {
+  return split_first(nkv, split + 1) - split_first(nkv, split);
+}
+// kv_block's value for block b of a head with `keys` keys: PARTIAL when keys end inside it.
+__device__ __forceinline__ unsigned tail_kind(unsigned b, unsigned keys, unsigned blk) {
+  return (b + 1) * blk > keys ? b | attn::PARTIAL : b;
 }
 // mask_bits for the keys lo <= k < hi (lo may be negative).
 __device__ __forceinline__ unsigned range_bits(unsigned k0, int lo, int hi) { return below(k0, hi) & ~below(k0, lo); }
