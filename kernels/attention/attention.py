@@ -306,20 +306,16 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
                    slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
                    control=control, stream=stream, enable_gqa=enable_gqa, block_table=block_table,
                    seq_lens=seq_lens)
-    if a["paging"] is not None:
-        run = _paged_decode if variant == "decode" else _paged_prefill
-        return run(q, k, v, a, block_table, seq_lens, out, kernel_dir=kernel_dir, control=control, stream=stream)
-    B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
-    uniform, splits = True, None
     if out is None:
         out = torch.empty_like(q)
-    if variant == "decode" and a["group"] > 1:
-        # A group's query heads are adjacent rows of one KV head's tile ([B, Hkv, group * Lq, D] is
-        # the same memory as q): the kernel loads each K/V tile once per group.
-        H, Lq = a["Hkv"], a["group"] * Lq
-        q, out_view = q.view(B, H, Lq, a["D"]), out.view(B, H, Lq, a["D"])
-    else:
-        out_view = out
+    if a["paging"] is not None:
+        run = _paged_decode if variant == "decode" else _paged_prefill
+        return run(q, k, v, a, seq_lens, out, kernel_dir=kernel_dir, control=control, stream=stream)
+    B, H, Lq, Lkv = a["B"], a["H"], a["Lq"], a["Lkv"]
+    uniform, splits = True, None
+    out_view = out
+    if variant == "decode":
+        q, out_view, H, Lq = _group_rows(q, out, a)
     if variant == "decode":  # the schedule needs the SM count: the forced schedule's kernel, else streamk's, has it
         probe = a["schedule"] == "uniform" or a["splits"] is not None
         sms = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], uniform=probe).num_sms
@@ -338,16 +334,20 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     return out
 
 
-def _paged_decode(q, k, v, a, block_table, seq_lens, out, *, kernel_dir, control, stream):
+def _group_rows(q, out, a):
+    """Decode's view of grouped-query heads: a group's query heads are adjacent rows of one KV
+    head's tile ([B, Hkv, group * Lq, D] is the same memory as q), so the kernel loads each K/V
+    tile once per group -> (q, out, heads, rows) as the kernel sees them (group 1: unchanged)."""
+    B, Hkv, rows, D = a["B"], a["Hkv"], a["group"] * a["Lq"], a["D"]
+    return q.view(B, Hkv, rows, D), out.view(B, Hkv, rows, D), Hkv, rows
+
+
+def _paged_decode(q, k, v, a, seq_lens, out, *, kernel_dir, control, stream):
     """attn_decode_paged over the checked call `a`: a group's query heads as rows (as contiguous
     decode), uniform splits over the longest possible sequence (no host sync to read seq_lens),
-    aux = {Hkv, seq_lens} built on the device (graph-capturable)."""
-    import torch
-    B, Hkv, D, pg = a["B"], a["Hkv"], a["D"], a["paging"]
-    rows = a["group"] * a["Lq"]
-    if out is None:
-        out = torch.empty_like(q)
-    qv, ov = q.view(B, Hkv, rows, D), out.view(B, Hkv, rows, D)
+    aux = {Hkv, rows, seq_lens} built on the device (graph-capturable)."""
+    B, D = a["B"], a["D"]
+    qv, ov, Hkv, rows = _group_rows(q, out, a)
     kern = load("decode", a["device"], kernel_dir=kernel_dir, control=control, head_dim=D, paged=True)
     splits = a["splits"] if a["splits"] is not None else default_splits(B * Hkv, a["Lkv"], kern.num_sms)
     aux = _paged_aux(q, Hkv, rows, seq_lens)
@@ -357,13 +357,10 @@ def _paged_decode(q, k, v, a, block_table, seq_lens, out, *, kernel_dir, control
     return out
 
 
-def _paged_prefill(q, k, v, a, block_table, seq_lens, out, *, kernel_dir, control, stream):
+def _paged_prefill(q, k, v, a, seq_lens, out, *, kernel_dir, control, stream):
     """attn_prefill_paged over the checked call `a`: each sequence's q_len new tokens (the end of its
     seq_lens[b] keys) against its pages, causal and bottom-right aligned; aux = {H, q_len, seq_lens}."""
-    import torch
     B, H = a["B"], a["H"]
-    if out is None:
-        out = torch.empty_like(q)
     kern = load("causal", a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], paged=True)
     params = {"q": q, "k": k, "v": v, "o": out, "aux": _paged_aux(q, H, a["Lq"], seq_lens), "q_len": a["Lq"],
               "kv_len": a["Lkv"], "bh": B * H, "kv_group": a["group"], "scale": a["scale"], **_paging_params(a)}
