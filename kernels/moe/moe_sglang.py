@@ -99,11 +99,11 @@ def find_config(root: Path, experts: int, inter: int, triton_version: str) -> Pa
 
 
 def default_configs(experts: int) -> dict:
-    """SGLang's get_default_config for bf16 as a {T: config} map over the T it distinguishes:
-    16x32x64 tiles while T <= E, else 64x64x32, GROUP_SIZE_M 8."""
+    """SGLang's get_default_config for bf16 as a {T: config} map for config_for: 16x32x64 tiles
+    while T <= E, else 64x64x32, GROUP_SIZE_M 8."""
     small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
     large = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
-    return {t: (small if t <= experts else large) for t in range(1, 1 << 17)}
+    return {experts: small, experts + 1: large}  # config_for's nearest key: small iff T <= E
 
 
 def load(root: str | Path, experts: int = 128, inter: int = 768):
