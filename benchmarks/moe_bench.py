@@ -40,7 +40,7 @@ Subcommands (each prints one table; `all` runs check, sanitize, pair, bench):
             are held to 4e-2); tokens whose 8th and 9th logits are within 1e-4
             (routing is then precision-dependent) are excluded and counted.
   sanitize  compute-sanitizer memcheck / racecheck / synccheck on the linked moe_step at each T of
-            --sanitize-tokens (default 1 and a ragged 37), torch-free, through
+            --sanitize-tokens (default 1 and a ragged 37; 3 for layers over 2 GB), torch-free, through
             experiments/symbol_link/symbol_link_counterexample.py's target, checked against its f64
             reference; the runs go in parallel; fails if the tool is missing.
   pair      moe_step linked / control: ABBA rounds of CUDA-graph replays, each kernel on its own
