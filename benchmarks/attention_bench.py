@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import attention_check  # noqa: E402
 from attention import VARIANTS, attention, create_block_mask  # noqa: E402
+from attention_varlen import VARLEN_VARIANTS  # noqa: E402
 from attention_check import ATOL, RTOL, docs_for, entry_variant, paged_cache, rand_qkv, variant_kwargs  # noqa: E402
 from gpu_bench import (both_ways_ratio, expect, interleaved, parse_builds, parse_counts, parse_shapes,  # noqa: E402
                        run_gates, sanitizer)
@@ -60,8 +61,10 @@ def split_dim(v: str) -> tuple[str, int]:
 # The bench's names: the entry's variants, and decode_uniform / decode_streamk (variant "decode"
 # with schedule= "uniform" (attn_decode) / "streamk" (attn_decode_streamk); plain "decode" lets the
 # entry pick by shape), and decode_paged / prefill_paged (attn_decode_paged, attn_prefill_paged over
-# pages: attention_check.check_paged).
-NAMES = VARIANTS + ("decode_uniform", "decode_streamk", "decode_paged", "prefill_paged")
+# pages: attention_check.check_paged), and varlen_<variant> (attn_varlen_<variant>: a ragged batch,
+# attention_check.check_ragged).
+NAMES = VARIANTS + ("decode_uniform", "decode_streamk", "decode_paged", "prefill_paged") + tuple(
+    f"varlen_{v}" for v in VARLEN_VARIANTS)
 
 
 def check_one(variant, B, H, Lq, Lkv, control, D=128):
@@ -87,7 +90,17 @@ def cmd_check(a) -> int:
     q, k, v = rand_qkv(1, 2, 256, 256)
     refusals = [
         ("fp16 q", lambda: attention(q.half(), k, v, "causal", kernel_dir=BIN), "R-DTYPE"),
-        ("Lq % 128", lambda: attention(q[:, :, :200].contiguous(), k, v, "full", kernel_dir=BIN), "R-SHAPE"),
+        ("block_sparse Lq % 128", lambda: attention(q[:, :, :200].contiguous(), k[:, :, :200].contiguous(),
+                                                    v[:, :, :200].contiguous(), "block_sparse",
+                                                    block_mask=create_block_mask(lambda b, h, q_, k_: k_ <= q_, None,
+                                                                                 None, 200, 200, device="cuda"),
+                                                    kernel_dir=BIN), "R-SHAPE"),
+        ("ragged, one offsets tensor", lambda: attention(q[0].transpose(0, 1).contiguous(),
+                                                         k[0].transpose(0, 1).contiguous(),
+                                                         v[0].transpose(0, 1).contiguous(), "causal",
+                                                         cu_seqlens_q=torch.tensor([0, 256], dtype=torch.int32,
+                                                                                   device="cuda"), kernel_dir=BIN),
+         "R-PARAM"),
         ("d = 96", lambda: attention(q[..., :96].contiguous(), k[..., :96].contiguous(), v[..., :96].contiguous(),
                                      "full", kernel_dir=BIN), "R-SHAPE"),
         ("alibi slopes", lambda: attention(q, k, v, "alibi", slopes=[1.0], kernel_dir=BIN), "R-PARAM"),

@@ -121,7 +121,8 @@ def cmd_warm(a) -> int:
     procs = []
     for S in a.seqs:
         for variant in a.variants:
-            cmd = [sys.executable, __file__, "compile", "--variant", variant, "--seqs", str(S), "--cache", a.cache]
+            cmd = [sys.executable, __file__, "compile", "--variant", variant, "--seqs", str(S), "--cache", a.cache,
+                   "--batch", str(a.batch), "--kv-heads", str(a.kv_heads)]
             procs.append((variant, S, time.time(), subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                                                    stderr=subprocess.STDOUT, text=True,
                                                                    start_new_session=True)))

@@ -13,6 +13,7 @@
     out = attention(q1, k8, v8, variant="decode")  # GQA: q1 [B, 32, 1, 128], k8/v8 [B, 8, S, 128]
     out = attention(q1, k_pages, v_pages, "decode", block_table=bt, seq_lens=lens)  # paged (HND pools)
     out = attention(q, k_pages, v_pages, "causal", block_table=bt, seq_lens=lens)  # chunked prefill, paged prefix
+    out = attention(q, k, v, "causal", cu_seqlens_q=cu, cu_seqlens_k=cu)  # ragged batch: q [tokens, H, D]
 
 Variants are the fused kernels of //kernels/attention (attn_<variant>.cubin and manifest in
 `kernel_dir`, default $PIPELINK_ATTENTION_DIR or bazel-bin/kernels/attention). Launches go on
@@ -30,9 +31,12 @@ with pipelink.runtime.LaunchError, a code and a hint:
             taken); splits not an int in 1 .. kv_len/128 (0 is not "the default": pass None);
             control not a bool, kernel_dir not a path; enable_gqa not None/True/False;
             block_table= / seq_lens= outside decode and causal, one without the other, or
-            with schedule='streamk'; a tensor that requires grad while
+            with schedule='streamk'; cu_seqlens_q= without cu_seqlens_k= (or the reverse),
+            with a variant that has no ragged build (full, causal, sliding, softcap, alibi
+            have), or with block_table=; max_seqlen_q/k not an int in 1 .. 2^31-1; a tensor that requires grad while
             autograd records; a non-tensor where a tensor goes; doc_ids decreasing
-  R-SHAPE   not [B, H, S, D]; D not 128/64; zero-size dims; k/v heads not dividing q's, or
+  R-SHAPE   not [B, H, S, D] (a ragged batch: q, k, v not [tokens, heads, D], cu_seqlens_* not
+            [B + 1] of one B, tiles or rows past 32 bits); D not 128/64; zero-size dims; k/v heads not dividing q's, or
             grouped (Hkv < H) with group * q rows > 16 in decode, or with enable_gqa=False;
             lengths not multiples of 128 for block_sparse and document (the others
             take any length); a paged pool not
@@ -41,7 +45,7 @@ with pipelink.runtime.LaunchError, a code and a hint:
             than 2^31 - 1 rows B*H*S (the loader's 32-bit TMA row coordinate); uniform decode
             B*H > 65535 (grid y); decode of 2^24 KV blocks or more (B*Hkv*ceil(Lkv/128));
             document B*H or S/128 > 65535; doc_ids or block mask of other shapes
-  R-DTYPE   q/k/v/out not bf16, doc_ids, block_table or seq_lens not int32
+  R-DTYPE   q/k/v/out not bf16, doc_ids, block_table, seq_lens or cu_seqlens_* not int32
   R-DEVICE  CPU tensors, operands (or the block mask, doc_ids) on different GPUs
   R-LAYOUT  non-contiguous, not 16-byte aligned (q, k, v, out: TMA), sparse or lazy views, an
             out that shares memory with q, k, v (or doc_ids, the block mask)
@@ -68,6 +72,7 @@ from pipelink.runtime.entry import (I32_MAX, device_index, expect_cubin, expect_
 from attention_masks import (BLOCK, BlockMask, causal_schedule, check_doc_ids, create_block_mask,  # noqa: E402,F401
                              document_aux)
 from attention_reference import alibi_slopes, paged_reference, reference  # noqa: E402,F401
+from attention_varlen import VARLEN_PARAMS, VARLEN_VARIANTS, check_varlen, header_words, is_varlen, launch_params, varlen_aux  # noqa: E402
 from decode_schedule import (MAX_DECODE_BLOCKS, STREAMK_MAX_CTAS, decode_schedule, default_splits,  # noqa: E402,F401
                              kv_blocks, streamk_stride)
 
@@ -151,14 +156,17 @@ def check_variant(variant) -> str:
 
 
 def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM,
-         uniform: bool = False, paged: bool = False) -> Kernel:
+         uniform: bool = False, paged: bool = False, varlen: bool = False) -> Kernel:
     """The (cached) kernel attn_<variant>[_d64] on `device` (decode: attn_decode_streamk, or
     attn_decode's uniform splits with `uniform`, or attn_decode_paged with `paged`); R-MANIFEST if
     kernel_dir has none, or its manifest is not that variant's (parameters, head_dim), before the
     cubin is loaded."""
     variant, device = check_variant(variant), device_index(device)
     kdir, control = optional_dir("kernel_dir", kernel_dir), flag("control", control)
-    uniform, paged = flag("uniform", uniform), flag("paged", paged)
+    uniform, paged, varlen = flag("uniform", uniform), flag("paged", paged), flag("varlen", varlen)
+    if varlen and (paged or variant not in VARLEN_VARIANTS):
+        raise LaunchError("R-PARAM", f"varlen=True: variant {variant!r}{' over a paged cache' if paged else ''} has no "
+                          "ragged build", hint=f"ragged batches run {', '.join(VARLEN_VARIANTS)} (contiguous k, v)")
     if paged and variant not in PAGED_VARIANTS:
         raise LaunchError("R-PARAM", f"paged=True: variant {variant!r} reads a contiguous cache",
                           hint=f"a paged cache is read by {' and '.join(PAGED_VARIANTS)}")
@@ -167,7 +175,7 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
         raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
                           hint="d = 128 or 64")
     d = kdir or kernel_dir_default()
-    kernel = (f"{'decode' if variant == 'decode' else 'prefill'}_paged" if paged else
+    kernel = (f"{'decode' if variant == 'decode' else 'prefill'}_paged" if paged else f"varlen_{variant}" if varlen else
               "decode_streamk" if variant == "decode" and not uniform else variant)
     name = f"attn_{kernel}" + ("" if head_dim == HEAD_DIM else f"_d{head_dim}")
     cubin, manifest = d / f"{name}{'.control' if control else ''}.cubin", d / f"{name}.manifest.json"
@@ -180,7 +188,7 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
                 raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
             expect_manifest(manifest, f"attention variant {variant!r} (d = {head_dim})",
                             params=(PAGED_PARAMS if variant == "decode" else PAGED_PREFILL_PARAMS) if paged else
-                            PARAMS | ({"splits"} if variant == "decode" else set()),
+                            VARLEN_PARAMS if varlen else PARAMS | ({"splits"} if variant == "decode" else set()),
                             facts={"head_dim": head_dim, "block_q": BLOCK}, hint=build)
             expect_cubin(cubin, hint=build)
             k = _cache[key] = Kernel.load(cubin, manifest, device)
@@ -203,11 +211,19 @@ def _aux(tensor_like, words):
 
 def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids=None, softcap=None, slopes=None,
                scale=None, splits=None, schedule=None, out=None, kernel_dir=None, control=False,
-               stream=None, enable_gqa=None, block_table=None, seq_lens=None) -> dict:
+               stream=None, enable_gqa=None, block_table=None, seq_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+               max_seqlen_q=None, max_seqlen_k=None) -> dict:
     """Every check of one `attention` call, without CUDA -> {B, H, Hkv, group, Lq, Lkv, D, device,
-    scale, splits and schedule (None: the default), and the variant's own argument}."""
+    scale, splits and schedule (None: the default), and the variant's own argument} (a ragged
+    batch: _check_ragged's)."""
     import torch
     variant = check_variant(variant)
+    if is_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+        return _check_ragged(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap, slopes=slopes,
+                             scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
+                             control=control, stream=stream, enable_gqa=enable_gqa, block_table=block_table,
+                             seq_lens=seq_lens)
     for name, t in (("q", q), ("k", k), ("v", v)):
         expect_tensor(name, t, dtype=torch.bfloat16, align=16, nonempty=True)
         if t.dim() != 4:
@@ -294,20 +310,30 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
               doc_ids=None, softcap: float | None = None, slopes=None, scale: float | None = None,
               splits: int | None = None, schedule: str | None = None,
               out=None, kernel_dir=None, control: bool = False, stream=None, enable_gqa: bool | None = None,
-              block_table=None, seq_lens=None):
+              block_table=None, seq_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q: int | None = None,
+              max_seqlen_k: int | None = None):
     """softmax(q k^T * scale + mask) v for q [B, H, Lq, D], k, v [B, Hkv, Lkv, D], bf16, D = 128 or
     64. Hkv < H is grouped-query attention (query head h reads KV head h // (H / Hkv)), inferred
     from the shapes unless enable_gqa=False (decode: group * Lq <= 16).
     A paged cache: k, v [num_pages, Hkv, page_size, D] (FlashInfer's HND layout, page_size
     16/32/64/128), block_table [B, max_pages] int32, seq_lens [B] int32: variant "decode", or
-    "causal" for chunked prefill (q's Lq tokens are the last of each sequence's seq_lens[b])."""
+    "causal" for chunked prefill (q's Lq tokens are the last of each sequence's seq_lens[b]).
+    A ragged batch (attention_varlen.py): q [tokens_q, H, D], k, v [tokens_k, Hkv, D] and
+    cu_seqlens_q, cu_seqlens_k [B + 1] int32 (FlashAttention's varlen API; max_seqlen_q optional)."""
     import torch
     a = check_call(q, k, v, variant, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                    slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
                    control=control, stream=stream, enable_gqa=enable_gqa, block_table=block_table,
-                   seq_lens=seq_lens)
+                   seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                   max_seqlen_k=max_seqlen_k)
     if out is None:
         out = torch.empty_like(q)
+    if a.get("ragged"):
+        kern = load(variant, a["device"], kernel_dir=kernel_dir, control=control, head_dim=a["D"], varlen=True)
+        header = _aux(q, a["header"])[:len(a["header"])]
+        aux, cu_q, cu_k = varlen_aux(header, cu_seqlens_q, cu_seqlens_k)
+        kern.launch_with(launch_params(q, k, v, out, a, aux, cu_q, cu_k), stream=stream)
+        return out
     if a["paging"] is not None:
         run = _paged_decode if variant == "decode" else _paged_prefill
         return run(q, k, v, a, seq_lens, out, kernel_dir=kernel_dir, control=control, stream=stream)
@@ -332,6 +358,37 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
         params["splits"] = splits
     kern.launch_with(params, stream=stream)
     return out
+
+
+def _check_ragged(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, block_mask, window,
+                  doc_ids, softcap, slopes, scale, splits, schedule, out, kernel_dir, control, stream, enable_gqa,
+                  block_table, seq_lens) -> dict:
+    """check_call of a ragged batch (cu_seqlens_*) -> attention_varlen.check_varlen's dict with
+    group, scale, the variant's argument and the aux header words; ragged = True."""
+    import torch
+    a = check_varlen(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, HEAD_DIMS)
+    if block_table is not None or seq_lens is not None:
+        raise LaunchError("R-PARAM", "a ragged batch (cu_seqlens_*) reads contiguous k and v; block_table= and "
+                          "seq_lens= are the paged cache's", hint="chunked prefill over pages: q [B, H, Lq, D] with "
+                          "block_table= and seq_lens=, variant 'causal'")
+    a["group"] = _gqa_group(variant, a["H"], a["Hkv"], 1, enable_gqa)
+    given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
+             "splits": splits, "schedule": schedule}
+    refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if variant not in READS[n]},
+                  {n: " or ".join(f"variant {r!r}" for r in rs) for n, rs in READS.items()})
+    args = _variant_args(variant, q, a["B"], a["H"], a["tokens_q"], block_mask=None, window=window, doc_ids=None,
+                         softcap=softcap, slopes=slopes)
+    a["scale"] = 1.0 / math.sqrt(a["D"]) if scale is None else real("scale", scale, positive=True,
+                                                                     hint="default: 1/sqrt(d)")
+    a["header"], a["ragged"] = header_words(variant, a, args), True
+    if out is not None:
+        expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=a["device"], align=16)
+        expect_disjoint("out", out, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q,
+                                     "cu_seqlens_k": cu_seqlens_k})
+    optional_dir("kernel_dir", kernel_dir)
+    flag("control", control)
+    expect_stream(stream)
+    return a
 
 
 def _group_rows(q, out, a):

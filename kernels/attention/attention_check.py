@@ -9,13 +9,14 @@ q, k, v ~ N(0, 1) bf16; the output is poisoned with NaN first, so every element 
 and |out - ref| <= ATOL + RTOL |ref| everywhere against `attention.reference` of the same mask /
 score function (P is rounded to bf16 as in FA3: ~0.4% relative). Variant names are the entry's,
 plus decode_uniform / decode_streamk (variant "decode" with that schedule forced) and
-decode_paged / prefill_paged (decode, and chunked prefill, over a paged cache: check_paged).
+decode_paged / prefill_paged (decode, and chunked prefill, over a paged cache: check_paged), and
+varlen_<variant> (a ragged batch: check_ragged).
 """
 
 from __future__ import annotations
 
 from attention import attention, create_block_mask
-from attention_reference import paged_reference, reference
+from attention_reference import paged_reference, reference, varlen_reference
 
 ATOL = RTOL = 2e-2
 
@@ -47,7 +48,7 @@ def rand_qkv(B, H, Lq, Lkv, seed=None, D=128, Hkv=None):
 
 
 def entry_variant(name: str) -> str:
-    return "decode" if name.startswith("decode") else name
+    return "decode" if name.startswith("decode") else name.removeprefix("varlen_")
 
 
 def variant_kwargs(variant, B, H, S, device, seed=0):
@@ -79,6 +80,14 @@ def check_one(variant, B, H, Lq, Lkv, control, D=128, *, kernel_dir=None, Hkv=No
         lens = [max(rows, Lkv - 131 * i) for i in range(B)]
         return check_paged(B, H, Hkv or (H // 2 if H % 2 == 0 else H), rows, lens, 32, control,
                            kernel_dir=kernel_dir, D=D, variant="causal")
+    if variant.startswith("varlen_"):  # 3B + 3 sequences: lengths down from Lq, and 1, 129, 7 tokens
+        lens_q = [max(1, Lq - 397 * i) for i in range(3 * B)] + [1, 129, 7]
+        # keys: a cached prefix before the queries (37 i more keys: the masks align bottom-right);
+        # full: its own lengths down from Lkv
+        lens_k = ([max(1, Lkv - 211 * i) for i in range(3 * B)] + [5, 64, 300] if entry_variant(variant) == "full"
+                  else [n + 37 * i for i, n in enumerate(lens_q)])
+        return check_ragged(entry_variant(variant), lens_q, lens_k, H, Hkv or (H // 2 if H % 2 == 0 else H), control,
+                            D=D, kernel_dir=kernel_dir)
     q, k, v = rand_qkv(B, H, Lq, Lkv, D=D, Hkv=Hkv)
     kw, rkw = variant_kwargs(variant, B, H, Lq, q.device, seed=Lq + B)
     out = torch.full_like(q, float("nan"))
@@ -133,3 +142,21 @@ def check_paged(B, H, Hkv, Lq, lens, page_size, control=False, *, kernel_dir=Non
     attention(q, kp, vp, variant, block_table=table, seq_lens=seq, out=out, control=control, kernel_dir=kernel_dir)
     torch.cuda.synchronize()
     return compare(out, paged_reference(q, kp, vp, table, seq, causal=variant == "causal"))
+
+
+def check_ragged(variant, lens_q, lens_k, H, Hkv, control=False, *, kernel_dir=None, D=128, seed=None):
+    """A ragged batch (q [sum lens_q, H, D], k, v [sum lens_k, Hkv, D], FlashAttention's
+    cu_seqlens) against varlen_reference, NaN-poisoned output."""
+    import torch
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    mk = lambda n, h: torch.randn(n, h, D, device="cuda", generator=g).bfloat16()  # noqa: E731
+    q, k, v = mk(sum(lens_q), H), mk(sum(lens_k), Hkv), mk(sum(lens_k), Hkv)
+    cu = lambda lens: torch.tensor([0] + lens, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()  # noqa: E731
+    cu_q, cu_k = cu(list(lens_q)), cu(list(lens_k))
+    kw = {"window": 300} if variant == "sliding" else {"softcap": 2.0} if variant == "softcap" else {}
+    out = torch.full_like(q, float("nan"))
+    attention(q, k, v, variant, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q), out=out,
+              control=control, kernel_dir=kernel_dir, **kw)
+    torch.cuda.synchronize()
+    return compare(out, varlen_reference(q, k, v, cu_q.cpu(), cu_k.cpu(), variant, **kw))

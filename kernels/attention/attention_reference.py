@@ -1,5 +1,6 @@
 """fp32 references of the attention entry's functions (what the GPU checks compare against):
-every variant with a dense mask, grouped-query heads, and decode over a paged cache."""
+every variant with a dense mask, grouped-query heads, decode over a paged cache, and ragged
+batches."""
 
 from __future__ import annotations
 
@@ -65,4 +66,38 @@ def paged_reference(q, k_cache, v_cache, block_table, seq_lens, scale=None, caus
             qi = torch.arange(Lq, device=q.device)[:, None] + (n - Lq)
             s = s.masked_fill(torch.arange(n, device=q.device)[None, :] > qi, float("-inf"))
         out[b] = torch.einsum("hqk,hkd->hqd", torch.softmax(s, -1).nan_to_num(0.0), v)
+    return out
+
+
+def varlen_reference(q, k, v, cu_q, cu_k, variant="full", *, window=None, softcap=None, slopes=None, scale=None):
+    """fp32 reference of a ragged batch (q [tokens_q, H, D], k, v [tokens_k, Hkv, D], offsets
+    [B + 1]): each sequence on its own, the masks bottom-right aligned (query row i at position
+    Lk - Lq + i); rows that see no key give 0."""
+    import torch
+    H, D = q.shape[1], q.shape[2]
+    scale = scale or 1.0 / math.sqrt(D)
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    sl = torch.tensor(alibi_slopes(H) if slopes is None else slopes, dtype=torch.float32, device=q.device)
+    cq, ck = [int(x) for x in cu_q], [int(x) for x in cu_k]
+    for b in range(len(cq) - 1):
+        qs, ks = q[cq[b]:cq[b + 1]].float(), k[ck[b]:ck[b + 1]].float()
+        vs = v[ck[b]:ck[b + 1]].float()
+        Lq, Lk = qs.shape[0], ks.shape[0]
+        if Lq == 0:
+            continue
+        ks, vs = (t.repeat_interleave(H // t.shape[1], dim=1) for t in (ks, vs))
+        s = torch.einsum("qhd,khd->hqk", qs, ks) * scale
+        pos = torch.arange(Lq, device=q.device)[:, None] + (Lk - Lq)
+        ki = torch.arange(Lk, device=q.device)[None, :]
+        allow = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device)
+        if variant in ("causal", "softcap", "alibi", "sliding"):
+            allow = ki <= pos
+        if variant == "sliding":
+            allow = allow & (pos - ki < window)
+        if variant == "softcap":
+            s = softcap * torch.tanh(s / softcap)
+        if variant == "alibi":
+            s = s + sl[:, None, None] * (ki - pos).float()[None]
+        s = s.masked_fill(~allow[None], float("-inf"))
+        out[cq[b]:cq[b + 1]] = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1).nan_to_num(0.0), vs)
     return out

@@ -1,7 +1,8 @@
 """Attention variants: one variant package (built as package `attn_mask`) linked with the
 unchanged loader, core and an epilogue into its own fused_kernel target, plus its SASS test
 against the single-unit control; with d64 (default) also `<name>_d64`, the same variant package
-linked with attn_core_d64 (head dim 64).
+linked with attn_core_d64 (head dim 64). `defines` pick a build of a source that holds several
+variants (attn_varlen.cu).
 
     attention_variant(name = "attn_causal", src = "attn_causal.cu")
 """
@@ -28,7 +29,8 @@ def attention_loader(name, contract_substitutions = {}):
         **LOADER_FILES
     )
 
-def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True, loader = ":attn_loader"):
+def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True, loader = ":attn_loader",
+                      defines = []):
     mask = name + "_mask"
     cuda_component(
         name = mask,
@@ -37,6 +39,7 @@ def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefil
         hdrs = ["attn.h", "attn_variant.h"],
         contract = "attn_mask.contract.toml",
         copts = ["-O3"],
+        defines = defines,
     )
     fused_kernel(
         name = name,

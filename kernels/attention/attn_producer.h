@@ -43,11 +43,11 @@ struct Rings {
 };
 
 // d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 128 or 64; blk =
-// block_q).
+// block_q), from column col (0, or a head's first column in a token-major [tokens, heads * d] map).
 __device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d,
-                                          unsigned blk) {
-  pl::tma_load_2d(dst, map, 0, row, bar);
-  if (d > 64) pl::tma_load_2d(dst + blk * 128, map, 64, row, bar);
+                                          unsigned blk, int col = 0) {
+  pl::tma_load_2d(dst, map, col, row, bar);
+  if (d > 64) pl::tma_load_2d(dst + blk * 128, map, col + 64, row, bar);
 }
 
 // Claim one stage for a tile: wait until `empty` passes `parity` (the core has freed it),
@@ -61,10 +61,10 @@ __device__ __forceinline__ void claim_stage(uint64_t* full, uint64_t* empty, uns
 // Work tile `it`'s Q block (rows row .. row + blk - 1 of `map`) into its stage of ring q, once the
 // core has freed that stage.
 __device__ __forceinline__ void load_q(const Rings& r, unsigned it, const pl::TensorMap* map, int row, unsigned d,
-                                       unsigned blk) {
+                                       unsigned blk, int col = 0) {
   const unsigned qs = it % r.q_depth, bytes = blk * d * 2;
   claim_stage(r.q_full + qs, r.q_empty + qs, ((it / r.q_depth) & 1u) ^ 1u, bytes);
-  load_tile(r.q_buf + qs * bytes, map, row, r.q_full + qs, d, blk);
+  load_tile(r.q_buf + qs * bytes, map, row, r.q_full + qs, d, blk, col);
 }
 
 // The ring position after one more stage.

@@ -12,6 +12,8 @@
 // The tensor map of o is this package's parameter tmap_o, filled by attn_store_host.py
 // ([bh * q_len, d] bf16, boxes [64, 64]). A warpgroup whose 64 rows run past q_len (the last
 // Q block of a length that is not a whole number of blocks) stores its rows with plain stores.
+// Built with ATTN_VARLEN (attn_varlen_store): o is FlashAttention's varlen layout [tokens_q,
+// heads, d], sequence bh / heads at tokens cu_q[b] .. cu_q[b + 1] - 1.
 #define PL_COMPONENT attn_store
 #include <pipelink.h>
 
@@ -26,11 +28,21 @@ PL_DECLARE_BARRIER(epi0);
 PL_DECLARE_BARRIER(epi1);
 
 namespace attn_store {
+#ifdef ATTN_VARLEN
+struct Params {  // attn_varlen_store.contract.toml's [params]
+  void* o;
+  uint32_t q_len, bh;
+  const int* cu_q;  // [B + 1] token offsets of the sequences in o
+  uint32_t heads, tokens_q;
+  pl::TensorMap tmap_o;
+};
+#else
 struct Params {  // the contract's [params]: o = "ptr", q_len, bh = "u32", tmap_o = "tmap"
   void* o;
   uint32_t q_len, bh;
   pl::TensorMap tmap_o;
 };
+#endif
 static_assert(offsetof(Params, tmap_o) == 64 && sizeof(Params) == 192, "params layout");
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -86,12 +98,25 @@ PL_IMPORT(out) {
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // st.shared -> TMA reads
   sync();
-  const unsigned first = pl_row0 + 64 * wg;  // this warpgroup's first row in the head
-  if (first + 64 <= p.q_len) {
+  const unsigned first = pl_row0 + 64 * wg;  // this warpgroup's first row in the head (sequence)
+#ifdef ATTN_VARLEN
+  // o [tokens_q, heads, d] as 2-D [tokens_q, heads * d]: the head's columns of the sequence's
+  // rows, none past tokens_q (cu_q is not read on the host: bad offsets write nothing out of o).
+  const unsigned b = bh / p.heads, col0 = (bh - b * p.heads) * d, row_units = p.heads * (d / 8);
+  const unsigned s0 = (unsigned)__ldg(p.cu_q + b), s1 = min((unsigned)__ldg(p.cu_q + b + 1), p.tokens_q);
+  const unsigned len = s1 > s0 ? s1 - s0 : 0u;
+#define ATTN_STORE_ROW0 (int)(s0 + first)
+#define ATTN_STORE_UNIT(r, c) (((size_t)s0 + first + (r)) * row_units + (col0 + (c)) / 8)
+#else
+  const unsigned col0 = 0, len = p.q_len;
+#define ATTN_STORE_ROW0 (int)(bh * p.q_len + first)
+#define ATTN_STORE_UNIT(r, c) (((size_t)bh * p.q_len + first + (r)) * chunks + (c) / 8)
+#endif
+  if (first + 64 <= len) {
     if (u == 0) {
-      const int row0 = (int)(bh * p.q_len + first);
+      const int row0 = ATTN_STORE_ROW0;
       for (unsigned half = 0; half < d / 64; ++half)
-        pl::tma_store_2d(&p.tmap_o, mine + half * 64 * 128, half * 64, row0);
+        pl::tma_store_2d(&p.tmap_o, mine + half * 64 * 128, col0 + half * 64, row0);
       pl::tma_store_commit();
       if (!f.more) pl::tma_store_wait_read<0>();  // the role's last tile: read before the CTA exits
     }
@@ -100,12 +125,14 @@ PL_IMPORT(out) {
     // would write into the next head, so the warpgroup copies its rows below q_len from the
     // staging half with 16-byte stores. The next tile's first sync orders these reads before
     // the half is written again.
-    const unsigned rows = p.q_len > first ? p.q_len - first : 0u, chunks = d / 8;
+    const unsigned rows = len > first ? len - first : 0u, chunks = d / 8;
     uint4* o = static_cast<uint4*>(p.o);
     for (unsigned i = u; i < rows * chunks; i += 128) {
       const unsigned r = i / chunks, c = (i % chunks) * 8;
-      o[((size_t)bh * p.q_len + first + r) * chunks + c / 8] = *reinterpret_cast<const uint4*>(mine + stage_offset(r, c));
+      o[ATTN_STORE_UNIT(r, c)] = *reinterpret_cast<const uint4*>(mine + stage_offset(r, c));
     }
   }
+#undef ATTN_STORE_ROW0
+#undef ATTN_STORE_UNIT
   (void)PL_FACT(block_q);
 }

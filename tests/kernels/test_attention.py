@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
 VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi", "decode", "decode_streamk",
-            "decode_paged", "prefill_paged"]
+            "decode_paged", "prefill_paged", "varlen_full", "varlen_causal", "varlen_sliding", "varlen_softcap",
+            "varlen_alibi"]
 D64 = list(VARIANTS)  # attn_<variant>_d64: the same variant with attn_core_d64 (decode too: the combine reads head_dim)
 KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d64" for v in D64]
 BAZEL = [str(ROOT / "tools" / "bazel")]
@@ -274,3 +275,22 @@ def test_paged_chunked_prefill_matches_fp32_reference(page_size, H, Hkv, Lq, len
     for control in (False, True):
         ok, msg = check_paged(len(lens), H, Hkv, Lq, lens, page_size, control, variant="causal")
         assert ok, f"page {page_size} H={H} Hkv={Hkv} Lq={Lq} lens={lens} control={control}: {msg}"
+
+
+@pytest.mark.requires_gpu(sm=90)
+@pytest.mark.skipif(not (BIN / "attn_varlen_causal.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
+@pytest.mark.parametrize("variant", ["full", "causal", "sliding", "softcap", "alibi"])
+@pytest.mark.parametrize("H, Hkv, D", [(4, 4, 128), (8, 2, 128), (16, 1, 64), (32, 8, 128)])
+@pytest.mark.parametrize("lens_q, extra_k", [([1, 129, 300, 0, 2049, 7], 0), ([100, 1, 1000, 128], 37),
+                                             ([16] * 16, 500)])
+def test_ragged_batch_matches_fp32_reference(variant, H, Hkv, D, lens_q, extra_k):
+    """A ragged batch (issue 42): FlashAttention's varlen layout and cu_seqlens, sequences of any
+    length (0 and 1 too), keys a cached prefix longer than the queries (extra_k i more keys for
+    sequence i: the masks align bottom-right), grouped-query heads."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "kernels" / "attention"))
+    from attention_check import check_ragged
+    lens_k = [n + extra_k * i for i, n in enumerate(lens_q)]
+    for control in (False, True):
+        ok, msg = check_ragged(variant, lens_q, lens_k, H, Hkv, control, D=D)
+        assert ok, f"{variant} H={H} Hkv={Hkv} d={D} lens {lens_q} / {lens_k} control={control}: {msg}"
