@@ -274,6 +274,19 @@ def cmd_pair(a) -> int:
         variant = entry_variant(variant)
         if variant == "sliding":
             kw = {"window": WINDOW}
+        if vd.split(":")[0] in ("decode_paged", "prefill_paged"):  # the same problem in HND pages of 64 tokens
+            if vd.startswith("prefill"):
+                q = q[:, :, :1024].contiguous()  # chunked prefill: the last 1024 of 4096 tokens
+            k, v, table = paged_cache(k, v, 64, seed=7)
+            kw = {"block_table": table, "seq_lens": torch.full((B,), L, dtype=torch.int32, device=q.device)}
+            variant = "decode" if vd.startswith("decode") else "causal"
+        elif vd.startswith("varlen_"):  # a ragged batch: 16 sequences of 1 .. 4096 tokens, packed
+            lens = [1 + round(i * 4095 / 15) for i in range(16)]
+            cu = torch.tensor([0] + lens, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+            q = torch.randn(sum(lens), H, D, device="cuda").bfloat16()
+            k, v = torch.randn_like(q), torch.randn_like(q)
+            kw = {"cu_seqlens_q": cu, "cu_seqlens_k": cu, **({"window": WINDOW} if variant == "sliding" else
+                                                               {"softcap": 30.0} if variant == "softcap" else {})}
         oa, ob = torch.empty_like(q), torch.empty_like(q)
         def call(o, control):
             return lambda: attention(q, k, v, variant, out=o, control=control, kernel_dir=BIN, **kw)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from attention import attention, kernel_dir_default  # noqa: E402
 from attention_check import ATOL, RTOL  # noqa: E402
 from attention_reference import varlen_reference  # noqa: E402
+from attention_varlen import VARLEN_VARIANTS  # noqa: E402
 from gpu_bench import both_ways_ratio, interleaved  # noqa: E402
 
 BIN = kernel_dir_default()
@@ -147,16 +148,28 @@ def main(argv=None) -> int:
     ap.add_argument("--pair-rounds", type=int, default=20, help="ABBA rounds of the linked / control ratio")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    variants = [v for v in a.variants.split(",") if v]
+    if not variants or any(v not in VARLEN_VARIANTS for v in variants):
+        ap.error(f"--variants {a.variants!r}: a comma list of {', '.join(VARLEN_VARIANTS)}")
+    for flag, value, lo in (("--sequences", a.sequences, 1), ("--max-len", a.max_len, 1), ("--kv-heads", a.kv_heads, 1),
+                            ("--rounds", a.rounds, 1), ("--pair-rounds", a.pair_rounds, 1)):
+        if value < lo:
+            ap.error(f"{flag} {value}: at least {lo}")
+    if 32 % a.kv_heads:
+        ap.error(f"--kv-heads {a.kv_heads}: a divisor of the 32 query heads")
     lens = lengths(a.sequences, a.max_len, a.spread)
     rows, failed = [], []
-    for variant in a.variants.split(","):
+    for variant in variants:
         fns, outs, inputs = columns(variant, lens, 32, a.kv_heads)
         failed += [f"{variant}:{n}" for n in check(fns, outs, inputs, variant)]
         t = interleaved(fns, 2, a.rounds, skip_failing=True, sustain_ms=a.sustain_ms)
         pair, iqr = linked_over_control(variant, inputs, a.pair_rounds)
         sdpa = {n: x for n, x in t.items() if n.startswith("sdpa")}
         best = min(sdpa, key=sdpa.get) if sdpa else None
+        pairs = sum(n * (n + 1) // 2 if variant != "full" else n * n for n in lens)  # (query, key) pairs computed
         row = {"variant": variant, "lens": lens, **t, "best_sdpa": best,
+               "tflops": 4 * 128 * 32 * pairs / t["pipelink"] / 1e6,
+               "tflops_one_by_one": 4 * 128 * 32 * pairs / t["pipelink_one_by_one"] / 1e6,
                "vs_one_by_one": t["pipelink_one_by_one"] / t["pipelink"],
                "vs_sdpa_padded": sdpa[best] / t["pipelink"] if best else float("nan"),
                "linked_over_control": pair, "linked_over_control_iqr": iqr}
@@ -165,9 +178,11 @@ def main(argv=None) -> int:
     print(f"\nus per call, median of {a.rounds} rotating rounds, each timed graph >= {a.sustain_ms:.0f} ms of calls "
           f"({a.sequences} sequences of 1 .. {a.max_len} tokens spread {a.spread}, H=32, Hkv={a.kv_heads}, d=128, bf16)")
     for r in rows:
-        others = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and n.startswith(("sdpa", "pipelink")))
+        others = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and n.startswith(("sdpa", "pipelink"))
+                           and not n.startswith("tflops"))
         print(f"  {r['variant']:<8} {others}  | vs one by one {r['vs_one_by_one']:.3f}x, vs {r['best_sdpa']} padded "
-              f"{r['vs_sdpa_padded']:.3f}x, linked/control {r['linked_over_control']:.4f} "
+              f"{r['vs_sdpa_padded']:.3f}x, {r['tflops']:.0f} TFLOP/s (one by one {r['tflops_one_by_one']:.0f}), "
+              f"linked/control {r['linked_over_control']:.4f} "
               f"(both ways, IQR {r['linked_over_control_iqr']:.4f})")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -612,7 +612,9 @@ def test_bench_builds_option_is_checked(script, needs, builds):
     ("attention_flex_bench.py", "bench", "--seqs", "-1"), ("gemm_swiglu_bench.py", "bench", "--m", "0"),
     ("gemm_swiglu_bench.py", "bench", "--qwen-m", "a"), ("moe_bench.py", "bound", "--tokens", "x"),
     ("moe_bench.py", "bench", "--tokens", "16,,0"), ("moe_trace.py", "--tokens", "1e3"),
-    ("moe_bench.py", "bench", "--tokens", "\u00b2"), ("attention_bench.py", "bench", "--decode", "1x\u0664")])
+    ("moe_bench.py", "bench", "--tokens", "\u00b2"), ("attention_bench.py", "bench", "--decode", "1x\u0664"),
+    ("attention_ragged_bench.py", "--sequences", "0"), ("attention_ragged_bench.py", "--max-len", "x"),
+    ("attention_ragged_bench.py", "--variants", "document"), ("attention_ragged_bench.py", "--kv-heads", "5")])
 def test_bench_number_lists_are_checked(args):
     """The benches' lists of numbers (tokens, sequence lengths, split counts, decode shapes):
     anything else is a usage error (exit 2) naming the option, before anything runs."""
