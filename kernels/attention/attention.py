@@ -58,7 +58,6 @@ import math
 import os
 import sys
 import threading
-from collections import OrderedDict
 from pathlib import Path
 
 try:
@@ -72,75 +71,29 @@ from pipelink.runtime.entry import (I32_MAX, device_index, expect_cubin, expect_
 from attention_masks import (BLOCK, BlockMask, causal_schedule, check_doc_ids, create_block_mask,  # noqa: E402,F401
                              document_aux)
 from attention_reference import alibi_slopes, paged_reference, reference  # noqa: E402,F401
-from attention_varlen import VARLEN_PARAMS, VARLEN_VARIANTS, check_varlen, header_words, is_varlen, launch_params, varlen_aux  # noqa: E402
+from attention_args import (DECODE_ROWS, MAX_ROWS, PAGE_SIZES, PAGED_VARIANTS, READS, gqa_group,  # noqa: E402,F401
+                            paged_layout, variant_args)
+from attention_varlen import (VARLEN_PARAMS, VARLEN_VARIANTS, check_ragged_call, is_varlen, launch_params,  # noqa: E402
+                              varlen_aux)
+from aux_cache import AuxCache  # noqa: E402
 from decode_schedule import (MAX_DECODE_BLOCKS, STREAMK_MAX_CTAS, decode_schedule, default_splits,  # noqa: E402,F401
                              kv_blocks, streamk_stride)
 
-HEAD_DIM, DECODE_ROWS = 128, 16
+HEAD_DIM = 128
 HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d64 (attn_<variant>_d64)
 PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi")
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
 ANY_LENGTH = ("full", "causal", "sliding", "softcap", "alibi", "decode")  # lengths need not be whole blocks
-READS = {"block_mask": ("block_sparse",), "window": ("sliding",), "doc_ids": ("document",), "softcap": ("softcap",),
-         "slopes": ("alibi",), "splits": ("decode",), "schedule": ("decode",), "block_table": ("decode", "causal"),
-         "seq_lens": ("decode", "causal")}  # the keyword arguments only some variants read
-PAGE_SIZES = (16, 32, 64, 128)  # attn_paged_loader: one TMA box per page, at most a KV block
-PAGED_VARIANTS = ("decode", "causal")  # attn_decode_paged, attn_prefill_paged (chunked prefill over a cached prefix)
 SCHEDULES = ("uniform", "streamk")  # decode: attn_decode (splits per head), attn_decode_streamk
-MAX_ROWS = 2**31 - 1  # B*H*S rows: attn_loader's TMA row coordinate is an int
 PARAMS = {"q", "k", "v", "o", "aux", "q_len", "kv_len", "bh", "kv_group", "scale"}  # the manifests' lent parameters
 PAGED_PREFILL_PARAMS = PARAMS | {"pages", "max_pages", "kv_heads", "page_size", "pool_rows"}  # attn_prefill_paged
 PAGED_PARAMS = PAGED_PREFILL_PARAMS | {"splits"}  # attn_decode_paged
 AUX_CACHE_LIMIT = 64  # device aux buffers kept (least recently used out), plus those graphs use
 
 
-class _AuxCache:
-    """Device aux buffers by key, least recently used out first: a loop that passes new doc_ids
-    (or windows) every step must not keep every step's tensors alive. A buffer fetched while the
-    current stream is capturing a CUDA graph is kept for the process's life: the graph reads its
-    address at every replay."""
-
-    def __init__(self, limit: int):
-        self.limit, self.items, self.pinned, self.lock = limit, OrderedDict(), set(), threading.Lock()
-
-    def get(self, key):
-        with self.lock:
-            value = self.items.get(key)
-            if value is not None:
-                self.items.move_to_end(key)
-                self._pin(key)
-            return value
-
-    def put(self, key, value):
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            self._pin(key)
-            for old in [k for k in self.items if k not in self.pinned][: max(0, len(self.items) - self.limit)]:
-                del self.items[old]
-            return value
-
-    def _pin(self, key):
-        try:
-            import torch
-            capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-        except Exception:  # noqa: BLE001 - no CUDA: nothing can be capturing
-            capturing = False
-        if capturing:
-            self.pinned.add(key)
-
-    def clear(self):
-        with self.lock:
-            self.items.clear()
-            self.pinned.clear()
-
-    def __len__(self):
-        return len(self.items)
-
-
 _cache: dict[tuple, Kernel] = {}
-_aux_cache = _AuxCache(AUX_CACHE_LIMIT)
+_aux_cache = AuxCache(AUX_CACHE_LIMIT)
 _lock = threading.Lock()
 
 
@@ -219,11 +172,11 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     import torch
     variant = check_variant(variant)
     if is_varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-        return _check_ragged(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                             block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap, slopes=slopes,
-                             scale=scale, splits=splits, schedule=schedule, out=out, kernel_dir=kernel_dir,
-                             control=control, stream=stream, enable_gqa=enable_gqa, block_table=block_table,
-                             seq_lens=seq_lens)
+        return check_ragged_call(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 HEAD_DIMS, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
+                                 slopes=slopes, scale=scale, splits=splits, schedule=schedule, out=out,
+                                 kernel_dir=kernel_dir, control=control, stream=stream, enable_gqa=enable_gqa,
+                                 block_table=block_table, seq_lens=seq_lens)
     for name, t in (("q", q), ("k", k), ("v", v)):
         expect_tensor(name, t, dtype=torch.bfloat16, align=16, nonempty=True)
         if t.dim() != 4:
@@ -239,14 +192,14 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
                           hint="d = 128 or 64")
     paging = None
     if block_table is not None or seq_lens is not None:
-        paging = _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev)
+        paging = paged_layout(variant, k, v, block_table, seq_lens, B, D, dev)
         Hkv, Lkv = k.shape[1], paging["max_pages"] * paging["page_size"]
     else:
         if k.shape[0] != B or k.shape[3] != D or k.shape != v.shape:
             raise LaunchError("R-SHAPE", f"k {list(k.shape)} / v {list(v.shape)} do not match q {list(q.shape)}",
                               hint="k and v: [B, Hkv, Lkv, D] with q's B and D, and one shape")
         Hkv, Lkv = k.shape[1], k.shape[2]
-    group = _gqa_group(variant, H, Hkv, Lq, enable_gqa)
+    group = gqa_group(variant, H, Hkv, Lq, enable_gqa)
     if Lkv % BLOCK and variant not in ANY_LENGTH:  # the others mask their tail block themselves
         raise LaunchError("R-SHAPE", f"kv length {Lkv} is not a positive multiple of {BLOCK} for variant {variant!r}",
                           hint=f"pad k and v to a multiple of {BLOCK} (and mask the padding); "
@@ -286,7 +239,7 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
                   {n: " or ".join(f"variant {r!r}" for r in rs) for n, rs in READS.items()})
     a = {"B": B, "H": H, "Hkv": Hkv, "group": group, "Lq": Lq, "Lkv": Lkv, "D": D, "device": dev, "splits": None,
          "schedule": None,
-         **_variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
+         **variant_args(variant, q, B, H, Lq, block_mask=block_mask, window=window, doc_ids=doc_ids,
                          softcap=softcap, slopes=slopes)}
     a["paging"], a["block_table"] = paging, block_table
     if variant == "decode":
@@ -360,37 +313,6 @@ def attention(q, k, v, variant: str = "full", *, block_mask: BlockMask | None = 
     return out
 
 
-def _check_ragged(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, block_mask, window,
-                  doc_ids, softcap, slopes, scale, splits, schedule, out, kernel_dir, control, stream, enable_gqa,
-                  block_table, seq_lens) -> dict:
-    """check_call of a ragged batch (cu_seqlens_*) -> attention_varlen.check_varlen's dict with
-    group, scale, the variant's argument and the aux header words; ragged = True."""
-    import torch
-    a = check_varlen(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, HEAD_DIMS)
-    if block_table is not None or seq_lens is not None:
-        raise LaunchError("R-PARAM", "a ragged batch (cu_seqlens_*) reads contiguous k and v; block_table= and "
-                          "seq_lens= are the paged cache's", hint="chunked prefill over pages: q [B, H, Lq, D] with "
-                          "block_table= and seq_lens=, variant 'causal'")
-    a["group"] = _gqa_group(variant, a["H"], a["Hkv"], 1, enable_gqa)
-    given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
-             "splits": splits, "schedule": schedule}
-    refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if variant not in READS[n]},
-                  {n: " or ".join(f"variant {r!r}" for r in rs) for n, rs in READS.items()})
-    args = _variant_args(variant, q, a["B"], a["H"], a["tokens_q"], block_mask=None, window=window, doc_ids=None,
-                         softcap=softcap, slopes=slopes)
-    a["scale"] = 1.0 / math.sqrt(a["D"]) if scale is None else real("scale", scale, positive=True,
-                                                                     hint="default: 1/sqrt(d)")
-    a["header"], a["ragged"] = header_words(variant, a, args), True
-    if out is not None:
-        expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=a["device"], align=16)
-        expect_disjoint("out", out, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q,
-                                     "cu_seqlens_k": cu_seqlens_k})
-    optional_dir("kernel_dir", kernel_dir)
-    flag("control", control)
-    expect_stream(stream)
-    return a
-
-
 def _group_rows(q, out, a):
     """Decode's view of grouped-query heads: a group's query heads are adjacent rows of one KV
     head's tile ([B, Hkv, group * Lq, D] is the same memory as q), so the kernel loads each K/V
@@ -438,99 +360,6 @@ def _paged_aux(q, heads: int, q_len: int, seq_lens):
     return torch.cat((_aux(q, [heads, q_len])[:2], seq_lens))
 
 
-def _paged_layout(variant, k, v, block_table, seq_lens, B, D, dev) -> dict:
-    """A paged KV cache (FlashInfer's HND layout): k and v [num_pages, Hkv, page_size, D] bf16,
-    block_table [B, max_pages] int32, seq_lens [B] int32 -> {page_size, max_pages, num_pages}.
-    Device contents are not read (no host sync): lengths above max_pages * page_size are
-    clamped by the kernel, page numbers past the pool read zeros, and a page's slots past its
-    sequence's length must hold finite values (allocate the pool with torch.zeros)."""
-    import torch
-    if variant not in PAGED_VARIANTS:
-        raise LaunchError("R-PARAM", f"variant {variant!r} does not read a paged cache (block_table=, seq_lens=)",
-                          hint=f"block_table= and seq_lens= are read by {' and '.join(PAGED_VARIANTS)} "
-                               "(causal: chunked prefill over a cached prefix)")
-    if block_table is None or seq_lens is None:
-        missing = "block_table" if block_table is None else "seq_lens"
-        raise LaunchError("R-PARAM", f"a paged cache needs both block_table= and seq_lens= ({missing} is missing)",
-                          hint="block_table [B, max_pages] int32, seq_lens [B] int32, on q's device")
-    if k.shape != v.shape or k.shape[3] != D:
-        raise LaunchError("R-SHAPE", f"k cache {list(k.shape)} / v cache {list(v.shape)}: expected one shape "
-                          f"[num_pages, Hkv, page_size, {D}]", hint="FlashInfer's HND layout, K and V pools apart")
-    num_pages, Hkv, page_size = k.shape[:3]
-    if page_size not in PAGE_SIZES:
-        raise LaunchError("R-SHAPE", f"page size {page_size} (k.shape[2]) is not one of {PAGE_SIZES}",
-                          hint="pages of 16, 32, 64 or 128 tokens")
-    if num_pages * Hkv * page_size > MAX_ROWS:
-        raise LaunchError("R-SHAPE", f"the page pool has {num_pages * Hkv * page_size} rows; the loader addresses at "
-                          f"most {MAX_ROWS} (a 32-bit TMA row coordinate)", hint="a smaller pool, or split it")
-    expect_tensor("block_table", block_table, dtype=torch.int32, device=dev, nonempty=True)
-    expect_tensor("seq_lens", seq_lens, shape=(B,), dtype=torch.int32, device=dev)
-    if block_table.dim() != 2 or block_table.shape[0] != B:
-        raise LaunchError("R-SHAPE", f"block_table has shape {list(block_table.shape)}; expected [{B}, max_pages]",
-                          hint="one row of page numbers per sequence of q's batch")
-    max_pages = block_table.shape[1]
-    if max_pages * page_size > I32_MAX:
-        raise LaunchError("R-SHAPE", f"block_table's {max_pages} pages of {page_size} tokens exceed 2^31 - 1 keys",
-                          hint="fewer pages a sequence")
-    return {"page_size": page_size, "max_pages": max_pages, "num_pages": num_pages}
-
-
-def _gqa_group(variant: str, H: int, Hkv: int, Lq: int, enable_gqa) -> int:
-    """Query heads per KV head (1: plain multi-head attention); R-SHAPE / R-PARAM where this build
-    cannot serve the grouping."""
-    if enable_gqa is not None and not isinstance(enable_gqa, bool):
-        raise LaunchError("R-PARAM", f"enable_gqa must be None, True or False, got {enable_gqa!r:.60}",
-                          hint="None infers grouped-query attention from the head counts")
-    if Hkv == H:
-        return 1
-    if enable_gqa is False:
-        raise LaunchError("R-SHAPE", f"k and v have {Hkv} heads and q {H}, with enable_gqa=False",
-                          hint="enable_gqa=None (or True) for grouped-query attention, or give k and v q's heads")
-    if Hkv < 1 or H % Hkv:
-        raise LaunchError("R-SHAPE", f"q's {H} heads are not a whole multiple of k/v's {Hkv}",
-                          hint="grouped-query attention needs Hq = group * Hkv")
-    group = H // Hkv
-    if variant == "decode" and group * Lq > DECODE_ROWS:
-        raise LaunchError("R-SHAPE", f"decode with group {group} and {Lq} query rows is {group * Lq} rows a KV head; "
-                          f"the combine takes at most {DECODE_ROWS}",
-                          hint=f"at most {DECODE_ROWS // group} query row(s) a call at this grouping")
-    return group
-
-
-def _variant_args(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes) -> dict:
-    """The checked argument of the variant (no CUDA call): {"window": int}, {"softcap": float},
-    {"slopes": [H floats]}, {} (block mask and doc_ids checked against the inputs' shape)."""
-    if variant == "alibi":
-        if slopes is None:
-            return {"slopes": alibi_slopes(H)}
-        if not isinstance(slopes, (list, tuple)) or len(slopes) != H:
-            raise LaunchError("R-PARAM", f"slopes must be a list of {H} numbers (one per head), got "
-                              f"{type(slopes).__name__}" + (f" of {len(slopes)}" if isinstance(slopes, (list, tuple))
-                                                            else ""),
-                              hint="attention(..., variant='alibi', slopes=None) uses 2^(-8 (h + 1) / H); "
-                                   "a tensor: slopes=t.tolist()")
-        return {"slopes": [real(f"slopes[{i}]", x) for i, x in enumerate(slopes)]}
-    if variant == "sliding":
-        if window is None:
-            raise LaunchError("R-PARAM", "the sliding variant needs window=", hint="attention(..., variant='sliding', "
-                              "window=1024)")
-        return {"window": integer("window", window, 1, I32_MAX,
-                                  hint="an int in 1 .. 2^31-1 keys (k <= q and q - k < window)")}
-    if variant == "softcap":
-        if softcap is None:
-            raise LaunchError("R-PARAM", "the softcap variant needs softcap=", hint="attention(..., variant='softcap', "
-                              "softcap=30.0)")
-        return {"softcap": real("softcap", softcap, positive=True, hint="a finite number > 0, e.g. softcap=30.0")}
-    if variant == "block_sparse":
-        if not isinstance(block_mask, BlockMask):
-            raise LaunchError("R-PARAM", f"variant 'block_sparse' needs block_mask=create_block_mask(...), got "
-                              f"{type(block_mask).__name__}", hint="bm = create_block_mask(pred, B, H, Q_LEN, KV_LEN)")
-        block_mask.check(B, H, S, S, q.device)
-    if variant == "document":
-        check_doc_ids(doc_ids, B, H, S, q.device)
-    return {}
-
-
 def _l2_bytes(q):
     import torch
     return torch.cuda.get_device_properties(q.device).L2_cache_size if q.device.type == "cuda" else 0
@@ -550,7 +379,7 @@ def _causal_aux(q, B, H, S, grid, head):
 
 def _variant_aux(variant, q, B, H, S, *, block_mask, window, doc_ids, softcap, slopes=None, grid=1, kv_len=None):
     import torch
-    a = _variant_args(variant, q, B, H, S, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
+    a = variant_args(variant, q, B, H, S, block_mask=block_mask, window=window, doc_ids=doc_ids, softcap=softcap,
                       slopes=slopes)
     if variant == "alibi":  # [H, slope_0 .. slope_{H-1} as f32 bits, the causal schedule]
         words = torch.tensor(a["slopes"], dtype=torch.float32).view(torch.int32).tolist()

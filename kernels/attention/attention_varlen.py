@@ -16,9 +16,13 @@ FlashAttention's) only sizes the persistent grid.
 
 from __future__ import annotations
 
-from pipelink.runtime import LaunchError
-from pipelink.runtime.entry import I32_MAX, expect_tensor, integer, tensor_device
+import math
 
+from pipelink.runtime import LaunchError
+from pipelink.runtime.entry import (I32_MAX, expect_disjoint, expect_stream, expect_tensor, flag, integer, optional_dir,
+                                    real, refuse_unused, tensor_device)
+
+from attention_args import READS, gqa_group, variant_args
 from attention_masks import BLOCK
 
 VARLEN_VARIANTS = ("full", "causal", "sliding", "softcap", "alibi")
@@ -82,6 +86,37 @@ def check_varlen(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
                                                       hint="the longest sequence's keys, or None")
     return {"B": B, "H": H, "Hkv": Hkv, "D": D, "tokens_q": tokens_q, "tokens_k": tokens_k,
             "device": dev, "max_q": max_q, "max_k": max_k}
+
+
+def check_ragged_call(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, head_dims, *,
+                      block_mask, window, doc_ids, softcap, slopes, scale, splits, schedule, out, kernel_dir, control,
+                      stream, enable_gqa, block_table, seq_lens) -> dict:
+    """attention.check_call of a ragged batch (cu_seqlens_*) -> check_varlen's dict with group,
+    scale, the variant's argument and the aux header words; ragged = True."""
+    import torch
+    a = check_varlen(q, k, v, variant, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, head_dims)
+    if block_table is not None or seq_lens is not None:
+        raise LaunchError("R-PARAM", "a ragged batch (cu_seqlens_*) reads contiguous k and v; block_table= and "
+                          "seq_lens= are the paged cache's", hint="chunked prefill over pages: q [B, H, Lq, D] with "
+                          "block_table= and seq_lens=, variant 'causal'")
+    a["group"] = gqa_group(variant, a["H"], a["Hkv"], 1, enable_gqa)
+    given = {"block_mask": block_mask, "window": window, "doc_ids": doc_ids, "softcap": softcap, "slopes": slopes,
+             "splits": splits, "schedule": schedule}
+    refuse_unused(f"variant {variant!r}", {n: x for n, x in given.items() if variant not in READS[n]},
+                  {n: " or ".join(f"variant {r!r}" for r in rs) for n, rs in READS.items()})
+    args = variant_args(variant, q, a["B"], a["H"], a["tokens_q"], block_mask=None, window=window, doc_ids=None,
+                         softcap=softcap, slopes=slopes)
+    a["scale"] = 1.0 / math.sqrt(a["D"]) if scale is None else real("scale", scale, positive=True,
+                                                                     hint="default: 1/sqrt(d)")
+    a["header"], a["ragged"] = header_words(variant, a, args), True
+    if out is not None:
+        expect_tensor("out", out, shape=tuple(q.shape), dtype=torch.bfloat16, device=a["device"], align=16)
+        expect_disjoint("out", out, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q,
+                                     "cu_seqlens_k": cu_seqlens_k})
+    optional_dir("kernel_dir", kernel_dir)
+    flag("control", control)
+    expect_stream(stream)
+    return a
 
 
 def varlen_aux(header, cu_seqlens_q, cu_seqlens_k):
