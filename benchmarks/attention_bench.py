@@ -225,10 +225,10 @@ def cmd_bench(a) -> int:
                 fns[f"pipelink_s{n}"] = (lambda o=torch.empty_like(q), n=n:
                                          attention(q, k, v, "decode", out=o, splits=n, kernel_dir=BIN))
         for ps in a.paged:  # the same cache in FlashInfer HND pages (shuffled): columns pipelink_paged<ps>
-            kp, vp, table = paged_cache(k, v, ps, seed=KV + ps)
+            kp, vp, pages = paged_cache(k, v, ps, seed=KV + ps)
             lens = torch.full((B,), KV, dtype=torch.int32, device=q.device)
-            fns[f"pipelink_paged{ps}"] = (lambda o=torch.empty_like(q), kp=kp, vp=vp, table=table, lens=lens:
-                                          attention(q, kp, vp, "decode", out=o, block_table=table, seq_lens=lens,
+            fns[f"pipelink_paged{ps}"] = (lambda o=torch.empty_like(q), kp=kp, vp=vp, pages=pages, lens=lens:
+                                          attention(q, kp, vp, "decode", out=o, block_table=pages, seq_lens=lens,
                                                     kernel_dir=BIN))
         fns.update(sdpa_fns(q, k, v, False))
         if a.flex_decode:
