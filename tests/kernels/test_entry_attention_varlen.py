@@ -190,3 +190,39 @@ def test_ragged_launch_plans_against_the_built_manifest(monkeypatch, variant, H,
     assert q_map["rows"] == sum(LENS) and q_map["cols"] == H * d and q_map["box_rows"] == 128
     assert k_map["cols"] == Hkv * d and v_map == k_map
     assert o_map["rows"] == sum(LENS) and o_map["cols"] == H * d and o_map["box_rows"] == 64
+
+
+POOL = [None, 0, 1, -1, 100, 2**31, 2**40, 1.5, 30.0, float("nan"), True, "x", [1.0, 0.5, 0.25, 2.0], 7]
+
+
+def test_fuzz_ragged_calls(kern):
+    """Any mix of ragged arguments and the variants' own: a LaunchError with a code and a hint and
+    no launch, or exactly one launch of the varlen kernel with the variant's own argument only."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from pipelink.runtime import LaunchError
+    q, k, v, cq, ck = ragged()
+    tensors = {"good_q": cq, "good_k": ck, "int64": gpu(torch.zeros(6, dtype=torch.int64)), "host": cq.clone().as_subclass(
+        torch.Tensor), "short": cu([1, 2]), "2d": gpu(torch.zeros(2, 6, dtype=torch.int32)), "none": None}
+    names = ["window", "softcap", "slopes", "splits", "max_seqlen_q", "max_seqlen_k", "scale", "enable_gqa"]
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.sampled_from(list(A.VARIANTS) + ["nope"]), st.sampled_from(sorted(tensors)), st.sampled_from(sorted(tensors)),
+           st.dictionaries(st.sampled_from(names), st.integers(0, len(POOL) - 1)))
+    def run(variant, tq, tk, picks):
+        kw = {n: POOL[i] for n, i in picks.items()}
+        before = len(kern.launches)
+        try:
+            A.attention(q, k, v, variant, cu_seqlens_q=tensors[tq], cu_seqlens_k=tensors[tk], out=empty(*q.shape), **kw)
+        except LaunchError as e:
+            assert e.code.startswith("R-") and e.hint and len(kern.launches) == before
+            return
+        assert len(kern.launches) == before + 1 and variant in V.VARLEN_VARIANTS
+        # offsets of the right kind and one B (fewer sequences than q's tokens is a valid call)
+        assert {tq, tk} <= {"good_q", "good_k"} or tq == tk == "short", (tq, tk)
+        p = kern.launches[-1]
+        assert type(p["scale"]) is float and 0 < p["scale"] < 3.5e38 and p["q_len"] >= V.MIN_DUO
+        given_ = {n for n, x in kw.items() if x is not None and n not in ("scale", "max_seqlen_q", "max_seqlen_k",
+                                                                          "enable_gqa")}
+        assert given_ <= {n for n, r in A.READS.items() if variant in r}, (variant, kw)
+    run()
