@@ -151,3 +151,28 @@ def test_callable_is_bound_inlined_and_sass_equals_control(called):
     assert not any(i.startswith("CALL") for i in sass)  # the thunk and the callable were inlined
     assert any(i.startswith("FMUL") or i.startswith("FADD") for i in sass)  # x[i] *= 2
     assert_same_sass(called, "calls")
+
+
+def test_a_library_called_through_callables_runs_in_its_callers_warps(packer, component):
+    """A library that reads PL_WARP_BEGIN() and is reached only through its callables (the
+    decode megakernel's dec_rmsnorm, dec_matvec, ...) gets the warp range of the one role that
+    imports them; called by two roles it has none (L-ROLE naming both)."""
+    import dataclasses
+
+    from pipelink.common.diagnostics import Rejected
+    from pipelink.linker.link import plan
+
+    callee = component("callee")
+    m = callee.measured
+    lib = dataclasses.replace(callee, measured=dataclasses.replace(
+        m, handles=tuple(sorted(set(m.handles) | {"pl_callee__role__warp_begin"}))))
+    one = packer.compose(kernel_text("calls", ("c0", "caller"), ("lib", "callee")), [component("caller"), lib])
+    ch, pl, src, _ = plan(one)
+    body = src[src.index("pl_callee__role__warp_begin(unsigned"):]
+    assert f"return {pl.warp_begin['c0']}u;" in body[:body.index("}")]
+    two = packer.compose(kernel_text("calls2", ("c0", "caller"), ("c1", "caller"), ("lib", "callee")),
+                         [component("caller"), lib])
+    with pytest.raises(Rejected) as e:
+        plan(two)
+    (d,) = [x for x in e.value.diagnostics if x.code == "L-ROLE"]
+    assert "called by 2 roles" in d.message and {f.text for f in d.facts if f.side == "caller"} == {"c0", "c1"}

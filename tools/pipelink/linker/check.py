@@ -49,7 +49,7 @@ def check(comp: Composition) -> Checked:
     transfers = check_tensors(comp, d, ev, binds)
     _staging_claims(transfers, claims, barriers)
     calls = check_callables(comp, d, binds)
-    check_library_warps(comp, transfers, d)
+    check_library_warps(comp, transfers, calls, d)
     check_library_barriers(transfers, calls, d)
 
     if len(barriers) > 15:

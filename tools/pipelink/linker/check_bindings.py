@@ -155,19 +155,33 @@ def _can_stage(d: Diags, ei: Instance, et: TensorDecl, ii: Instance, it: TensorD
     return True
 
 
-def check_library_warps(comp: Composition, transfers: list[Transfer], d: Diags) -> None:
-    """A library that reads its warp range runs in the warps of the one role that calls it."""
+def library_callers(lib: str, transfers: list[Transfer], calls: list[CallBinding]) -> dict[str, Instance]:
+    """The instances that run library `lib`'s code: the exporters bound to its tensor imports and
+    the importers of its callables."""
+    out = {t.exporter.name: t.exporter for t in transfers if t.importer.name == lib}
+    out.update({c.importer.name: c.importer for c in calls if c.exporter.name == lib})
+    return out
+
+
+def check_library_warps(comp: Composition, transfers: list[Transfer], calls: list[CallBinding], d: Diags) -> None:
+    """A library that reads its warp range runs in the warps of the one role that calls it
+    (through a tensor import or its callables)."""
     for i in comp.instances:
         if i.contract.role:
             continue
         if not any(h.endswith(("__role__warp_begin", "__role__warps")) for h in i.package.measured.handles):
             continue
-        callers = {t.exporter.name for t in transfers if t.importer.name == i.name}
-        if len(callers) != 1 and not (len(callers) == 0 and i.name in d.unbound_importers):  # no cascade
-            d.add("L-ROLE", f"library {_side(i)} reads its warp range but is called by {len(callers)} roles",
+        callers = library_callers(i.name, transfers, calls)
+        roles = [c for c in callers.values() if c.contract.role]
+        if len(callers) != 1 or len(roles) != 1:
+            if len(callers) == 0 and i.name in d.unbound_importers:  # no cascade
+                continue
+            d.add("L-ROLE", f"library {_side(i)} reads its warp range but is called by {len(roles)} roles"
+                  + (f" and {len(callers) - len(roles)} libraries" if len(callers) > len(roles) else ""),
                   clause="role", facts=[Fact(_side(i), "uses PL_WARP_BEGIN()/PL_WARPS()", i.contract.file)] +
                   [Fact("caller", c) for c in sorted(callers)],
-                  hint="a library's warp range is its caller's: bind its imports to exactly one role")
+                  hint="a library's warp range is its caller's: exactly one role may call it (bind its "
+                       "imports, or import its callables, from one role)")
 
 
 def check_library_barriers(transfers: list[Transfer], calls: list[CallBinding], d: Diags) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelink.linker.check_bindings import library_callers
 from pipelink.linker.check_types import Checked, Transfer
 from pipelink.linker.compose import Instance
 from pipelink.linker.contract import PARAM_ALIGN, PARAM_TYPES
@@ -353,9 +354,9 @@ def _handle_value(ch: Checked, pl: Placement, inst: Instance, kind: str, name: s
         return pl.offsets[f"ring.{name}.{part}"]
     if kind == "role":
         if inst.name not in role_of:
-            # A library runs in the warps of the role that calls it: the exporter bound to
-            # its tensor import (check_bindings._check_library_warps guarantees there is exactly one).
-            inst = next(t.exporter for t in ch.transfers if t.importer.name == inst.name)
+            # A library runs in the warps of the role that calls it: the exporter bound to its
+            # tensor import or the importer of its callables (check_library_warps: exactly one).
+            inst = next(iter(library_callers(inst.name, ch.transfers, ch.calls).values()))
         return pl.warp_begin[inst.name] if name == "warp_begin" else role_of[inst.name].warps
     raise AssertionError(f"unknown handle kind {kind}")
 
