@@ -1,0 +1,150 @@
+// dec.h — what the decode megakernel's weight stream (dec_stream) and step (dec_step) agree on:
+// the instruction schedule of one decode step, the packed weight layout they both walk, and the
+// readiness-counter words of workspace `sync`. Nothing model-specific: every size is a function
+// of the model's facts (hidden, layers, heads, kv_heads, head_dim, inter, vocab), which the
+// kernel file owns (kernels/decode/decode_models.bzl) and each owner reads through its handles.
+//
+// The step, in order (op index in brackets; L layers):
+//   [0]            EMBED  x = embed[token]                                  1 task
+//   per layer l, op 1 + 5 l + ...
+//   [+0] QKV   qkv = W_qkv · rmsnorm(x, ln1[l])                          matvec tiles
+//   [+1] ATTN  ao = attention(rope(q), cache + rope(k), v); cache[pos] = k, v   the attention package's tasks
+//   [+2] O     x += W_o · ao                                               matvec tiles
+//   [+3] GU    h = silu(W_gate · n) * (W_up · n), n = rmsnorm(x, ln2[l])    matvec tiles (gate and up rows in one tile)
+//   [+4] DOWN  x += W_down · h                                            matvec tiles
+//   [1 + 5 L]      HEAD   logits = W_head · rmsnorm(x, norm); argmax          matvec tiles
+// Every task of op k waits until op k - 1's counter holds all its tasks (sync word OPS + k - 1),
+// then runs and adds 1 to op k's counter (release). A chain of full dependencies: op k - 2's
+// writes reach op k through k - 1's acquire and release. The weight stream walks the matvec
+// tiles of its CTA in the same order and runs ahead of the counters, bounded only by its ring:
+// the next op's (and the next layer's) weights load while the current op still waits.
+//
+// Tiles: a matvec op's weight matrix is [rows, k] row-major bf16; a tile is r = tile_rows(k)
+// consecutive rows (the largest power of two with r k <= 16384: 32 KB), or for GU r gate rows
+// followed by r up rows (64 KB): the packed layout interleaves them so every tile is one
+// contiguous bulk copy. Tile i of an op goes to CTA (i + rot) mod G, where rot is the number
+// of tiles of all earlier matvec ops (so the remainders rotate over the grid).
+//
+// Packed weights (`weights`, bf16, one buffer; kernels/decode/llama_pack.py writes it), per
+// layer: W_qkv [q_dim + 2 kv_dim, hidden] (q, k, v rows as Hugging Face's q/k/v_proj),
+// W_o [hidden, q_dim], W_gu [2 inter, hidden] (r_h gate rows, then the same r_h up rows, ...),
+// W_down [hidden, inter]. The head is a separate matrix (`head`, [vocab, hidden]: the
+// embedding when tied) and the norms a separate f32 buffer (`norms`: ln1[l], ln2[l] for each
+// layer, then the final norm, each [hidden]).
+//
+// sync (u32 words, zero between launches): FINISH counts the CTAs done with the step; the last
+// one publishes the token, advances the position and zeroes every word again, so CUDA-graph
+// replays need no memset. BEST (u64) is the packed argmax of the logits.
+#pragma once
+#include <stdint.h>
+
+namespace dec {
+
+enum Kind : unsigned { EMBED = 0, QKV, ATTN, O, GU, DOWN, HEAD };
+
+constexpr unsigned TILE_ELEMS = 16384;       // elements of a plain tile (32 KB of bf16)
+constexpr unsigned STAGE_BYTES = 65536;      // a ring stage: a GU tile (two plain tiles)
+constexpr unsigned THREADS = 256;            // dec_step's role: 8 warps
+
+// sync words
+constexpr unsigned FINISH = 0;
+constexpr unsigned BEST = 2;                 // u64 at words 2, 3
+constexpr unsigned OPS = 16;                 // op k's counter at word OPS + k
+__host__ __device__ constexpr unsigned sync_words(unsigned layers) { return OPS + 2 + 5 * layers; }
+
+// state (the caller's int32 [4]): the token in and out, the position (cache length) in and out,
+// an error flag (1: the position reached the cache's capacity; nothing was written).
+constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2;
+
+struct Model {
+  unsigned hidden, layers, heads, kv_heads, head_dim, inter, vocab;
+  __host__ __device__ unsigned q_dim() const { return heads * head_dim; }
+  __host__ __device__ unsigned kv_dim() const { return kv_heads * head_dim; }
+  __host__ __device__ unsigned qkv_rows() const { return q_dim() + 2 * kv_dim(); }
+  __host__ __device__ unsigned ops() const { return 2 + 5 * layers; }
+  // bf16 elements of one layer in the packed buffer
+  __host__ __device__ unsigned long long layer_elems() const {
+    return (unsigned long long)qkv_rows() * hidden + (unsigned long long)hidden * q_dim() +
+           2ull * inter * hidden + (unsigned long long)hidden * inter;
+  }
+};
+
+__host__ __device__ inline unsigned tile_rows(unsigned k) {
+  unsigned r = 1;
+  while (2 * r * k <= TILE_ELEMS) r *= 2;
+  return r;
+}
+
+// A matvec op: `rows` output rows of a [rows, k] matrix in tiles of `r` rows (GU: 2 r, its
+// output rows are pairs of gate and up rows), starting at element `base` of its buffer
+// (the packed weights, or the head).
+struct MatOp {
+  unsigned kind, layer, k, r, tiles, tile_rows;  // tile_rows: rows a tile holds (GU: 2 r)
+  unsigned long long base;                        // first element in its buffer
+  bool head;                                      // the head buffer, not the packed weights
+};
+
+__host__ __device__ inline MatOp mat_op(const Model& m, unsigned kind, unsigned layer) {
+  MatOp op{kind, layer, 0, 0, 0, 0, (unsigned long long)layer * m.layer_elems(), false};
+  switch (kind) {
+    case QKV:
+      op.k = m.hidden, op.r = tile_rows(op.k), op.tiles = m.qkv_rows() / op.r;
+      break;
+    case O:
+      op.base += (unsigned long long)m.qkv_rows() * m.hidden;
+      op.k = m.q_dim(), op.r = tile_rows(op.k), op.tiles = m.hidden / op.r;
+      break;
+    case GU:
+      op.base += (unsigned long long)m.qkv_rows() * m.hidden + (unsigned long long)m.hidden * m.q_dim();
+      op.k = m.hidden, op.r = tile_rows(op.k), op.tiles = m.inter / op.r;
+      break;
+    case DOWN:
+      op.base += (unsigned long long)m.qkv_rows() * m.hidden + (unsigned long long)m.hidden * m.q_dim() +
+                 2ull * m.inter * m.hidden;
+      op.k = m.inter, op.r = tile_rows(op.k), op.tiles = m.hidden / op.r;
+      break;
+    default:  // HEAD
+      op.base = 0, op.head = true;
+      op.k = m.hidden, op.r = tile_rows(op.k), op.tiles = m.vocab / op.r;
+      break;
+  }
+  op.tile_rows = kind == GU ? 2 * op.r : op.r;
+  return op;
+}
+
+// The first of CTA `cta`'s tiles among `tiles` when tile i goes to CTA (i + rot) mod G;
+// the next ones are G apart.
+__host__ __device__ inline unsigned first_tile(unsigned cta, unsigned rot, unsigned grid) {
+  return (cta + grid - rot % grid) % grid;
+}
+
+// The matvec ops in schedule order: layer l's QKV, O, GU, DOWN, then the HEAD (index 4 L).
+__host__ __device__ inline MatOp nth_mat_op(const Model& m, unsigned n) {
+  if (n == 4 * m.layers) return mat_op(m, HEAD, 0);
+  const unsigned r = n % 4;
+  return mat_op(m, r == 0 ? QKV : r == 1 ? O : r == 2 ? GU : DOWN, n / 4);
+}
+
+// Spin until the counter at p reaches `need` (acquire at gpu scope). One asm block, so the
+// linked kernel and the single-unit control get the same loop (a C++ loop let the optimiser
+// pick `> need - 1` in one and `>= need` in the other).
+__device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned need) {
+  asm volatile(
+      "{\n .reg .pred p;\n .reg .u32 v;\n"
+      "DEC_WAIT_%=:\n"
+      " ld.acquire.gpu.global.u32 v, [%0];\n"
+      " setp.lt.u32 p, v, %1;\n"
+      " @p nanosleep.u32 32;\n"
+      " @p bra DEC_WAIT_%=;\n}\n" ::"l"(p), "r"(need)
+      : "memory");
+}
+
+// ordered key of a float for an unsigned max: larger floats give larger keys
+__device__ __forceinline__ unsigned long long argmax_key(float v, unsigned idx) {
+  unsigned b = __float_as_uint(v);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (unsigned long long)b << 32 | (0xffffffffu - idx);  // ties: the smaller index wins
+}
+__device__ __forceinline__ unsigned argmax_index(unsigned long long key) { return 0xffffffffu - (unsigned)key; }
+
+}  // namespace dec

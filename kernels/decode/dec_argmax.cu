@@ -1,0 +1,29 @@
+// dec_argmax.cu — greedy decoding's running argmax: the largest of a tile's `n` logits (ties to
+// the smaller index) joins the step's best (u64 in global memory, dec.h's key: the ordered
+// float bits over the inverted index) with one atomicMax a warp. The warp's maximum is CUB's
+// warp reduction (CCCL) over those keys. Called by the step role's 256 threads.
+#define PL_COMPONENT dec_argmax
+#include <pipelink.h>
+
+#include <cub/warp/warp_reduce.cuh>
+
+#include "dec.h"
+
+PL_DECLARE_SMEM(temp);
+
+namespace dec_argmax {
+using WarpMax = cub::WarpReduce<unsigned long long>;
+struct Max {
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a > b ? a : b; }
+};
+}  // namespace dec_argmax
+
+PL_CALLABLE(argmax)(unsigned pl_inst, const float* vals, unsigned n, unsigned base, unsigned long long* best) {
+  using namespace dec_argmax;
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32;
+  if (warp * 32 >= n) return;  // (whole warps)
+  auto* temp = reinterpret_cast<typename WarpMax::TempStorage*>(PL_SMEM_PTR(temp));
+  const unsigned long long key = t < n ? dec::argmax_key(vals[t], base + t) : 0ull;
+  const unsigned long long m = WarpMax(temp[warp]).Reduce(key, Max{});
+  if (t % 32 == 0) atomicMax(best, m);
+}

@@ -1,0 +1,144 @@
+// dec_step.cu — the decode megakernel's step role (8 warps, dec.h): runs this CTA's share of
+// every op of one decode step in schedule order. Each matvec op: wait for the previous op's
+// counter, build the op's input vector in shared memory once (RMSNorm of the residual through
+// dec_rmsnorm, or a copy of the attention output / SwiGLU activations), then for each of its
+// tiles take the next stage of ring `w` (dec_stream loads it), multiply (dec_matvec), apply
+// the op's epilogue and count the tile. ATTN ops belong to the attention role; this role only
+// waits for them. The last CTA to finish publishes the argmax token, advances the position and
+// zeroes the counters (dec.h).
+#define PL_COMPONENT dec_step
+#include <pipelink.h>
+
+#include <cuda_bf16.h>
+
+#include "dec.h"
+
+PL_DECLARE_FACT(hidden);
+PL_DECLARE_FACT(layers);
+PL_DECLARE_FACT(heads);
+PL_DECLARE_FACT(kv_heads);
+PL_DECLARE_FACT(head_dim);
+PL_DECLARE_FACT(inter);
+PL_DECLARE_FACT(vocab);
+PL_DECLARE_RING(w);
+PL_DECLARE_SMEM(xin);
+PL_DECLARE_SMEM(y);
+PL_DECLARE_BARRIER(step);
+PL_DECLARE_WORKSPACE(sync);
+PL_DECLARE_WORKSPACE(x);
+PL_DECLARE_WORKSPACE(qkv);
+PL_DECLARE_WORKSPACE(ao);
+PL_DECLARE_WORKSPACE(h);
+PL_DECLARE_CALL(embed, unsigned, const void*, float*, unsigned);
+PL_DECLARE_CALL(rmsnorm, const float*, const float*, void*, unsigned, float);
+PL_DECLARE_CALL(matvec, const void*, const void*, unsigned, unsigned, float*);
+PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
+PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
+
+namespace dec_step {
+struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32"
+  const float* norms;
+  const uint16_t* embed;
+  float* logits;
+  int* state;
+  float eps;
+};
+}  // namespace dec_step
+
+PL_ENTRY(run) {
+  using namespace dec_step;
+  const Params& p = PL_PARAMS(Params);
+  const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN();
+  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads),
+                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab)};
+  unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
+  float* x = static_cast<float*>(PL_WORKSPACE(x));
+  float* qkv = static_cast<float*>(PL_WORKSPACE(qkv));
+  const uint16_t* ao = static_cast<const uint16_t*>(PL_WORKSPACE(ao));
+  uint16_t* h = static_cast<uint16_t*>(PL_WORKSPACE(h));
+  uint8_t* ring = pl::smem_base() + PL_RING_BUFFER(w);
+  uint64_t* full = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_FULL(w));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_EMPTY(w));
+  const unsigned depth = PL_RING_DEPTH(w);
+  uint16_t* xin = reinterpret_cast<uint16_t*>(PL_SMEM_PTR(xin));
+  float* y = reinterpret_cast<float*>(PL_SMEM_PTR(y));
+  const unsigned bar = PL_BARRIER(step);
+  const unsigned G = gridDim.x, cta = blockIdx.x;
+  const unsigned token = __ldcg(reinterpret_cast<const unsigned*>(p.state) + dec::ST_TOKEN);
+
+  // thread 0 waits until `word` reaches `need` (acquire), then the role goes on together
+  const auto wait = [&](unsigned word, unsigned need) {
+    if (t == 0) dec::wait_at_least(sync + word, need);
+    pl::named_barrier_sync(bar, dec::THREADS);
+  };
+  // every thread's writes of this task are done (the barrier), then one release
+  const auto signal = [&](unsigned word) {
+    pl::named_barrier_sync(bar, dec::THREADS);
+    if (t == 0) pl::red_release(sync + word, 1);
+  };
+
+  if (cta == 0) {  // op 0: the embedding row of the token into the residual
+    PL_CALL(embed, token, p.embed, x, m.hidden);
+    signal(dec::OPS + 0);
+  }
+  unsigned k = 1, prev_need = 1, rot = 0, stage = 0, phase = 0;
+  // One matvec op: `input` builds xin once (after the wait), `epilogue(i, y)` takes tile i's rows.
+  const auto matvec_op = [&](unsigned kind, unsigned layer, auto input, auto epilogue) {
+    const dec::MatOp op = dec::mat_op(m, kind, layer);
+    const unsigned first = dec::first_tile(cta, rot, G);
+    if (first < op.tiles) {
+      wait(dec::OPS + k - 1, prev_need);
+      input();
+      pl::named_barrier_sync(bar, dec::THREADS);
+      for (unsigned i = first; i < op.tiles; i += G) {
+        pl::mbar_wait(full + stage, phase);
+        PL_CALL(matvec, ring + (size_t)stage * dec::STAGE_BYTES, xin, op.tile_rows, op.k, y);
+        if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
+        if (++stage == depth) stage = 0, phase ^= 1u;
+        epilogue(i, op);
+        signal(dec::OPS + k);
+      }
+    }
+    rot += op.tiles, prev_need = op.tiles, ++k;
+  };
+  const auto norm_input = [&](const float* w) {
+    return [=]() { PL_CALL(rmsnorm, x, w, xin, m.hidden, p.eps); };
+  };
+  const auto copy_input = [&](const uint16_t* src, unsigned n) {  // bf16 written by other CTAs: through L2
+    return [=]() {
+      for (unsigned c = t; c < n / 8; c += dec::THREADS)
+        reinterpret_cast<uint4*>(xin)[c] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
+    };
+  };
+  const auto add_residual = [&](unsigned i, const dec::MatOp& op) {
+    if (t < op.r) x[i * op.r + t] = __ldcg(x + i * op.r + t) + y[t];
+  };
+
+  for (unsigned l = 0; l < m.layers; ++l) {
+    matvec_op(dec::QKV, l, norm_input(p.norms + (size_t)(2 * l) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
+      if (t < op.r) qkv[i * op.r + t] = y[t];
+    });
+    // ATTN: the attention role's; every CTA's instance counts once
+    rot += 0, prev_need = G, ++k;
+    matvec_op(dec::O, l, copy_input(ao, m.q_dim()), add_residual);
+    matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
+      PL_CALL(swiglu, y, y + op.r, h + i * op.r, op.r);
+    });
+    matvec_op(dec::DOWN, l, copy_input(h, m.inter), add_residual);
+  }
+  unsigned long long* best = reinterpret_cast<unsigned long long*>(sync + dec::BEST);
+  matvec_op(dec::HEAD, 0, norm_input(p.norms + (size_t)(2 * m.layers) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
+    if (t < op.r) p.logits[i * op.r + t] = y[t];
+    PL_CALL(argmax, y, op.r, i * op.r, best);
+  });
+
+  // the step is done here: the last CTA publishes it and leaves every counter zero
+  pl::named_barrier_sync(bar, dec::THREADS);
+  if (t == 0 && pl::atom_acq_rel(sync + dec::FINISH, 1) == G - 1) {
+    const unsigned long long b = __ldcg(best);
+    p.state[dec::ST_TOKEN] = (int)dec::argmax_index(b);
+    p.state[dec::ST_POS] = __ldcg(p.state + dec::ST_POS) + 1;
+    for (unsigned wd = 0; wd < dec::sync_words(m.layers); ++wd) sync[wd] = 0;
+    __threadfence();
+  }
+}

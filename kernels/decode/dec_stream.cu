@@ -1,0 +1,62 @@
+// dec_stream.cu — the decode megakernel's weight stream (one warp, dec.h): walks this CTA's
+// matvec tiles of the whole step in schedule order and bulk-copies each into the next stage of
+// ring `w`. It never waits on the readiness counters, only on free stages, so it runs ahead of
+// the step role by the ring's depth: the next op's and the next layer's weights are in flight
+// while the current op still waits for its input. Weights are read once per step, so the copies
+// ask L2 to evict them first (the KV cache and the activations stay).
+#define PL_COMPONENT dec_stream
+#include <pipelink.h>
+
+#include "dec.h"
+
+PL_DECLARE_FACT(hidden);
+PL_DECLARE_FACT(layers);
+PL_DECLARE_FACT(heads);
+PL_DECLARE_FACT(kv_heads);
+PL_DECLARE_FACT(head_dim);
+PL_DECLARE_FACT(inter);
+PL_DECLARE_FACT(vocab);
+PL_DECLARE_RING(w);
+
+namespace dec_stream {
+struct Params {  // [params]: weights, head = "ptr"
+  const uint16_t* weights;
+  const uint16_t* head;
+};
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          pl::smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(pl::smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+}  // namespace dec_stream
+
+PL_ENTRY(run) {
+  using namespace dec_stream;
+  const Params& p = PL_PARAMS(Params);
+  if (threadIdx.x % 32 != 0) return;  // one thread issues every copy
+  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads),
+                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab)};
+  uint8_t* ring = pl::smem_base() + PL_RING_BUFFER(w);
+  uint64_t* full = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_FULL(w));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_EMPTY(w));
+  const unsigned depth = PL_RING_DEPTH(w);
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  unsigned stage = 0, phase = 0, rot = 0;
+  const unsigned grid = gridDim.x;
+  for (unsigned n = 0; n <= 4 * m.layers; ++n) {
+    const dec::MatOp op = dec::nth_mat_op(m, n);
+    const unsigned bytes = op.tile_rows * op.k * 2;
+    const uint16_t* src = (op.head ? p.head : p.weights) + op.base;
+    for (unsigned i = dec::first_tile(blockIdx.x, rot, grid); i < op.tiles; i += grid) {
+      pl::mbar_wait(empty + stage, phase ^ 1u);
+      pl::mbar_arrive_expect_tx(full + stage, bytes);
+      bulk_load(ring + (size_t)stage * dec::STAGE_BYTES, src + (size_t)i * op.tile_rows * op.k, bytes, full + stage, policy);
+      if (++stage == depth) stage = 0, phase ^= 1u;
+    }
+    rot += op.tiles;
+  }
+}

@@ -1,0 +1,53 @@
+"""The dense decode models that one set of megakernel packages serves: each is one more link of
+the same packages, the model's shape owned by the kernel file (fused_kernel `facts`).
+
+    decode_models()    # kernels/decode/BUILD.bazel: one fused_kernel per served model and attention
+
+DECODE_MODELS is the table; kernels/decode/llama_models.py holds each model's full config for
+Python (tests/kernels/test_llama_megakernel.py asserts the two agree). The RoPE table and the
+RMSNorm epsilon are data (`inv_freq`, `eps`), not facts: the tied/untied head is which buffer the
+caller passes as `head`.
+"""
+
+load("//pipelink_rules:defs.bzl", "fused_kernel", "fused_kernel_sass_test")
+
+# A plain dict literal, so Python can read it (ast.literal_eval).
+DECODE_MODELS = {
+    "llama3_2_1b": {"target": "llama3_1b", "hidden": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "head_dim": 64, "inter": 8192, "vocab": 128256},
+    "llama3_8b": {"target": "llama3_8b", "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "inter": 14336, "vocab": 128256},
+    # A small shape of the same family for the GPU tests (seconds, not minutes, of f32 reference).
+    "llama_tiny": {"target": "llama_tiny", "hidden": 512, "layers": 2, "heads": 8, "kv_heads": 2, "head_dim": 64, "inter": 1024, "vocab": 1024},
+}
+
+DECODE_FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab")
+
+# The attention packages that link into the same megakernel unchanged (package dec_attn).
+DECODE_ATTENTION = {
+    "split": ":dec_attn_split",
+    "simple": ":dec_attn_simple",
+}
+
+DECODE_COMPONENTS = [":dec_step", ":dec_stream", ":dec_embed", ":dec_rmsnorm", ":dec_matvec", ":dec_rope", ":dec_swiglu", ":dec_argmax"]
+
+def llama_decode(name, model, attention = "split", tags = []):
+    """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION."""
+    m = DECODE_MODELS[model]
+    fused_kernel(
+        name = name,
+        arch = "sm_90a",
+        components = DECODE_COMPONENTS + [DECODE_ATTENTION[attention]],
+        kernel = "llama_decode.kernel.toml",
+        facts = {f: m[f] for f in DECODE_FACTS},
+        visibility = ["//visibility:public"],
+        tags = tags,
+    )
+    fused_kernel_sass_test(
+        name = name + "_sass_test",
+        kernel = ":" + name,
+    )
+
+def decode_models():
+    """For each model: <target> (split-KV attention) and <target>_simple (the simple one)."""
+    for model, m in DECODE_MODELS.items():
+        llama_decode(name = m["target"], model = model)
+        llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")

@@ -1,0 +1,143 @@
+"""The decode megakernel (kernels/decode/dec.h) as a decode-step backend of llama.Llama.generate.
+
+    from llama import Llama
+    from llama_megakernel import MegakernelStep
+    m = Llama.from_config("llama3_2_1b", weights="/ckpt/Llama-3.2-1B")
+    step = MegakernelStep(m.cfg, m.weights, max_seq=4096)           # //kernels/decode:llama3_1b
+    new = m.generate(prompt, 64, step=step)
+    g = step.graph()          # one decode step as a CUDA graph: step.set_token(t); g.replay()
+
+Batch 1. The kernel is the one decode_models.bzl links for the config's shape (llama_pack.kernel_target),
+read from bazel-bin/kernels/decode (or `kernel_dir`); `attention="simple"` takes the build with
+the simple attention package, `control=True` the single-unit control cubin. The prompt runs
+through the same kernel one position at a time (each step appends its key and value to the
+cache); there is no separate prefill kernel yet.
+
+State on the device: the packed weights (llama_pack.pack), the KV cache [layers, kv_heads,
+max_seq, head_dim] bf16 (dec_attn.h), logits f32 [vocab] and `state` int32 [4] (token,
+position, error flag): the kernel reads the token and position, writes the argmax token and
+position + 1, so CUDA-graph replays chain greedy steps with no host work. Every bad argument is
+a coded error with a hint, raised before anything is launched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+try:
+    from pipelink.runtime import Kernel, LaunchError
+except ImportError:  # run from a checkout without PYTHONPATH=tools
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from pipelink.runtime import Kernel, LaunchError
+
+from pipelink.runtime.entry import device_index, expect_cubin, expect_manifest, flag, integer, optional_dir
+
+import llama_pack
+from llama_models import LlamaConfig, expect_config
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = {"weights", "head", "norms", "embed", "logits", "state", "eps", "kcache", "vcache", "max_seq", "inv_freq"}
+ATTENTION = ("split", "simple")
+ST_TOKEN, ST_POS, ST_ERROR = 0, 1, 2
+
+
+class MegakernelStep:
+    """prefill(ids [1, T]) -> (logits [1, vocab], state); decode(token [1], state) -> logits [1, vocab]."""
+
+    def __init__(self, cfg: LlamaConfig, weights: dict, *, max_seq: int | None = None, attention: str = "split",
+                 control: bool = False, kernel_dir=None, device: int = 0):
+        expect_config(cfg)
+        if attention not in ATTENTION:
+            raise LaunchError("R-PARAM", f"attention = {attention!r} is not a linked attention package",
+                              hint=f"pass one of {', '.join(map(repr, ATTENTION))}")
+        control, device = flag("control", control), device_index(device)
+        kdir = optional_dir("kernel_dir", kernel_dir)
+        max_seq = cfg.max_positions if max_seq is None else max_seq
+        self.max_seq = integer("max_seq", max_seq, 1, min(cfg.max_positions, 2**31 - 1),
+                               hint=f"the KV cache's capacity in positions: 1 .. {cfg.max_positions} (max_positions)")
+        target = llama_pack.kernel_target(cfg) + ("" if attention == "split" else "_simple")
+        missing = sorted(n for n in cfg.tensors() if n not in weights) if isinstance(weights, dict) else None
+        if missing is None or missing:
+            raise LaunchError("R-CONFIG", "weights: " + ("not a dict" if missing is None else
+                              f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"),
+                              hint="pass Llama.weights (llama_weights' layout: cfg.tensors() names)")
+        if not torch.cuda.is_available():
+            raise LaunchError("R-DEVICE", "no CUDA device: the decode megakernel runs on an sm_90a GPU",
+                              hint="run on the GPU machine (the reference step runs anywhere)")
+        d = kdir or Path(os.environ.get("PIPELINK_DECODE_DIR") or ROOT / "bazel-bin" / "kernels" / "decode")
+        cubin = d / (f"{target}.control.cubin" if control else f"{target}.cubin")
+        build = f"tools/bazel build //kernels/decode:{target} --output_groups=+control"
+        if not cubin.is_file():
+            raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
+        expect_manifest(d / f"{target}.manifest.json", f"//kernels/decode:{target}", params=PARAMS,
+                        facts={f: getattr(cfg, f) for f in llama_pack.FACTS}, hint=build)
+        expect_cubin(cubin, hint=build)
+        self.cfg, self.target, self.device = cfg, target, device
+        dev = torch.device("cuda", device)
+        self.bufs = llama_pack.pack(cfg, weights, device=dev)
+        shape = (cfg.layers, cfg.kv_heads, self.max_seq, cfg.head_dim)
+        self.kcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)
+        self.vcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)
+        self.logits = torch.full((cfg.vocab,), float("nan"), dtype=torch.float32, device=dev)
+        self.state = torch.zeros(4, dtype=torch.int32, device=dev)
+        self.kernel = Kernel.load(cubin, d / f"{target}.manifest.json", device)
+        self.session = self.kernel.open(
+            weights=self.bufs["weights"], head=self.bufs["head"], norms=self.bufs["norms"], embed=self.bufs["embed"],
+            inv_freq=self.bufs["inv_freq"], logits=self.logits, state=self.state, eps=float(cfg.rms_eps),
+            kcache=self.kcache, vcache=self.vcache, max_seq=self.max_seq)
+        self.pos = 0
+
+    def _token(self, token) -> int:
+        t = int(token)
+        if not 0 <= t < self.cfg.vocab:
+            raise LaunchError("R-PARAM", f"token {t} is outside the vocabulary 0 .. {self.cfg.vocab - 1}",
+                              hint="pass token ids of this model")
+        return t
+
+    def set_token(self, token) -> None:
+        """The next step's input token (for a graph replay; decode() sets it itself)."""
+        self.state[ST_TOKEN] = self._token(token)
+
+    def _step(self, token: int) -> torch.Tensor:
+        if self.pos >= self.max_seq:
+            raise LaunchError("R-PARAM", f"position {self.pos} is past the KV cache's {self.max_seq} positions",
+                              hint="pass a larger max_seq (up to max_positions), or start a new sequence")
+        self.state[ST_TOKEN] = token
+        self.session.launch()
+        self.pos += 1
+        return self.logits
+
+    def prefill(self, ids: torch.Tensor):
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise LaunchError("R-SHAPE", f"ids {list(ids.shape)}: the decode megakernel runs batch 1",
+                              hint="pass one prompt [1, T]")
+        tokens = [self._token(t) for t in ids[0].tolist()]
+        if len(tokens) > self.max_seq:
+            raise LaunchError("R-PARAM", f"the prompt's {len(tokens)} tokens do not fit the {self.max_seq}-position "
+                              "KV cache", hint="pass a larger max_seq")
+        self.state.zero_()
+        self.pos = 0
+        for t in tokens:
+            out = self._step(t)
+        return out[None].clone(), self
+
+    def decode(self, token_ids: torch.Tensor, state) -> torch.Tensor:
+        if state is not self:
+            raise LaunchError("R-PARAM", "state is not this step's", hint="pass the state prefill returned")
+        if token_ids.numel() != 1:
+            raise LaunchError("R-SHAPE", f"token_ids {list(token_ids.shape)}: batch 1", hint="pass one token")
+        return self._step(self._token(token_ids.reshape(-1)[0]))[None].clone()
+
+    def graph(self) -> "torch.cuda.CUDAGraph":
+        """One decode step captured in a CUDA graph: each replay reads state's token and
+        position and leaves the argmax token and the next position there (greedy chaining)."""
+        s = torch.cuda.Stream(self.device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            with torch.cuda.graph(g, stream=s):
+                self.session.launch()
+        return g

@@ -1,0 +1,132 @@
+"""The decode megakernel's view of a Llama model (kernels/decode/dec.h): which linked target
+serves a config, and the weights packed in the layout its weight stream walks.
+
+    from llama_pack import kernel_target, pack
+    target = kernel_target(cfg)                 # "llama3_1b" (a DECODE_MODELS entry's target)
+    bufs = pack(cfg, weights, device="cuda")    # weights, norms, head, embed, inv_freq
+
+The packed layer weights (bf16, one buffer), layer after layer: W_qkv [q_dim + 2 kv_dim, hidden]
+(q_proj, k_proj, v_proj rows), W_o [hidden, q_dim], W_gu [2 inter, hidden] with gate and up
+rows interleaved in runs of r = tile_rows(hidden) (r gate rows, then the same r up rows: one
+weight-stream tile), W_down [hidden, inter]. The norms are one f32 buffer [2 layers + 1, hidden]
+(input_layernorm, post_attention_layernorm of each layer, then model.norm); the head is
+lm_head.weight, or embed_tokens when the model ties them; inv_freq is the reference's RoPE
+table (llama_reference.rope_inv_freq) in f32.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import torch
+
+try:
+    from pipelink.runtime import LaunchError
+except ImportError:  # run from a checkout without PYTHONPATH=tools
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from pipelink.runtime import LaunchError
+
+import llama_reference as ref
+from llama_models import LlamaConfig, expect_config
+
+TILE_ELEMS = 16384  # dec.h TILE_ELEMS: a plain weight-stream tile holds r rows with r k <= this
+MAX_GROUP = 8       # dec_attn.h: query heads a KV head
+FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab")
+
+
+def _table() -> dict:
+    """DECODE_MODELS of decode_models.bzl (a dict literal), the one table of linked models."""
+    text = (Path(__file__).with_name("decode_models.bzl")).read_text()
+    start = text.index("DECODE_MODELS = {")
+    tree = ast.parse(text[start:text.index("\n}\n", start) + 3])
+    return ast.literal_eval(tree.body[0].value)
+
+
+DECODE_MODELS = _table()
+
+
+def tile_rows(k: int) -> int:
+    """dec.h tile_rows: the largest power of two r with r·k <= TILE_ELEMS (at least 1)."""
+    r = 1
+    while 2 * r * k <= TILE_ELEMS:
+        r *= 2
+    return r
+
+
+def unsupported(cfg: LlamaConfig) -> list[str]:
+    """Why the megakernel's packages cannot serve `cfg` (their contracts' accept ranges and
+    dec_attn.h's group limit); empty when they can."""
+    out = []
+    if cfg.qk_norm:
+        out.append("qk_norm (Qwen3's per-head RMSNorm of q and k): no package applies it")
+    if cfg.head_dim not in (64, 128):
+        out.append(f"head_dim = {cfg.head_dim}: the attention packages accept 64 and 128")
+    if cfg.group > MAX_GROUP:
+        out.append(f"heads / kv_heads = {cfg.group}: the attention packages take at most {MAX_GROUP} query heads a KV head")
+    for f in ("hidden", "inter"):
+        v = getattr(cfg, f)
+        if v % 256 or not 256 <= v <= 16384:
+            out.append(f"{f} = {v}: the packages accept multiples of 256 in 256 .. 16384")
+    q_dim = cfg.heads * cfg.head_dim
+    if q_dim % 256 or q_dim > 16384:
+        out.append(f"heads · head_dim = {q_dim}: the O projection's k must be a multiple of 256 up to 16384")
+    if cfg.vocab % 64:
+        out.append(f"vocab = {cfg.vocab}: the head's tiles need a multiple of 64")
+    return out
+
+
+def kernel_target(cfg: LlamaConfig) -> str:
+    """The decode_models.bzl target whose facts are cfg's; else R-CONFIG saying why none is."""
+    expect_config(cfg)
+    facts = {f: getattr(cfg, f) for f in FACTS}
+    for m in DECODE_MODELS.values():
+        if all(m[f] == v for f, v in facts.items()):
+            why = unsupported(cfg)
+            if why:  # a table entry the packages cannot serve would have failed to link
+                raise LaunchError("R-CONFIG", f"{cfg.name}: " + "; ".join(why), hint="see kernels/decode/README.md")
+            return m["target"]
+    why = unsupported(cfg)
+    linked = "; ".join(f"{k} ({', '.join(f'{f} {m[f]}' for f in FACTS)})" for k, m in DECODE_MODELS.items())
+    raise LaunchError("R-CONFIG", f"{cfg.name}: no decode megakernel is linked for its shape"
+                      + (" and the packages cannot serve it: " + "; ".join(why) if why else ""),
+                      hint=f"linked: {linked}" + ("" if why else "; add the model to kernels/decode/decode_models.bzl "
+                                                  "(one more link of the same packages)"))
+
+
+def pack(cfg: LlamaConfig, weights: dict, device=None) -> dict[str, torch.Tensor]:
+    """The megakernel's buffers of `weights` (llama_weights' layout, any float dtype) on `device`."""
+    expect_config(cfg)
+    H, L, I = cfg.hidden, cfg.layers, cfg.inter
+    r = tile_rows(H)
+    if I % r:
+        raise LaunchError("R-CONFIG", f"inter = {I} is not a multiple of the gate/up tile's {r} rows",
+                          hint="the packages accept inter in multiples of 256")
+    bf = torch.bfloat16
+    parts, norms = [], []
+    for i in range(L):
+        p = f"model.layers.{i}."
+        w = lambda n: weights[p + n]  # noqa: E731
+        gate, up = w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")
+        gu = torch.stack([gate.reshape(I // r, r, H), up.reshape(I // r, r, H)], dim=1).reshape(2 * I, H)
+        parts += [w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"), w("self_attn.v_proj.weight"),
+                  w("self_attn.o_proj.weight"), gu, w("mlp.down_proj.weight")]
+        norms += [w("input_layernorm.weight"), w("post_attention_layernorm.weight")]
+    norms.append(weights["model.norm.weight"])
+    embed = weights["model.embed_tokens.weight"]
+    head = embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
+    out = {
+        "weights": torch.cat([t.to(bf).reshape(-1) for t in parts]),
+        "norms": torch.stack([n.to(torch.float32) for n in norms]),
+        "embed": embed.to(bf).contiguous(),
+        "inv_freq": ref.rope_inv_freq(cfg, torch.float32),
+    }
+    out["head"] = out["embed"] if cfg.tie_word_embeddings else head.to(bf).contiguous()
+    return {k: v.to(device) for k, v in out.items()} if device is not None else out
+
+
+def layer_elems(cfg: LlamaConfig) -> int:
+    """dec.h Model::layer_elems: bf16 elements of one layer in the packed buffer."""
+    q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    return (q + 2 * kv) * cfg.hidden + cfg.hidden * q + 2 * cfg.inter * cfg.hidden + cfg.hidden * cfg.inter
