@@ -5,9 +5,9 @@
     new = m.generate([128000, 791, 6864], max_new_tokens=32)               # greedy, [32]
     new, logits = m.generate(ids, 32, greedy=False, temperature=0.7, top_k=50, seed=0, return_logits=True)
 
-The only decode step today is ReferenceStep: the fp32 torch reference on the CPU (or wherever
-its weights are). The decode megakernel of issue 43 does not exist yet; when it does, it plugs
-in as `step=`: any object with
+The default decode step is ReferenceStep: the fp32 torch reference on the CPU (or wherever
+its weights are). The decode megakernel of issue 43 plugs in as `step=`
+(llama_megakernel.MegakernelStep); a backend is any object with
 
     prefill(ids: LongTensor [B, T]) -> (logits [B, vocab] of the last position, state)
     decode(token_ids: LongTensor [B], state) -> logits [B, vocab]       (state advances one position)
@@ -112,7 +112,7 @@ class Llama:
         token was chosen from, [N, vocab] / [B, N, vocab] (float32 or the step's dtype).
         greedy: argmax (the first index on ties); else sampling with temperature (default 1.0)
         from the top_k logits (default all), reproducible with `seed`. step: the decode step
-        backend (default: ReferenceStep; the megakernel will plug in here)."""
+        backend (default: ReferenceStep; the megakernel: llama_megakernel.MegakernelStep)."""
         ids, squeeze = self._prompt(prompt_ids)
         n = _int("max_new_tokens", max_new_tokens, 0, None, "pass the number of tokens to generate (0 or more)")
         T = ids.shape[1]
