@@ -1,0 +1,255 @@
+"""The decode megakernel of issue 43 on the GPU (//kernels/decode, bazel-bin): correctness,
+sanitizers, linked / control, and ms per token against torch at several contexts.
+
+    python3 benchmarks/llama_decode_bench.py check      # llama_tiny x {split, simple, control} 200 steps,
+                                                        # llama3_1b x {split, simple} 64 steps, vs the fp32 reference
+    python3 benchmarks/llama_decode_bench.py sanitize   # memcheck, racecheck, synccheck: llama_tiny split and simple
+    python3 benchmarks/llama_decode_bench.py pair       # llama3_1b linked / control, ABBA both orders, context 1024
+    python3 benchmarks/llama_decode_bench.py bench [--contexts 16,1024,4096,32768]
+
+Weights are random bf16 of the model's shapes (no trained model here); the KV cache is filled
+with random values up to the context, and every step is timed at that context (each graph step
+first resets the position: a 4-byte fill kernel, also in the torch graphs' timing). Sustained
+regime: each timed graph holds >= 200 ms of steps; candidates interleaved in rounds (gpu_bench).
+The floor is the bytes every step must read (packed weights + head) at 4.8 TB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "kernels" / "decode"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+HBM = 4.8e12
+TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
+
+
+def _tiny():
+    import llama_models as lm
+    return lm.LlamaConfig("llama_tiny", 1024, 512, 2, 8, 2, 64, 1024, 1e-5, 500000.0,
+                          lm.Llama3RopeScaling(32.0, 1.0, 4.0, 8192), True, 4096)
+
+
+def _weights(cfg, seed: int, device="cuda"):
+    """Random weights on the GPU (llama_weights' layout and scale), float32."""
+    import torch
+    g = torch.Generator(device=device).manual_seed(seed)
+    out = {}
+    for name, shape in cfg.tensors().items():
+        if len(shape) == 1:
+            out[name] = 1.0 + 0.1 * torch.randn(shape, generator=g, device=device)
+        else:
+            out[name] = torch.randn(shape, generator=g, device=device) * (0.5 / shape[1] ** 0.5)
+    return out
+
+
+def _forced(step, ids):
+    """Teacher-forced logits [T, vocab] of the kernel, the logits poisoned before every step."""
+    import torch
+    out = []
+    for t in ids[0].tolist():
+        step.logits.fill_(float("nan"))
+        step.state[0] = t
+        step.session.launch()
+        out.append(step.logits.double().cpu())
+    torch.cuda.synchronize()
+    return torch.stack(out)
+
+
+def cmd_check(a) -> int:
+    import torch
+    import llama_models as lm
+    import llama_reference as ref
+    from llama_megakernel import MegakernelStep
+    bad = 0
+    for cfg, steps, builds in ((_tiny(), 200, (("split", False), ("simple", False), ("split", True))),
+                               (lm.MODELS["llama3_2_1b"], 64, (("split", False), ("simple", False)))):
+        w = _weights(cfg, seed=7)
+        ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(3)).cuda()
+        want = ref.prefill(w, cfg, ids)[0][0].double().cpu()
+        for attention, control in builds:
+            s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control)
+            got = _forced(s, ids)
+            r = ref.agreement(got, want)
+            ok = r["ok"] and bool(torch.isfinite(got).all())
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  {s.target:<20} control={control!s:<5} {steps} steps: worst rel "
+                  f"{r['worst_rel']:.2e} (tol 2e-2) at step {r['worst_step'][1]}, decisive token mismatches "
+                  f"{len(r['token_mismatches'])}", flush=True)
+            del s
+            torch.cuda.empty_cache()
+    return 1 if bad else 0
+
+
+def worker(attention: str) -> int:
+    import torch
+    import llama_reference as ref
+    from llama_megakernel import MegakernelStep
+    cfg = _tiny()
+    w = _weights(cfg, seed=9)
+    ids = torch.randint(0, cfg.vocab, (1, 70), generator=torch.Generator().manual_seed(1)).cuda()
+    s = MegakernelStep(cfg, w, max_seq=80, attention=attention)
+    r = ref.agreement(_forced(s, ids), ref.prefill(w, cfg, ids)[0][0].double().cpu())
+    print(f"RESULT {'correct' if r['ok'] else 'wrong'} {s.target} worst rel {r['worst_rel']:.2e}", flush=True)
+    return 0 if r["ok"] else 1
+
+
+def cmd_sanitize(a) -> int:
+    from gpu_bench import sanitizer
+    san = sanitizer()
+    if san is None:
+        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
+        return 1
+    bad = runs = 0
+    for attention in ("split", "simple"):
+        for tool, extra in TOOLS.items():
+            runs += 1
+            cmd = [san, "--tool", tool, *extra, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
+                   __file__, "worker", "--attention", attention]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+                text, rc = p.stdout + p.stderr, p.returncode
+            except subprocess.TimeoutExpired:
+                text, rc = "timed out after 1200 s", -1
+            ok = rc == 0 and "RESULT correct" in text
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  llama_tiny {attention:<7} {tool:<10} rc={rc} "
+                  f"{' | '.join(ln.strip() for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}",
+                  flush=True)
+            if not ok:
+                print("    " + "\n    ".join(text.splitlines()[-25:]))
+    print(f"sanitize: {runs - bad}/{runs} clean")
+    return 1 if bad else 0
+
+
+def _at_context(step, context: int):
+    """A launch function of one step at `context` cached positions (the cache filled at random)."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(context)
+    for c in (step.kcache, step.vcache):
+        c[:, :, :context].copy_(torch.randn(c[:, :, :context].shape, generator=g, device="cuda").to(c.dtype))
+    pos = step.state[1:2]
+
+    def run():
+        pos.fill_(context)
+        step.session.launch()
+    return run
+
+
+def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool):
+    """gpt-fast style bf16 decode step over a static cache of max_seq = context + 1 positions."""
+    import torch
+    import torch.nn.functional as F
+    import llama_reference as ref
+    bf = torch.bfloat16
+    W = {k: v.to(bf) for k, v in w.items()}
+    L, kvh, hd = cfg.layers, cfg.kv_heads, cfg.head_dim
+    kc = torch.randn(L, kvh, max_seq, hd, device="cuda", dtype=bf)
+    vc = torch.randn(L, kvh, max_seq, hd, device="cuda", dtype=bf)
+    inv = ref.rope_inv_freq(cfg, torch.float32).cuda()
+    ang = torch.arange(max_seq, device="cuda", dtype=torch.float32)[:, None] * inv[None]
+    cos, sin = ang.cos().to(bf), ang.sin().to(bf)
+    pos = torch.tensor([context], device="cuda")
+    tok = torch.tensor([1], device="cuda")
+    head = W["model.embed_tokens.weight"] if cfg.tie_word_embeddings else W["lm_head.weight"]
+
+    def rms(x, wt):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)).to(bf) * wt
+
+    def rope(x):  # [n, hd]
+        c, s = cos[pos], sin[pos]
+        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+    def step():
+        x = W["model.embed_tokens.weight"][tok]
+        for i in range(L):
+            p = f"model.layers.{i}."
+            h = rms(x, W[p + "input_layernorm.weight"])
+            q = rope((h @ W[p + "self_attn.q_proj.weight"].T).view(cfg.heads, hd))
+            k = rope((h @ W[p + "self_attn.k_proj.weight"].T).view(kvh, hd))
+            v = (h @ W[p + "self_attn.v_proj.weight"].T).view(kvh, hd)
+            kc[i].index_copy_(1, pos, k[:, None])
+            vc[i].index_copy_(1, pos, v[:, None])
+            o = F.scaled_dot_product_attention(q.view(1, cfg.heads, 1, hd), kc[i][None], vc[i][None],
+                                               enable_gqa=True).reshape(1, -1)
+            x = x + o @ W[p + "self_attn.o_proj.weight"].T
+            h = rms(x, W[p + "post_attention_layernorm.weight"])
+            x = x + (F.silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ \
+                W[p + "mlp.down_proj.weight"].T
+        return rms(x, W["model.norm.weight"]) @ head.T
+
+    fn = torch.compile(step, mode="max-autotune-no-cudagraphs", fullgraph=True) if compiled else step
+    return lambda: (pos.fill_(context), fn())
+
+
+def cmd_bench(a) -> int:
+    import torch
+    import llama_models as lm
+    from gpu_bench import interleaved
+    from llama_megakernel import MegakernelStep
+    cfg = lm.MODELS["llama3_2_1b"]
+    w = _weights(cfg, seed=1)
+    contexts = [int(c) for c in a.contexts.split(",")]
+    max_seq = max(contexts) + 1
+    steps = {att: MegakernelStep(cfg, w, max_seq=max_seq, attention=att) for att in ("split", "simple")}
+    floor_bytes = steps["split"].bufs["weights"].numel() * 2 + steps["split"].bufs["head"].numel() * 2
+    floor_us = floor_bytes / HBM * 1e6
+    print(f"weights read a step: {floor_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us at 4.8 TB/s")
+    print("context  split us  simple us  split/simple  torch.compile us  compile/split  eager us  eager/split  "
+          "split % of floor")
+    for c in contexts:
+        fns = {att: _at_context(s, c) for att, s in steps.items()}
+        if c <= a.torch_max_context:
+            fns["compile"] = _torch_step(cfg, w, c + 1, c, compiled=True)
+            fns["eager"] = _torch_step(cfg, w, c + 1, c, compiled=False)
+        t = interleaved(fns, inner=20, rounds=a.rounds, sustain_ms=200.0, skip_failing=True)
+        sp = t["split"]
+        cells = [f"{c:>7}", f"{sp:9.1f}", f"{t['simple']:9.1f}", f"{t['simple'] / sp:12.3f}"]
+        for k in ("compile", "eager"):
+            cells += [f"{t[k]:16.1f}", f"{t[k] / sp:13.3f}"] if k in t else ["-".rjust(16), "-".rjust(13)]
+        cells.append(f"{100 * floor_us / sp:15.1f}%")
+        print("  ".join(cells), flush=True)
+    return 0
+
+
+def cmd_pair(a) -> int:
+    import llama_models as lm
+    from gpu_bench import paired_ratio
+    from llama_megakernel import MegakernelStep
+    cfg = lm.MODELS["llama3_2_1b"]
+    w = _weights(cfg, seed=2)
+    lk = MegakernelStep(cfg, w, max_seq=1100)
+    ct = MegakernelStep(cfg, w, max_seq=1100, control=True)
+    fa, fb = _at_context(lk, 1024), _at_context(ct, 1024)
+    r1, q1, ta, tb = paired_ratio(fa, fb, 300, a.rounds)
+    r2, q2, _, _ = paired_ratio(fb, fa, 300, a.rounds)
+    r = (r1 / r2) ** 0.5
+    ok = abs(r - 1) <= 0.002
+    print(f"{'PASS' if ok else 'FAIL'}  llama3_1b linked / control at context 1024: {r:.4f} (orders {r1:.4f}, "
+          f"1/{r2:.4f}; IQR {max(q1, q2):.4f}; {ta:.1f} vs {tb:.1f} us)")
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "worker"])
+    ap.add_argument("--attention", default="split", choices=["split", "simple"])
+    ap.add_argument("--contexts", default="16,1024,4096,32768")
+    ap.add_argument("--torch-max-context", type=int, default=32768)
+    ap.add_argument("--rounds", type=int, default=9)
+    a = ap.parse_args(argv)
+    if a.cmd == "worker":
+        return worker(a.attention)
+    return {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
