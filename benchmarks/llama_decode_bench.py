@@ -1,8 +1,8 @@
 """The decode megakernel of issue 43 on the GPU (//kernels/decode, bazel-bin): correctness,
 sanitizers, linked / control, and ms per token against torch at several contexts.
 
-    python3 benchmarks/llama_decode_bench.py check      # llama_tiny x {split, simple, control} 200 steps,
-                                                        # llama3_1b x {split, simple} 64 steps, vs the fp32 reference
+    python3 benchmarks/llama_decode_bench.py check      # llama_tiny x {split, simple, control, unfused} 200 steps,
+                                                        # llama3_1b x {split, simple, unfused} 64 steps, vs the fp32 reference
     python3 benchmarks/llama_decode_bench.py sanitize   # memcheck, racecheck, synccheck: llama_tiny split and simple
     python3 benchmarks/llama_decode_bench.py pair       # llama3_1b linked / control, ABBA both orders, context 1024
     python3 benchmarks/llama_decode_bench.py bench [--contexts 16,1024,4096,32768]
@@ -56,7 +56,7 @@ def _forced(step, ids):
     for t in ids[0].tolist():
         step.logits.fill_(float("nan"))
         step.state[0] = t
-        step.session.launch()
+        step.launch()
         out.append(step.logits.double().cpu())
     torch.cuda.synchronize()
     return torch.stack(out)
@@ -68,13 +68,15 @@ def cmd_check(a) -> int:
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
     bad = 0
-    for cfg, steps, builds in ((_tiny(), 200, (("split", False), ("simple", False), ("split", True))),
-                               (lm.MODELS["llama3_2_1b"], 64, (("split", False), ("simple", False)))):
+    for cfg, steps, builds in ((_tiny(), 200, (("split", False, False), ("simple", False, False),
+                                                ("split", True, False), ("split", False, True))),
+                               (lm.MODELS["llama3_2_1b"], 64, (("split", False, False), ("simple", False, False),
+                                                               ("split", False, True)))):
         w = _weights(cfg, seed=7)
         ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(3)).cuda()
         want = ref.prefill(w, cfg, ids)[0][0].double().cpu()
-        for attention, control in builds:
-            s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control)
+        for attention, control, unfused in builds:
+            s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control, unfused=unfused)
             got = _forced(s, ids)
             r = ref.agreement(got, want)
             ok = r["ok"] and bool(torch.isfinite(got).all())
@@ -138,7 +140,7 @@ def _at_context(step, context: int):
 
     def run():
         pos.fill_(context)
-        step.session.launch()
+        step.launch()
     return run
 
 
@@ -200,11 +202,12 @@ def cmd_bench(a) -> int:
     contexts = [int(c) for c in a.contexts.split(",")]
     max_seq = max(contexts) + 1
     steps = {att: MegakernelStep(cfg, w, max_seq=max_seq, attention=att) for att in ("split", "simple")}
+    steps["unfused"] = MegakernelStep(cfg, w, max_seq=max_seq, unfused=True)
     floor_bytes = steps["split"].bufs["weights"].numel() * 2 + steps["split"].bufs["head"].numel() * 2
     floor_us = floor_bytes / HBM * 1e6
     print(f"weights read a step: {floor_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us at 4.8 TB/s")
-    print("context  split us  simple us  split/simple  torch.compile us  compile/split  eager us  eager/split  "
-          "split % of floor")
+    print("context  split us  simple us  split/simple  unfused us  unfused/split  torch.compile us  compile/split  "
+          "eager us  eager/split  split % of floor")
     for c in contexts:
         fns = {att: _at_context(s, c) for att, s in steps.items()}
         if c <= a.torch_max_context:
@@ -212,7 +215,8 @@ def cmd_bench(a) -> int:
             fns["eager"] = _torch_step(cfg, w, c + 1, c, compiled=False)
         t = interleaved(fns, inner=20, rounds=a.rounds, sustain_ms=200.0, skip_failing=True)
         sp = t["split"]
-        cells = [f"{c:>7}", f"{sp:9.1f}", f"{t['simple']:9.1f}", f"{t['simple'] / sp:12.3f}"]
+        cells = [f"{c:>7}", f"{sp:9.1f}", f"{t['simple']:9.1f}", f"{t['simple'] / sp:12.3f}",
+                 f"{t['unfused']:10.1f}", f"{t['unfused'] / sp:13.3f}"]
         for k in ("compile", "eager"):
             cells += [f"{t[k]:16.1f}", f"{t[k] / sp:13.3f}"] if k in t else ["-".rjust(16), "-".rjust(13)]
         cells.append(f"{100 * floor_us / sp:15.1f}%")

@@ -53,7 +53,8 @@ constexpr unsigned OPS = 16;                 // op k's counter at word OPS + k
 __host__ __device__ constexpr unsigned sync_words(unsigned layers) { return OPS + 2 + 5 * layers; }
 
 // state (the caller's int32 [4]): the token in and out, the position (cache length) in and out,
-// an error flag (1: the position reached the cache's capacity; nothing was written).
+// an error flag (1: the position reached the cache's capacity; nothing was written). The token
+// and position are published by the launch that runs the HEAD op.
 constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2;
 
 struct Model {
@@ -124,6 +125,25 @@ __host__ __device__ inline MatOp nth_mat_op(const Model& m, unsigned n) {
   const unsigned r = n % 4;
   return mat_op(m, r == 0 ? QKV : r == 1 ? O : r == 2 ? GU : DOWN, n / 4);
 }
+
+// The op index of the n-th matvec op (nth_mat_op's order).
+__host__ __device__ inline unsigned nth_mat_op_index(const Model& m, unsigned n) {
+  if (n == 4 * m.layers) return 1 + 5 * m.layers;
+  const unsigned r = n % 4;
+  return 1 + 5 * (n / 4) + (r == 0 ? 0u : r + 1u);  // QKV +0, O +2, GU +3, DOWN +4
+}
+
+// The unfused baseline (fact `unfused`): the same kernel launched once per op, with the launch's
+// ops [begin, end) as parameters. An op outside the range is skipped (its tiles too: the tile
+// walk still counts them, so every launch assigns tiles as the fused kernel does); a dependency
+// on an op of an earlier launch is met by the kernel boundary, so nothing waits for it. Fused,
+// the fact folds every test to true.
+struct OpRange {
+  bool unfused;
+  unsigned begin, end;
+  __device__ bool runs(unsigned k) const { return !unfused || (k >= begin && k < end); }
+  __device__ bool waits_for(unsigned k) const { return !unfused || k >= begin; }  // the op k's counter
+};
 
 // Spin until the counter at p reaches `need` (acquire at gpu scope). One asm block, so the
 // linked kernel and the single-unit control get the same loop (a C++ loop let the optimiser

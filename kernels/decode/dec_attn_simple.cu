@@ -16,6 +16,7 @@ PL_DECLARE_FACT(layers);
 PL_DECLARE_FACT(heads);
 PL_DECLARE_FACT(kv_heads);
 PL_DECLARE_FACT(head_dim);
+PL_DECLARE_FACT_BOOL(unfused);
 PL_DECLARE_SMEM(q);
 PL_DECLARE_SMEM(kv);
 PL_DECLARE_SMEM(ml);
@@ -53,11 +54,15 @@ PL_ENTRY(run) {
   if (!ok && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;
 
+  const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l, kvh = cta;
+    if (!range.runs(kq + 1)) continue;
     if (ok && kvh < m.kv_heads) {
-      if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
-      sync_role();
+      if (range.waits_for(kq)) {
+        if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
+        sync_role();
+      }
       for (unsigned i = t; i < g * hd; i += THREADS) q[i] = __ldcg(qkv + kvh * g * hd + i);
       for (unsigned i = t; i < hd; i += THREADS) {
         kn[i] = __ldcg(qkv + m.q_dim() + kvh * hd + i);

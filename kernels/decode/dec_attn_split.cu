@@ -18,6 +18,7 @@ PL_DECLARE_FACT(layers);
 PL_DECLARE_FACT(heads);
 PL_DECLARE_FACT(kv_heads);
 PL_DECLARE_FACT(head_dim);
+PL_DECLARE_FACT_BOOL(unfused);
 PL_DECLARE_SMEM(q);
 PL_DECLARE_SMEM(kv);
 PL_DECLARE_SMEM(pr);
@@ -68,9 +69,11 @@ PL_ENTRY(run) {
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;  // softmax in base 2
   const unsigned DCH = hd / 8, NSETS = THREADS / DCH, dch = t % DCH, pset = t / DCH;
 
+  const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
-    if (cta < tasks) {
+    if (!range.runs(kq + 1)) continue;
+    if (cta < tasks && range.waits_for(kq)) {
       if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
       sync_role();
     }

@@ -20,6 +20,7 @@ PL_DECLARE_FACT(kv_heads);
 PL_DECLARE_FACT(head_dim);
 PL_DECLARE_FACT(inter);
 PL_DECLARE_FACT(vocab);
+PL_DECLARE_FACT_BOOL(unfused);
 PL_DECLARE_RING(w);
 PL_DECLARE_SMEM(xin);
 PL_DECLARE_SMEM(y);
@@ -36,12 +37,13 @@ PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
 PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
 
 namespace dec_step {
-struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32"
+struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32", op_begin, op_end = "u32"
   const float* norms;
   const uint16_t* embed;
   float* logits;
   int* state;
   float eps;
+  unsigned op_begin, op_end;
 };
 }  // namespace dec_step
 
@@ -65,6 +67,7 @@ PL_ENTRY(run) {
   const unsigned bar = PL_BARRIER(step);
   const unsigned G = gridDim.x, cta = blockIdx.x;
   const unsigned token = __ldcg(reinterpret_cast<const unsigned*>(p.state) + dec::ST_TOKEN);
+  const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
 
   // thread 0 waits until `word` reaches `need` (acquire), then the role goes on together
   const auto wait = [&](unsigned word, unsigned need) {
@@ -77,7 +80,7 @@ PL_ENTRY(run) {
     if (t == 0) pl::red_release(sync + word, 1);
   };
 
-  if (cta == 0) {  // op 0: the embedding row of the token into the residual
+  if (cta == 0 && range.runs(0)) {  // op 0: the embedding row of the token into the residual
     PL_CALL(embed, token, p.embed, x, m.hidden);
     signal(dec::OPS + 0);
   }
@@ -86,8 +89,8 @@ PL_ENTRY(run) {
   const auto matvec_op = [&](unsigned kind, unsigned layer, auto input, auto epilogue) {
     const dec::MatOp op = dec::mat_op(m, kind, layer);
     const unsigned first = dec::first_tile(cta, rot, G);
-    if (first < op.tiles) {
-      wait(dec::OPS + k - 1, prev_need);
+    if (first < op.tiles && range.runs(k)) {
+      if (range.waits_for(k - 1)) wait(dec::OPS + k - 1, prev_need);
       input();
       pl::named_barrier_sync(bar, dec::THREADS);
       for (unsigned i = first; i < op.tiles; i += G) {
@@ -132,12 +135,14 @@ PL_ENTRY(run) {
     PL_CALL(argmax, y, op.r, i * op.r, best);
   });
 
-  // the step is done here: the last CTA publishes it and leaves every counter zero
+  // the step (or this launch's ops) is done here: the last CTA publishes it and leaves every counter zero
   pl::named_barrier_sync(bar, dec::THREADS);
   if (t == 0 && pl::atom_acq_rel(sync + dec::FINISH, 1) == G - 1) {
-    const unsigned long long b = __ldcg(best);
-    p.state[dec::ST_TOKEN] = (int)dec::argmax_index(b);
-    p.state[dec::ST_POS] = __ldcg(p.state + dec::ST_POS) + 1;
+    if (range.runs(m.ops() - 1)) {
+      const unsigned long long b = __ldcg(best);
+      p.state[dec::ST_TOKEN] = (int)dec::argmax_index(b);
+      p.state[dec::ST_POS] = __ldcg(p.state + dec::ST_POS) + 1;
+    }
     for (unsigned wd = 0; wd < dec::sync_words(m.layers); ++wd) sync[wd] = 0;
     __threadfence();
   }

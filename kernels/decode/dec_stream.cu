@@ -16,12 +16,14 @@ PL_DECLARE_FACT(kv_heads);
 PL_DECLARE_FACT(head_dim);
 PL_DECLARE_FACT(inter);
 PL_DECLARE_FACT(vocab);
+PL_DECLARE_FACT_BOOL(unfused);
 PL_DECLARE_RING(w);
 
 namespace dec_stream {
-struct Params {  // [params]: weights, head = "ptr"
+struct Params {  // [params]: weights, head = "ptr", op_begin, op_end = "u32"
   const uint16_t* weights;
   const uint16_t* head;
+  unsigned op_begin, op_end;
 };
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint64_t policy) {
@@ -45,13 +47,15 @@ PL_ENTRY(run) {
   const unsigned depth = PL_RING_DEPTH(w);
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   unsigned stage = 0, phase = 0, rot = 0;
   const unsigned grid = gridDim.x;
   for (unsigned n = 0; n <= 4 * m.layers; ++n) {
     const dec::MatOp op = dec::nth_mat_op(m, n);
     const unsigned bytes = op.tile_rows * op.k * 2;
     const uint16_t* src = (op.head ? p.head : p.weights) + op.base;
-    for (unsigned i = dec::first_tile(blockIdx.x, rot, grid); i < op.tiles; i += grid) {
+    const unsigned first = range.runs(dec::nth_mat_op_index(m, n)) ? dec::first_tile(blockIdx.x, rot, grid) : op.tiles;
+    for (unsigned i = first; i < op.tiles; i += grid) {
       pl::mbar_wait(empty + stage, phase ^ 1u);
       pl::mbar_arrive_expect_tx(full + stage, bytes);
       bulk_load(ring + (size_t)stage * dec::STAGE_BYTES, src + (size_t)i * op.tile_rows * op.k, bytes, full + stage, policy);

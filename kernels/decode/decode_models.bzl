@@ -29,15 +29,16 @@ DECODE_ATTENTION = {
 
 DECODE_COMPONENTS = [":dec_step", ":dec_stream", ":dec_embed", ":dec_rmsnorm", ":dec_matvec", ":dec_rope", ":dec_swiglu", ":dec_argmax"]
 
-def llama_decode(name, model, attention = "split", tags = []):
-    """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION."""
+def llama_decode(name, model, attention = "split", unfused = False, tags = []):
+    """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION. unfused:
+    the baseline build, launched once per op with the op range as parameters (dec.h OpRange)."""
     m = DECODE_MODELS[model]
     fused_kernel(
         name = name,
         arch = "sm_90a",
         components = DECODE_COMPONENTS + [DECODE_ATTENTION[attention]],
         kernel = "llama_decode.kernel.toml",
-        facts = {f: m[f] for f in DECODE_FACTS},
+        facts = dict([(f, m[f]) for f in DECODE_FACTS] + [("unfused", unfused)]),
         visibility = ["//visibility:public"],
         tags = tags,
     )
@@ -47,7 +48,9 @@ def llama_decode(name, model, attention = "split", tags = []):
     )
 
 def decode_models():
-    """For each model: <target> (split-KV attention) and <target>_simple (the simple one)."""
+    """For each model: <target> (split-KV attention), <target>_simple (the simple one) and
+    <target>_unfused (split-KV, one launch per op: the baseline of what fusing buys)."""
     for model, m in DECODE_MODELS.items():
         llama_decode(name = m["target"], model = model)
         llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")
+        llama_decode(name = m["target"] + "_unfused", model = model, unfused = True)

@@ -9,7 +9,8 @@
 
 Batch 1. The kernel is the one decode_models.bzl links for the config's shape (llama_pack.kernel_target),
 read from bazel-bin/kernels/decode (or `kernel_dir`); `attention="simple"` takes the build with
-the simple attention package, `control=True` the single-unit control cubin. The prompt runs
+the simple attention package, `control=True` the single-unit control cubin, `unfused=True` the
+baseline build launched once per op (2 + 5 layers launches a step). The prompt runs
 through the same kernel one position at a time (each step appends its key and value to the
 cache); there is no separate prefill kernel yet.
 
@@ -40,7 +41,8 @@ import llama_pack
 from llama_models import LlamaConfig, expect_config
 
 ROOT = Path(__file__).resolve().parents[2]
-PARAMS = {"weights", "head", "norms", "embed", "logits", "state", "eps", "kcache", "vcache", "max_seq", "inv_freq"}
+PARAMS = {"weights", "head", "norms", "embed", "logits", "state", "eps", "kcache", "vcache", "max_seq", "inv_freq",
+          "op_begin", "op_end"}
 ATTENTION = ("split", "simple")
 ST_TOKEN, ST_POS, ST_ERROR = 0, 1, 2
 
@@ -49,17 +51,20 @@ class MegakernelStep:
     """prefill(ids [1, T]) -> (logits [1, vocab], state); decode(token [1], state) -> logits [1, vocab]."""
 
     def __init__(self, cfg: LlamaConfig, weights: dict, *, max_seq: int | None = None, attention: str = "split",
-                 control: bool = False, kernel_dir=None, device: int = 0):
+                 control: bool = False, unfused: bool = False, kernel_dir=None, device: int = 0):
         expect_config(cfg)
         if attention not in ATTENTION:
             raise LaunchError("R-PARAM", f"attention = {attention!r} is not a linked attention package",
                               hint=f"pass one of {', '.join(map(repr, ATTENTION))}")
-        control, device = flag("control", control), device_index(device)
+        control, unfused, device = flag("control", control), flag("unfused", unfused), device_index(device)
+        if unfused and attention != "split":
+            raise LaunchError("R-PARAM", "unfused=True is built with the split-KV attention only",
+                              hint="pass attention='split' with unfused=True")
         kdir = optional_dir("kernel_dir", kernel_dir)
         max_seq = cfg.max_positions if max_seq is None else max_seq
         self.max_seq = integer("max_seq", max_seq, 1, min(cfg.max_positions, 2**31 - 1),
                                hint=f"the KV cache's capacity in positions: 1 .. {cfg.max_positions} (max_positions)")
-        target = llama_pack.kernel_target(cfg) + ("" if attention == "split" else "_simple")
+        target = llama_pack.kernel_target(cfg) + ("_unfused" if unfused else "" if attention == "split" else "_simple")
         missing = sorted(n for n in cfg.tensors() if n not in weights) if isinstance(weights, dict) else None
         if missing is None or missing:
             raise LaunchError("R-CONFIG", "weights: " + ("not a dict" if missing is None else
@@ -74,7 +79,7 @@ class MegakernelStep:
         if not cubin.is_file():
             raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
         expect_manifest(d / f"{target}.manifest.json", f"//kernels/decode:{target}", params=PARAMS,
-                        facts={f: getattr(cfg, f) for f in llama_pack.FACTS}, hint=build)
+                        facts={**{f: getattr(cfg, f) for f in llama_pack.FACTS}, "unfused": int(unfused)}, hint=build)
         expect_cubin(cubin, hint=build)
         self.cfg, self.target, self.device = cfg, target, device
         dev = torch.device("cuda", device)
@@ -85,11 +90,19 @@ class MegakernelStep:
         self.logits = torch.full((cfg.vocab,), float("nan"), dtype=torch.float32, device=dev)
         self.state = torch.zeros(4, dtype=torch.int32, device=dev)
         self.kernel = Kernel.load(cubin, d / f"{target}.manifest.json", device)
-        self.session = self.kernel.open(
-            weights=self.bufs["weights"], head=self.bufs["head"], norms=self.bufs["norms"], embed=self.bufs["embed"],
-            inv_freq=self.bufs["inv_freq"], logits=self.logits, state=self.state, eps=float(cfg.rms_eps),
-            kcache=self.kcache, vcache=self.vcache, max_seq=self.max_seq)
+        ops = 2 + 5 * cfg.layers
+        common = dict(weights=self.bufs["weights"], head=self.bufs["head"], norms=self.bufs["norms"],
+                      embed=self.bufs["embed"], inv_freq=self.bufs["inv_freq"], logits=self.logits, state=self.state,
+                      eps=float(cfg.rms_eps), kcache=self.kcache, vcache=self.vcache, max_seq=self.max_seq)
+        # fused: one launch of every op; unfused: one launch per op, in order (the baseline)
+        ranges = [(k, k + 1) for k in range(ops)] if unfused else [(0, ops)]
+        self.sessions = [self.kernel.open(op_begin=b, op_end=e, **common) for b, e in ranges]
         self.pos = 0
+
+    def launch(self, stream=None) -> None:
+        """One decode step (unfused: its launches in order) on `stream` (torch's current by default)."""
+        for s in self.sessions:
+            s.launch(stream)
 
     def _token(self, token) -> int:
         t = int(token)
@@ -107,7 +120,7 @@ class MegakernelStep:
             raise LaunchError("R-PARAM", f"position {self.pos} is past the KV cache's {self.max_seq} positions",
                               hint="pass a larger max_seq (up to max_positions), or start a new sequence")
         self.state[ST_TOKEN] = token
-        self.session.launch()
+        self.launch()
         self.pos += 1
         return self.logits
 
@@ -139,5 +152,5 @@ class MegakernelStep:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):
             with torch.cuda.graph(g, stream=s):
-                self.session.launch()
+                self.launch()
         return g

@@ -140,6 +140,14 @@ def test_the_swap_changes_the_attention_package_only(model):
     assert [n for n in a if a[n] != b[n]] == ["attn"]
 
 
+@pytest.mark.parametrize("model", ["llama3_1b", "llama3_8b", "llama_tiny"])
+def test_the_unfused_baseline_links_the_same_packages(model):
+    """The baseline differs from the megakernel in the kernel file's `unfused` fact only."""
+    fused, unfused = (_manifest(n) for n in (model, model + "_unfused"))
+    assert [i["package_digest"] for i in fused["instances"]] == [i["package_digest"] for i in unfused["instances"]]
+    assert (fused["facts"]["unfused"], unfused["facts"]["unfused"]) == (0, 1)
+
+
 def test_every_model_links_the_same_packages():
     digests = {m["target"]: {i["name"]: i["package_digest"] for i in _manifest(m["target"])["instances"]}
                for m in lp.DECODE_MODELS.values()}
@@ -147,3 +155,29 @@ def test_every_model_links_the_same_packages():
     for key, m in lp.DECODE_MODELS.items():
         facts = _manifest(m["target"])["facts"]
         assert {f: facts[f] for f in lp.FACTS} == {f: m[f] for f in lp.FACTS}
+
+
+@pytest.mark.parametrize("kw,code,words", [
+    ({"attention": "flash"}, "R-PARAM", "attention"),
+    ({"unfused": True, "attention": "simple"}, "R-PARAM", "unfused"),
+    ({"unfused": 1}, "R-PARAM", "unfused"),
+    ({"max_seq": 0}, "R-PARAM", "max_seq"),
+    ({"max_seq": 4097}, "R-PARAM", "max_seq"),
+    ({"weights": {}}, "R-CONFIG", "missing"),
+    ({"cfg": lm.MODELS["qwen3_1_7b"]}, "R-CONFIG", "qk_norm"),
+])
+def test_the_backend_refuses_bad_arguments_before_any_cuda_call(kw, code, words):
+    from llama_megakernel import MegakernelStep
+    cfg = kw.pop("cfg", TINY)
+    weights = kw.pop("weights", None)
+    if weights is None:
+        weights = {n: torch.zeros(1) for n in cfg.tensors()}
+    e = refused(MegakernelStep, cfg, weights, **kw)
+    assert e.code == code and words in str(e)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_without_a_gpu_the_backend_is_r_device():
+    from llama_megakernel import MegakernelStep
+    e = refused(MegakernelStep, TINY, {n: torch.zeros(1) for n in TINY.tensors()})
+    assert e.code == "R-DEVICE"

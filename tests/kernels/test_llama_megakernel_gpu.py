@@ -42,15 +42,16 @@ def case():
     return w, ids, ref_logits[0]
 
 
-@pytest.mark.parametrize("attention,control", [("split", False), ("simple", False), ("split", True)])
-def test_teacher_forced_steps_meet_issue_43s_criterion(case, attention, control):
+@pytest.mark.parametrize("attention,control,unfused", [("split", False, False), ("simple", False, False),
+                                                       ("split", True, False), ("split", False, True)])
+def test_teacher_forced_steps_meet_issue_43s_criterion(case, attention, control, unfused):
     w, ids, ref_logits = case
-    s = _step(weights=w, attention=attention, control=control)
+    s = _step(weights=w, attention=attention, control=control, unfused=unfused)
     got = []
     for n, t in enumerate(ids[0].tolist()):
         s.logits.fill_(float("nan"))
         s.state[0] = t
-        s.session.launch()
+        s.launch()
         torch.cuda.synchronize()
         got.append(s.logits.cpu().clone())
         state = s.state.cpu().tolist()
