@@ -6,6 +6,8 @@ sanitizers, linked / control, and ms per token against torch at several contexts
     python3 benchmarks/llama_decode_bench.py sanitize   # memcheck, racecheck, synccheck: llama_tiny split and simple
     python3 benchmarks/llama_decode_bench.py pair       # llama3_1b linked / control, ABBA both orders, context 1024
     python3 benchmarks/llama_decode_bench.py bench [--contexts 16,1024,4096,32768]
+    python3 benchmarks/llama_decode_bench.py counterexample   # //experiments:llama_tiny_mutations: the weight
+                                                        # stream's tile size changed, plain symbol link vs pipelink
 
 Weights are random bf16 of the model's shapes (no trained model here); the KV cache is filled
 with random values up to the context, and every step is timed at that context (each graph step
@@ -89,14 +91,14 @@ def cmd_check(a) -> int:
     return 1 if bad else 0
 
 
-def worker(attention: str) -> int:
+def worker(attention: str, files: tuple | None = None) -> int:
     import torch
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
     cfg = _tiny()
     w = _weights(cfg, seed=9)
     ids = torch.randint(0, cfg.vocab, (1, 70), generator=torch.Generator().manual_seed(1)).cuda()
-    s = MegakernelStep(cfg, w, max_seq=80, attention=attention)
+    s = MegakernelStep(cfg, w, max_seq=80, attention=attention, kernel_files=files)
     r = ref.agreement(_forced(s, ids), ref.prefill(w, cfg, ids)[0][0].double().cpu())
     print(f"RESULT {'correct' if r['ok'] else 'wrong'} {s.target} worst rel {r['worst_rel']:.2e}", flush=True)
     return 0 if r["ok"] else 1
@@ -127,6 +129,34 @@ def cmd_sanitize(a) -> int:
             if not ok:
                 print("    " + "\n    ".join(text.splitlines()[-25:]))
     print(f"sanitize: {runs - bad}/{runs} clean")
+    return 1 if bad else 0
+
+
+def cmd_counterexample(a) -> int:
+    """Each link of the mutated composition in a worker under a watchdog: the plain symbol link
+    (the original glue: every reader still sees tile_elems 16384) must misbehave (wrong, a hang
+    or a fault), the pipelink link (tile_elems 8192 propagated) must be correct."""
+    import json
+    index = ROOT / "bazel-bin" / "experiments" / "llama_tiny_mutations.json"
+    if not index.is_file():
+        print(f"FAIL {index} not built: tools/bazel build //experiments:llama_tiny_mutations")
+        return 1
+    bad = 0
+    for m in json.loads(index.read_text())["mutations"]:
+        for how in ("plain", "pipelink"):
+            cubin, manifest = (ROOT / "bazel-bin" / m["files"][f"{how}.{x}"] for x in ("cubin", "manifest.json"))
+            cmd = [sys.executable, __file__, "worker", "--files", str(cubin), str(manifest)]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.watchdog)
+                text = p.stdout + p.stderr
+                outcome = "correct" if "RESULT correct" in text else "wrong" if "RESULT wrong" in text else \
+                    f"failed (rc {p.returncode}: {text.strip().splitlines()[-1][:100] if text.strip() else ''})"
+            except subprocess.TimeoutExpired:
+                outcome = f"hang (> {a.watchdog:.0f} s, killed)"
+            expected = how == "pipelink"
+            ok = (outcome == "correct") == expected
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  {m['name']:<14} {how:<9} {outcome}   ({m['what']})", flush=True)
     return 1 if bad else 0
 
 
@@ -244,15 +274,18 @@ def cmd_pair(a) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "worker"])
+    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "counterexample", "worker"])
+    ap.add_argument("--files", nargs=2, help="worker: another link's cubin and manifest")
+    ap.add_argument("--watchdog", type=float, default=120.0, help="counterexample: seconds before a worker is a hang")
     ap.add_argument("--attention", default="split", choices=["split", "simple"])
     ap.add_argument("--contexts", default="16,1024,4096,32768")
     ap.add_argument("--torch-max-context", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=9)
     a = ap.parse_args(argv)
     if a.cmd == "worker":
-        return worker(a.attention)
-    return {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench}[a.cmd](a)
+        return worker(a.attention, tuple(a.files) if a.files else None)
+    return {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
+            "counterexample": cmd_counterexample}[a.cmd](a)
 
 
 if __name__ == "__main__":

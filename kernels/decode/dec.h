@@ -20,9 +20,10 @@
 // the next op's (and the next layer's) weights load while the current op still waits.
 //
 // Tiles: a matvec op's weight matrix is [rows, k] row-major bf16; a tile is r = tile_rows(k)
-// consecutive rows (the largest power of two with r k <= 16384: 32 KB), or for GU r gate rows
-// followed by r up rows (64 KB): the packed layout interleaves them so every tile is one
-// contiguous bulk copy. Tile i of an op goes to CTA (i + rot) mod G, where rot is the number
+// consecutive rows (the largest power of two with r k <= tile_elems, at least 1), or for GU r
+// gate rows followed by r up rows: the packed layout interleaves them so every tile is one
+// contiguous bulk copy. tile_elems is the weight stream's fact (16384: 32 KB tiles, 64 KB
+// stages); k <= tile_elems, so a GU tile fits a stage of 4 tile_elems bytes. Tile i of an op goes to CTA (i + rot) mod G, where rot is the number
 // of tiles of all earlier matvec ops (so the remainders rotate over the grid).
 //
 // Packed weights (`weights`, bf16, one buffer; kernels/decode/llama_pack.py writes it), per
@@ -42,8 +43,6 @@ namespace dec {
 
 enum Kind : unsigned { EMBED = 0, QKV, ATTN, O, GU, DOWN, HEAD };
 
-constexpr unsigned TILE_ELEMS = 16384;       // elements of a plain tile (32 KB of bf16)
-constexpr unsigned STAGE_BYTES = 65536;      // a ring stage: a GU tile (two plain tiles)
 constexpr unsigned THREADS = 256;            // dec_step's role: 8 warps
 
 // sync words
@@ -59,6 +58,8 @@ constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2;
 
 struct Model {
   unsigned hidden, layers, heads, kv_heads, head_dim, inter, vocab;
+  unsigned tile_elems;  // the weight stream's fact: elements of a plain tile (a ring stage holds two)
+  __host__ __device__ unsigned stage_bytes() const { return 4 * tile_elems; }
   __host__ __device__ unsigned q_dim() const { return heads * head_dim; }
   __host__ __device__ unsigned kv_dim() const { return kv_heads * head_dim; }
   __host__ __device__ unsigned qkv_rows() const { return q_dim() + 2 * kv_dim(); }
@@ -70,9 +71,9 @@ struct Model {
   }
 };
 
-__host__ __device__ inline unsigned tile_rows(unsigned k) {
+__host__ __device__ inline unsigned tile_rows(unsigned k, unsigned tile_elems) {
   unsigned r = 1;
-  while (2 * r * k <= TILE_ELEMS) r *= 2;
+  while (2 * r * k <= tile_elems) r *= 2;
   return r;
 }
 
@@ -89,24 +90,24 @@ __host__ __device__ inline MatOp mat_op(const Model& m, unsigned kind, unsigned 
   MatOp op{kind, layer, 0, 0, 0, 0, (unsigned long long)layer * m.layer_elems(), false};
   switch (kind) {
     case QKV:
-      op.k = m.hidden, op.r = tile_rows(op.k), op.tiles = m.qkv_rows() / op.r;
+      op.k = m.hidden, op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.qkv_rows() / op.r;
       break;
     case O:
       op.base += (unsigned long long)m.qkv_rows() * m.hidden;
-      op.k = m.q_dim(), op.r = tile_rows(op.k), op.tiles = m.hidden / op.r;
+      op.k = m.q_dim(), op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.hidden / op.r;
       break;
     case GU:
       op.base += (unsigned long long)m.qkv_rows() * m.hidden + (unsigned long long)m.hidden * m.q_dim();
-      op.k = m.hidden, op.r = tile_rows(op.k), op.tiles = m.inter / op.r;
+      op.k = m.hidden, op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.inter / op.r;
       break;
     case DOWN:
       op.base += (unsigned long long)m.qkv_rows() * m.hidden + (unsigned long long)m.hidden * m.q_dim() +
                  2ull * m.inter * m.hidden;
-      op.k = m.inter, op.r = tile_rows(op.k), op.tiles = m.hidden / op.r;
+      op.k = m.inter, op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.hidden / op.r;
       break;
     default:  // HEAD
       op.base = 0, op.head = true;
-      op.k = m.hidden, op.r = tile_rows(op.k), op.tiles = m.vocab / op.r;
+      op.k = m.hidden, op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.vocab / op.r;
       break;
   }
   op.tile_rows = kind == GU ? 2 * op.r : op.r;

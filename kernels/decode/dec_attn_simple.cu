@@ -17,6 +17,7 @@ PL_DECLARE_FACT(heads);
 PL_DECLARE_FACT(kv_heads);
 PL_DECLARE_FACT(head_dim);
 PL_DECLARE_FACT_BOOL(unfused);
+PL_DECLARE_FACT(tile_elems);
 PL_DECLARE_SMEM(q);
 PL_DECLARE_SMEM(kv);
 PL_DECLARE_SMEM(ml);
@@ -35,7 +36,7 @@ PL_ENTRY(run) {
   using namespace dec_attn;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN(), lane = t % 32, warp = t / 32;
-  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), 0, 0};
+  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), 0, 0, PL_FACT(tile_elems)};
   const unsigned hd = m.head_dim, g = m.heads / m.kv_heads, E = hd / 32, cta = blockIdx.x;
   if (g > MAX_GROUP || hd % 64 || hd > 128) __trap();  // outside accept (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));

@@ -21,6 +21,7 @@ PL_DECLARE_FACT(head_dim);
 PL_DECLARE_FACT(inter);
 PL_DECLARE_FACT(vocab);
 PL_DECLARE_FACT_BOOL(unfused);
+PL_DECLARE_FACT(tile_elems);
 PL_DECLARE_RING(w);
 PL_DECLARE_SMEM(xin);
 PL_DECLARE_SMEM(y);
@@ -52,7 +53,8 @@ PL_ENTRY(run) {
   const Params& p = PL_PARAMS(Params);
   const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN();
   const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads),
-                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab)};
+                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab), PL_FACT(tile_elems)};
+  if (m.hidden > m.tile_elems || m.inter > m.tile_elems || m.q_dim() > m.tile_elems) __trap();  // a row per tile at least (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   float* x = static_cast<float*>(PL_WORKSPACE(x));
   float* qkv = static_cast<float*>(PL_WORKSPACE(qkv));
@@ -95,7 +97,7 @@ PL_ENTRY(run) {
       pl::named_barrier_sync(bar, dec::THREADS);
       for (unsigned i = first; i < op.tiles; i += G) {
         pl::mbar_wait(full + stage, phase);
-        PL_CALL(matvec, ring + (size_t)stage * dec::STAGE_BYTES, xin, op.tile_rows, op.k, y);
+        PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.tile_rows, op.k, y);
         if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
         if (++stage == depth) stage = 0, phase ^= 1u;
         epilogue(i, op);

@@ -9,6 +9,10 @@
 
 #include "dec.h"
 
+#ifndef DEC_TILE_ELEMS
+#define DEC_TILE_ELEMS 16384  // the contract's [fact.tile_elems] own (cuda_component facts sets both)
+#endif
+
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(layers);
 PL_DECLARE_FACT(heads);
@@ -17,6 +21,7 @@ PL_DECLARE_FACT(head_dim);
 PL_DECLARE_FACT(inter);
 PL_DECLARE_FACT(vocab);
 PL_DECLARE_FACT_BOOL(unfused);
+PL_OWN_FACT(tile_elems, DEC_TILE_ELEMS);
 PL_DECLARE_RING(w);
 
 namespace dec_stream {
@@ -40,7 +45,7 @@ PL_ENTRY(run) {
   const Params& p = PL_PARAMS(Params);
   if (threadIdx.x % 32 != 0) return;  // one thread issues every copy
   const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads),
-                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab)};
+                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab), DEC_TILE_ELEMS};
   uint8_t* ring = pl::smem_base() + PL_RING_BUFFER(w);
   uint64_t* full = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_FULL(w));
   uint64_t* empty = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_EMPTY(w));
@@ -58,7 +63,7 @@ PL_ENTRY(run) {
     for (unsigned i = first; i < op.tiles; i += grid) {
       pl::mbar_wait(empty + stage, phase ^ 1u);
       pl::mbar_arrive_expect_tx(full + stage, bytes);
-      bulk_load(ring + (size_t)stage * dec::STAGE_BYTES, src + (size_t)i * op.tile_rows * op.k, bytes, full + stage, policy);
+      bulk_load(ring + (size_t)stage * m.stage_bytes(), src + (size_t)i * op.tile_rows * op.k, bytes, full + stage, policy);
       if (++stage == depth) stage = 0, phase ^= 1u;
     }
     rot += op.tiles;

@@ -51,7 +51,8 @@ class MegakernelStep:
     """prefill(ids [1, T]) -> (logits [1, vocab], state); decode(token [1], state) -> logits [1, vocab]."""
 
     def __init__(self, cfg: LlamaConfig, weights: dict, *, max_seq: int | None = None, attention: str = "split",
-                 control: bool = False, unfused: bool = False, kernel_dir=None, device: int = 0):
+                 control: bool = False, unfused: bool = False, kernel_dir=None, device: int = 0,
+                 kernel_files=None):
         expect_config(cfg)
         if attention not in ATTENTION:
             raise LaunchError("R-PARAM", f"attention = {attention!r} is not a linked attention package",
@@ -75,21 +76,33 @@ class MegakernelStep:
                               hint="run on the GPU machine (the reference step runs anywhere)")
         d = kdir or Path(os.environ.get("PIPELINK_DECODE_DIR") or ROOT / "bazel-bin" / "kernels" / "decode")
         cubin = d / (f"{target}.control.cubin" if control else f"{target}.cubin")
+        manifest_path = d / f"{target}.manifest.json"
         build = f"tools/bazel build //kernels/decode:{target} --output_groups=+control"
+        if kernel_files is not None:  # another link of the same composition (the counterexample's)
+            if not (isinstance(kernel_files, tuple) and len(kernel_files) == 2 and
+                    all(isinstance(f, (str, os.PathLike)) for f in kernel_files)):
+                raise LaunchError("R-PARAM", f"kernel_files = {kernel_files!r} is not (cubin, manifest)",
+                                  hint="pass two paths, or leave kernel_files out")
+            cubin, manifest_path = (Path(f) for f in kernel_files)
         if not cubin.is_file():
             raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
-        expect_manifest(d / f"{target}.manifest.json", f"//kernels/decode:{target}", params=PARAMS,
-                        facts={**{f: getattr(cfg, f) for f in llama_pack.FACTS}, "unfused": int(unfused)}, hint=build)
+        manifest = expect_manifest(manifest_path, f"//kernels/decode:{target}", params=PARAMS,
+                                   facts={**{f: getattr(cfg, f) for f in llama_pack.FACTS}, "unfused": int(unfused)},
+                                   hint=build)
+        tile_elems = manifest.facts.get("tile_elems")
+        if not isinstance(tile_elems, int) or max(cfg.hidden, cfg.inter, cfg.heads * cfg.head_dim) > tile_elems:
+            raise LaunchError("R-MANIFEST", f"{target}: tile_elems = {tile_elems!r} cannot hold a row of this model",
+                              hint=build)
         expect_cubin(cubin, hint=build)
         self.cfg, self.target, self.device = cfg, target, device
         dev = torch.device("cuda", device)
-        self.bufs = llama_pack.pack(cfg, weights, device=dev)
+        self.bufs = llama_pack.pack(cfg, weights, device=dev, tile_elems=tile_elems)
         shape = (cfg.layers, cfg.kv_heads, self.max_seq, cfg.head_dim)
         self.kcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)
         self.vcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)
         self.logits = torch.full((cfg.vocab,), float("nan"), dtype=torch.float32, device=dev)
         self.state = torch.zeros(4, dtype=torch.int32, device=dev)
-        self.kernel = Kernel.load(cubin, d / f"{target}.manifest.json", device)
+        self.kernel = Kernel.load(cubin, manifest_path, device)
         ops = 2 + 5 * cfg.layers
         common = dict(weights=self.bufs["weights"], head=self.bufs["head"], norms=self.bufs["norms"],
                       embed=self.bufs["embed"], inv_freq=self.bufs["inv_freq"], logits=self.logits, state=self.state,

@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 import llama_reference as ref
 from llama_models import LlamaConfig, expect_config
 
-TILE_ELEMS = 16384  # dec.h TILE_ELEMS: a plain weight-stream tile holds r rows with r k <= this
+TILE_ELEMS = 16384  # dec_stream's fact tile_elems as built: a plain weight tile holds r rows with r k <= this
 MAX_GROUP = 8       # dec_attn.h: query heads a KV head
 FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab")
 
@@ -47,10 +47,10 @@ def _table() -> dict:
 DECODE_MODELS = _table()
 
 
-def tile_rows(k: int) -> int:
-    """dec.h tile_rows: the largest power of two r with r·k <= TILE_ELEMS (at least 1)."""
+def tile_rows(k: int, tile_elems: int = TILE_ELEMS) -> int:
+    """dec.h tile_rows: the largest power of two r with r·k <= tile_elems (at least 1)."""
     r = 1
-    while 2 * r * k <= TILE_ELEMS:
+    while 2 * r * k <= tile_elems:
         r *= 2
     return r
 
@@ -67,11 +67,11 @@ def unsupported(cfg: LlamaConfig) -> list[str]:
         out.append(f"heads / kv_heads = {cfg.group}: the attention packages take at most {MAX_GROUP} query heads a KV head")
     for f in ("hidden", "inter"):
         v = getattr(cfg, f)
-        if v % 256 or not 256 <= v <= 16384:
-            out.append(f"{f} = {v}: the packages accept multiples of 256 in 256 .. 16384")
+        if v % 256 or not 256 <= v <= TILE_ELEMS:
+            out.append(f"{f} = {v}: the packages accept multiples of 256 in 256 .. {TILE_ELEMS} (the weight tile)")
     q_dim = cfg.heads * cfg.head_dim
-    if q_dim % 256 or q_dim > 16384:
-        out.append(f"heads · head_dim = {q_dim}: the O projection's k must be a multiple of 256 up to 16384")
+    if q_dim % 256 or q_dim > TILE_ELEMS:
+        out.append(f"heads · head_dim = {q_dim}: the O projection's k must be a multiple of 256 up to {TILE_ELEMS}")
     if cfg.vocab % 64:
         out.append(f"vocab = {cfg.vocab}: the head's tiles need a multiple of 64")
     return out
@@ -95,11 +95,12 @@ def kernel_target(cfg: LlamaConfig) -> str:
                                                   "(one more link of the same packages)"))
 
 
-def pack(cfg: LlamaConfig, weights: dict, device=None) -> dict[str, torch.Tensor]:
-    """The megakernel's buffers of `weights` (llama_weights' layout, any float dtype) on `device`."""
+def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_ELEMS) -> dict[str, torch.Tensor]:
+    """The megakernel's buffers of `weights` (llama_weights' layout, any float dtype) on `device`,
+    for a kernel whose weight stream has tiles of `tile_elems` (its manifest's fact)."""
     expect_config(cfg)
     H, L, I = cfg.hidden, cfg.layers, cfg.inter
-    r = tile_rows(H)
+    r = tile_rows(H, tile_elems)
     if I % r:
         raise LaunchError("R-CONFIG", f"inter = {I} is not a multiple of the gate/up tile's {r} rows",
                           hint="the packages accept inter in multiples of 256")

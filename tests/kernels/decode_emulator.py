@@ -21,8 +21,10 @@ def bf16(t: torch.Tensor) -> torch.Tensor:
 
 
 class Emulator:
-    def __init__(self, cfg, bufs: dict, max_seq: int, grid: int = 132, split: bool = True):
+    def __init__(self, cfg, bufs: dict, max_seq: int, grid: int = 132, split: bool = True,
+                 tile_elems: int = lp.TILE_ELEMS):
         self.cfg, self.b, self.max_seq, self.grid, self.split = cfg, bufs, max_seq, grid, split
+        self.tile_elems = tile_elems
         L, kvh, hd = cfg.layers, cfg.kv_heads, cfg.head_dim
         self.kcache = torch.zeros(L, kvh, max_seq, hd, dtype=F64)
         self.vcache = torch.zeros(L, kvh, max_seq, hd, dtype=F64)
@@ -47,7 +49,7 @@ class Emulator:
             k, rows = c.inter, c.hidden
         else:
             base, k, rows = 0, c.hidden, c.vocab
-        r = lp.tile_rows(k)
+        r = lp.tile_rows(k, self.tile_elems)
         return k, r, rows // r, (2 * r if kind == "gu" else r), base
 
     def _matvec(self, kind, layer, xin):

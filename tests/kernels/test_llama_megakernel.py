@@ -66,6 +66,7 @@ def test_qwen3_is_refused_naming_qk_norm():
 
 def test_tile_rows_as_dec_h():
     assert [lp.tile_rows(k) for k in (256, 512, 2048, 4096, 8192, 14336, 16384)] == [64, 32, 8, 4, 2, 1, 1]
+    assert [lp.tile_rows(k, 8192) for k in (256, 2048, 8192)] == [32, 4, 1]
 
 
 def test_packed_layout():
@@ -96,13 +97,16 @@ def tiny():
     return w, ids, ref_logits[0]
 
 
-@pytest.mark.parametrize("split,grid", [(True, 132), (True, 8), (False, 132)])
-def test_emulated_step_meets_issue_43s_criterion(tiny, split, grid):
+@pytest.mark.parametrize("split,grid,tile_elems", [(True, 132, 16384), (True, 8, 16384), (False, 132, 16384),
+                                                   (True, 132, 8192)])
+def test_emulated_step_meets_issue_43s_criterion(tiny, split, grid, tile_elems):
     """80 teacher-forced steps over the packed buffers agree with the fp32 reference (rtol 2e-2
     of the largest logit, greedy tokens wherever the margin is decisive); grid 8 makes the
-    split-KV attention cut each head's positions into up to 4 chunks of 64 and merge them."""
+    split-KV attention cut each head's positions into up to 4 chunks of 64 and merge them;
+    tile_elems 8192 packs and walks half-size weight tiles (the stream's other accepted value)."""
     w, ids, ref_logits = tiny
-    em = Emulator(TINY, lp.pack(TINY, w), max_seq=128, grid=grid, split=split)
+    em = Emulator(TINY, lp.pack(TINY, w, tile_elems=tile_elems), max_seq=128, grid=grid, split=split,
+                  tile_elems=tile_elems)
     got = _run(em, ids[0].tolist())
     a = ref.agreement(got, ref_logits)
     assert a["ok"], a
@@ -138,6 +142,12 @@ def test_the_swap_changes_the_attention_package_only(model):
     b = {i["name"]: i["package_digest"] for i in simple["instances"]}
     assert a.keys() == b.keys() and len(a) == 9
     assert [n for n in a if a[n] != b[n]] == ["attn"]
+
+
+@pytest.mark.parametrize("model", ["llama3_1b", "llama3_8b", "llama_tiny"])
+def test_the_tile_size_is_the_weight_streams_fact(model):
+    facts = _manifest(model)["facts"]
+    assert facts["tile_elems"] == lp.TILE_ELEMS
 
 
 @pytest.mark.parametrize("model", ["llama3_1b", "llama3_8b", "llama_tiny"])

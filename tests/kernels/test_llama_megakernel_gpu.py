@@ -90,3 +90,13 @@ def test_a_full_cache_is_refused_before_launch(case):
     with pytest.raises(LaunchError) as e:
         s.prefill(ids[:, :5])
     assert e.value.code == "R-PARAM" and "max_seq" in e.value.hint
+
+
+def test_the_counterexample_plain_link_misbehaves_and_pipelink_propagates():
+    """//experiments:llama_tiny_mutations: the weight stream rebuilt with half-size tiles."""
+    import subprocess
+    if not (ROOT / "bazel-bin" / "experiments" / "llama_tiny_mutations.json").is_file():
+        pytest.skip("tools/bazel build //experiments:llama_tiny_mutations")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "llama_decode_bench.py"), "counterexample",
+                        "--watchdog", "120"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
