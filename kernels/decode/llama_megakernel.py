@@ -47,6 +47,18 @@ ATTENTION = ("split", "simple")
 ST_TOKEN, ST_POS, ST_ERROR = 0, 1, 2
 
 
+def launch_params(cfg: LlamaConfig, bufs: dict, logits, state, kcache, vcache, max_seq: int,
+                  unfused: bool = False) -> list[dict]:
+    """The parameters of each launch of one step: fused, one launch of every op; unfused (the
+    baseline), one launch per op in order, each with its op range."""
+    ops = 2 + 5 * cfg.layers
+    common = dict(weights=bufs["weights"], head=bufs["head"], norms=bufs["norms"], embed=bufs["embed"],
+                  inv_freq=bufs["inv_freq"], logits=logits, state=state, eps=float(cfg.rms_eps),
+                  kcache=kcache, vcache=vcache, max_seq=max_seq)
+    ranges = [(k, k + 1) for k in range(ops)] if unfused else [(0, ops)]
+    return [dict(common, op_begin=b, op_end=e) for b, e in ranges]
+
+
 class MegakernelStep:
     """prefill(ids [1, T]) -> (logits [1, vocab], state); decode(token [1], state) -> logits [1, vocab]."""
 
@@ -103,13 +115,9 @@ class MegakernelStep:
         self.logits = torch.full((cfg.vocab,), float("nan"), dtype=torch.float32, device=dev)
         self.state = torch.zeros(4, dtype=torch.int32, device=dev)
         self.kernel = Kernel.load(cubin, manifest_path, device)
-        ops = 2 + 5 * cfg.layers
-        common = dict(weights=self.bufs["weights"], head=self.bufs["head"], norms=self.bufs["norms"],
-                      embed=self.bufs["embed"], inv_freq=self.bufs["inv_freq"], logits=self.logits, state=self.state,
-                      eps=float(cfg.rms_eps), kcache=self.kcache, vcache=self.vcache, max_seq=self.max_seq)
-        # fused: one launch of every op; unfused: one launch per op, in order (the baseline)
-        ranges = [(k, k + 1) for k in range(ops)] if unfused else [(0, ops)]
-        self.sessions = [self.kernel.open(op_begin=b, op_end=e, **common) for b, e in ranges]
+        self.sessions = [self.kernel.open(**p) for p in
+                         launch_params(cfg, self.bufs, self.logits, self.state, self.kcache, self.vcache,
+                                       self.max_seq, unfused)]
         self.pos = 0
 
     def launch(self, stream=None) -> None:

@@ -191,3 +191,25 @@ def test_without_a_gpu_the_backend_is_r_device():
     from llama_megakernel import MegakernelStep
     e = refused(MegakernelStep, TINY, {n: torch.zeros(1) for n in TINY.tensors()})
     assert e.code == "R-DEVICE"
+
+
+@pytest.mark.parametrize("model,unfused", [("llama_tiny", False), ("llama_tiny_unfused", True), ("llama3_1b", False)])
+def test_the_backends_launches_plan_against_the_built_manifest(model, unfused):
+    """Every launch of a step (one fused, 2 + 5 layers unfused) packs against the manifest on the
+    CPU: parameter names and types, the grid, each workspace's size."""
+    from pipelink.runtime.launch_plan import plan_launch
+    from pipelink.runtime.manifest import Manifest
+    from llama_megakernel import PARAMS, launch_params
+    m = Manifest.from_file(BIN / f"{model}.manifest.json") if (BIN / f"{model}.manifest.json").is_file() else \
+        pytest.skip("bazel-bin/kernels/decode is not built")
+    cfg = TINY if model.startswith("llama_tiny") else lm.MODELS["llama3_2_1b"]
+    assert set(m.lent) == PARAMS
+    fake = {k: 0x10000 * (i + 1) for i, k in enumerate(("weights", "head", "norms", "embed", "inv_freq"))}
+    sizes = []
+    for p in launch_params(cfg, fake, 0x900000, 0xA00000, 0xB00000, 0xC00000, 256, unfused):
+        plan = plan_launch(m, p, builtins={"num_sms": 132, "resident_ctas": 132},
+                           workspace=lambda w, n: sizes.append((w.name, n)) or 0x100000)
+        assert plan.grid == (132, 1, 1) and plan.block == m.block and m.block[0] >= 13 * 32
+    assert [n for n, _ in sizes].count("x") == (2 + 5 * cfg.layers if unfused else 1)  # x: the step's only
+    got = dict(sizes)
+    assert got["sync"] == 4 * (18 + 5 * cfg.layers) and got["x"] == 4 * cfg.hidden and got["h"] == 2 * cfg.inter
