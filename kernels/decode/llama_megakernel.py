@@ -78,11 +78,7 @@ class MegakernelStep:
         self.max_seq = integer("max_seq", max_seq, 1, min(cfg.max_positions, 2**31 - 1),
                                hint=f"the KV cache's capacity in positions: 1 .. {cfg.max_positions} (max_positions)")
         target = llama_pack.kernel_target(cfg) + ("_unfused" if unfused else "" if attention == "split" else "_simple")
-        missing = sorted(n for n in cfg.tensors() if n not in weights) if isinstance(weights, dict) else None
-        if missing is None or missing:
-            raise LaunchError("R-CONFIG", "weights: " + ("not a dict" if missing is None else
-                              f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"),
-                              hint="pass Llama.weights (llama_weights' layout: cfg.tensors() names)")
+        llama_pack.expect_weights(cfg, weights)
         if not torch.cuda.is_available():
             raise LaunchError("R-DEVICE", "no CUDA device: the decode megakernel runs on an sm_90a GPU",
                               hint="run on the GPU machine (the reference step runs anywhere)")
@@ -126,7 +122,12 @@ class MegakernelStep:
             s.launch(stream)
 
     def _token(self, token) -> int:
-        t = int(token)
+        if isinstance(token, torch.Tensor) and token.numel() == 1 and not token.dtype.is_floating_point \
+                and token.dtype != torch.bool:
+            token = int(token)
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise LaunchError("R-PARAM", f"token {token!r} is not an int", hint="pass token ids (ints) of this model")
+        t = token
         if not 0 <= t < self.cfg.vocab:
             raise LaunchError("R-PARAM", f"token {t} is outside the vocabulary 0 .. {self.cfg.vocab - 1}",
                               hint="pass token ids of this model")
@@ -146,9 +147,12 @@ class MegakernelStep:
         return self.logits
 
     def prefill(self, ids: torch.Tensor):
-        if ids.dim() != 2 or ids.shape[0] != 1:
+        if not isinstance(ids, torch.Tensor) or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise LaunchError("R-PARAM", f"ids is {type(ids).__name__ if not isinstance(ids, torch.Tensor) else ids.dtype}, "
+                              "not an integer tensor", hint="pass a LongTensor [1, T] of token ids")
+        if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
             raise LaunchError("R-SHAPE", f"ids {list(ids.shape)}: the decode megakernel runs batch 1",
-                              hint="pass one prompt [1, T]")
+                              hint="pass one non-empty prompt [1, T]")
         tokens = [self._token(t) for t in ids[0].tolist()]
         if len(tokens) > self.max_seq:
             raise LaunchError("R-PARAM", f"the prompt's {len(tokens)} tokens do not fit the {self.max_seq}-position "
@@ -162,8 +166,9 @@ class MegakernelStep:
     def decode(self, token_ids: torch.Tensor, state) -> torch.Tensor:
         if state is not self:
             raise LaunchError("R-PARAM", "state is not this step's", hint="pass the state prefill returned")
-        if token_ids.numel() != 1:
-            raise LaunchError("R-SHAPE", f"token_ids {list(token_ids.shape)}: batch 1", hint="pass one token")
+        if not isinstance(token_ids, torch.Tensor) or token_ids.numel() != 1:
+            raise LaunchError("R-SHAPE", f"token_ids {getattr(token_ids, 'shape', type(token_ids).__name__)}: batch 1",
+                              hint="pass one token id as a tensor [1]")
         return self._step(self._token(token_ids.reshape(-1)[0]))[None].clone()
 
     def graph(self) -> "torch.cuda.CUDAGraph":

@@ -95,10 +95,42 @@ def kernel_target(cfg: LlamaConfig) -> str:
                                                   "(one more link of the same packages)"))
 
 
+def expect_weights(cfg: LlamaConfig, weights) -> None:
+    """R-CONFIG / R-SHAPE / R-DTYPE unless `weights` holds every tensor of cfg.tensors() (and no
+    other), each a floating tensor of its shape, all on one device."""
+    if not isinstance(weights, dict):
+        raise LaunchError("R-CONFIG", f"weights is a {type(weights).__name__}, not a dict of tensors",
+                          hint="pass Llama.weights or llama_weights.load_safetensors(...) (cfg.tensors() names)")
+    want = cfg.tensors()
+    missing = [n for n in want if n not in weights]
+    extra = [n for n in weights if n not in want]
+    if missing or extra:
+        what = (f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}" if missing else "") + \
+            ("; " if missing and extra else "") + (f"unexpected {', '.join(map(str, extra[:3]))}" if extra else "")
+        raise LaunchError("R-CONFIG", f"weights do not match {cfg.name}: {what}",
+                          hint="the names and shapes are cfg.tensors() (Hugging Face's layout)")
+    devices = set()
+    for n, shape in want.items():
+        t = weights[n]
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError("R-CONFIG", f"{n} is a {type(t).__name__}, not a tensor", hint="pass torch tensors")
+        if tuple(t.shape) != shape:
+            raise LaunchError("R-SHAPE", f"{n} is {list(t.shape)}, expected {list(shape)}",
+                              hint="the names and shapes are cfg.tensors() (Hugging Face's layout, [out, in])")
+        if not t.dtype.is_floating_point:
+            raise LaunchError("R-DTYPE", f"{n} is {t.dtype}, not a floating-point tensor",
+                              hint="pass float32, bfloat16 or float16 weights")
+        devices.add(t.device)
+    if len(devices) > 1:
+        raise LaunchError("R-DEVICE", f"weights are on {len(devices)} devices: {sorted(map(str, devices))}",
+                          hint="move every tensor to one device (or leave them on the CPU)")
+
+
 def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_ELEMS) -> dict[str, torch.Tensor]:
     """The megakernel's buffers of `weights` (llama_weights' layout, any float dtype) on `device`,
     for a kernel whose weight stream has tiles of `tile_elems` (its manifest's fact)."""
     expect_config(cfg)
+    expect_weights(cfg, weights)
     H, L, I = cfg.hidden, cfg.layers, cfg.inter
     r = tile_rows(H, tile_elems)
     if I % r:

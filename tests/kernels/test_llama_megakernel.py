@@ -174,14 +174,29 @@ def test_every_model_links_the_same_packages():
     ({"max_seq": 0}, "R-PARAM", "max_seq"),
     ({"max_seq": 4097}, "R-PARAM", "max_seq"),
     ({"weights": {}}, "R-CONFIG", "missing"),
+    ({"weights": [1]}, "R-CONFIG", "not a dict"),
+    ({"weights": "extra"}, "R-CONFIG", "unexpected"),
+    ({"weights": "shape"}, "R-SHAPE", "expected"),
+    ({"weights": "dtype"}, "R-DTYPE", "floating"),
+    ({"weights": "not_tensor"}, "R-CONFIG", "not a tensor"),
     ({"cfg": lm.MODELS["qwen3_1_7b"]}, "R-CONFIG", "qk_norm"),
 ])
 def test_the_backend_refuses_bad_arguments_before_any_cuda_call(kw, code, words):
     from llama_megakernel import MegakernelStep
     cfg = kw.pop("cfg", TINY)
     weights = kw.pop("weights", None)
-    if weights is None:
-        weights = {n: torch.zeros(1) for n in cfg.tensors()}
+    if weights is None or isinstance(weights, str):
+        # full shapes for the tiny model only (a refused config is refused before its weights are read)
+        damage, weights = weights, {n: torch.zeros(s if cfg is TINY else 1) for n, s in cfg.tensors().items()}
+        first = next(iter(weights))
+        if damage == "extra":
+            weights["model.layers.99.mlp.up_proj.weight"] = torch.zeros(1)
+        elif damage == "shape":
+            weights[first] = torch.zeros(3)
+        elif damage == "dtype":
+            weights[first] = weights[first].long()
+        elif damage == "not_tensor":
+            weights[first] = 1.0
     e = refused(MegakernelStep, cfg, weights, **kw)
     assert e.code == code and words in str(e)
 
@@ -189,7 +204,7 @@ def test_the_backend_refuses_bad_arguments_before_any_cuda_call(kw, code, words)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_without_a_gpu_the_backend_is_r_device():
     from llama_megakernel import MegakernelStep
-    e = refused(MegakernelStep, TINY, {n: torch.zeros(1) for n in TINY.tensors()})
+    e = refused(MegakernelStep, TINY, {n: torch.zeros(s) for n, s in TINY.tensors().items()})
     assert e.code == "R-DEVICE"
 
 
