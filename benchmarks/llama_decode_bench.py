@@ -64,30 +64,87 @@ def _forced(step, ids):
     return torch.stack(out)
 
 
-def cmd_check(a) -> int:
+# (model, steps, attention, control, unfused): what `check` runs, each in a worker under a watchdog
+CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simple", False, False),
+          ("llama_tiny", 200, "split", True, False), ("llama_tiny", 200, "split", False, True),
+          ("llama3_2_1b", 64, "split", False, False), ("llama3_2_1b", 64, "simple", False, False),
+          ("llama3_2_1b", 64, "split", False, True)]
+
+
+def check_one(model: str, steps: int, attention: str, control: bool, unfused: bool) -> int:
+    """One build against the fp32 reference over `steps` teacher-forced steps (in a worker)."""
     import torch
     import llama_models as lm
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
+    cfg = _tiny() if model == "llama_tiny" else lm.MODELS[model]
+    w = _weights(cfg, seed=7)
+    ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(3)).cuda()
+    want = ref.prefill(w, cfg, ids)[0][0].double().cpu()
+    s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control, unfused=unfused)
+    got = _forced(s, ids)
+    state = s.state.cpu().tolist()
+    r = ref.agreement(got, want)
+    ok = r["ok"] and bool(torch.isfinite(got).all()) and state[1] == steps and state[2] == 0 \
+        and state[0] == int(got[-1].argmax())
+    print(f"RESULT {'correct' if ok else 'wrong'} {s.target} control={control} {steps} steps: worst rel "
+          f"{r['worst_rel']:.2e} (tol 2e-2) at step {r['worst_step'][1]}, decisive token mismatches "
+          f"{len(r['token_mismatches'])}, state {state}", flush=True)
+    return 0 if ok else 1
+
+
+def graph_one() -> int:
+    """llama_tiny: a prompt of 5 through the kernel, then 20 replays of one captured step; the
+    tokens the kernel chains on the device against the reference's greedy tokens (in a worker)."""
+    import torch
+    from llama import Llama, ReferenceStep
+    from llama_megakernel import MegakernelStep
+    cfg = _tiny()
+    w = _weights(cfg, seed=11)
+    prompt = torch.randint(0, cfg.vocab, (1, 5), generator=torch.Generator().manual_seed(4))
+    s = MegakernelStep(cfg, w, max_seq=64)
+    s.prefill(prompt.cuda())
+    g = s.graph()
+    tokens = [int(s.state[0])]
+    for _ in range(20):
+        g.replay()
+        tokens.append(int(s.state[0]))
+    torch.cuda.synchronize()
+    m = Llama(cfg, {k: v.cpu() for k, v in w.items()})
+    want = m.generate(prompt[0].tolist(), 21, step=ReferenceStep(cfg, m.weights)).tolist()
+    agree = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b), len(want))
+    ok = agree >= 19 and int(s.state[1]) == 25  # a near-tie in bf16 may fork the chain late
+    print(f"RESULT {'correct' if ok else 'wrong'} llama_tiny graph replays: first {agree} of 21 greedy tokens "
+          f"equal the reference's, position {int(s.state[1])}", flush=True)
+    return 0 if ok else 1
+
+
+def run_watched(args: list[str], watchdog: float) -> tuple[str, str]:
+    """This script's worker with `args` in a child process: (outcome, its RESULT line or the
+    reason). A hung kernel is killed with its process, so it costs the watchdog, not the run."""
+    try:
+        p = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=watchdog)
+    except subprocess.TimeoutExpired:
+        return "hang", f"no result in {watchdog:.0f} s (killed)"
+    text = p.stdout + p.stderr
+    line = next((ln for ln in text.splitlines() if ln.startswith("RESULT")), "")
+    if line:
+        return line.split()[1], line
+    tail = text.strip().splitlines()[-1][:160] if text.strip() else ""
+    return "failed", f"rc {p.returncode}: {tail}"
+
+
+def check_args(model, steps, attention, control, unfused) -> list[str]:
+    return ["worker-check", "--model", model, "--steps", str(steps), "--attention", attention] + \
+        (["--control"] if control else []) + (["--unfused"] if unfused else [])
+
+
+def cmd_check(a) -> int:
     bad = 0
-    for cfg, steps, builds in ((_tiny(), 200, (("split", False, False), ("simple", False, False),
-                                                ("split", True, False), ("split", False, True))),
-                               (lm.MODELS["llama3_2_1b"], 64, (("split", False, False), ("simple", False, False),
-                                                               ("split", False, True)))):
-        w = _weights(cfg, seed=7)
-        ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(3)).cuda()
-        want = ref.prefill(w, cfg, ids)[0][0].double().cpu()
-        for attention, control, unfused in builds:
-            s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control, unfused=unfused)
-            got = _forced(s, ids)
-            r = ref.agreement(got, want)
-            ok = r["ok"] and bool(torch.isfinite(got).all())
-            bad += not ok
-            print(f"{'PASS' if ok else 'FAIL'}  {s.target:<20} control={control!s:<5} {steps} steps: worst rel "
-                  f"{r['worst_rel']:.2e} (tol 2e-2) at step {r['worst_step'][1]}, decisive token mismatches "
-                  f"{len(r['token_mismatches'])}", flush=True)
-            del s
-            torch.cuda.empty_cache()
+    for args in [check_args(*row) for row in CHECKS] + [["worker-graph"]]:
+        outcome, said = run_watched(args, a.watchdog)
+        bad += outcome != "correct"
+        print(f"{'PASS' if outcome == 'correct' else 'FAIL'}  {said}", flush=True)
     return 1 if bad else 0
 
 
@@ -145,18 +202,11 @@ def cmd_counterexample(a) -> int:
     for m in json.loads(index.read_text())["mutations"]:
         for how in ("plain", "pipelink"):
             cubin, manifest = (ROOT / "bazel-bin" / m["files"][f"{how}.{x}"] for x in ("cubin", "manifest.json"))
-            cmd = [sys.executable, __file__, "worker", "--files", str(cubin), str(manifest)]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.watchdog)
-                text = p.stdout + p.stderr
-                outcome = "correct" if "RESULT correct" in text else "wrong" if "RESULT wrong" in text else \
-                    f"failed (rc {p.returncode}: {text.strip().splitlines()[-1][:100] if text.strip() else ''})"
-            except subprocess.TimeoutExpired:
-                outcome = f"hang (> {a.watchdog:.0f} s, killed)"
+            outcome, said = run_watched(["worker", "--files", str(cubin), str(manifest)], a.watchdog)
             expected = how == "pipelink"
             ok = (outcome == "correct") == expected
             bad += not ok
-            print(f"{'PASS' if ok else 'FAIL'}  {m['name']:<14} {how:<9} {outcome}   ({m['what']})", flush=True)
+            print(f"{'PASS' if ok else 'FAIL'}  {m['name']:<14} {how:<9} {outcome}: {said}   ({m['what']})", flush=True)
     return 1 if bad else 0
 
 
@@ -274,9 +324,14 @@ def cmd_pair(a) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "counterexample", "worker"])
+    ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "counterexample", "worker", "worker-check",
+                                    "worker-graph"])
+    ap.add_argument("--model", default="llama_tiny", choices=["llama_tiny", "llama3_2_1b", "llama3_8b"])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--control", action="store_true")
+    ap.add_argument("--unfused", action="store_true")
     ap.add_argument("--files", nargs=2, help="worker: another link's cubin and manifest")
-    ap.add_argument("--watchdog", type=float, default=120.0, help="counterexample: seconds before a worker is a hang")
+    ap.add_argument("--watchdog", type=float, default=180.0, help="check, counterexample: seconds before a worker is a hang")
     ap.add_argument("--attention", default="split", choices=["split", "simple"])
     ap.add_argument("--contexts", default="16,1024,4096,32768")
     ap.add_argument("--torch-max-context", type=int, default=32768)
@@ -284,6 +339,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "worker":
         return worker(a.attention, tuple(a.files) if a.files else None)
+    if a.cmd == "worker-check":
+        return check_one(a.model, a.steps, a.attention, a.control, a.unfused)
+    if a.cmd == "worker-graph":
+        return graph_one()
     return {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
             "counterexample": cmd_counterexample}[a.cmd](a)
 
