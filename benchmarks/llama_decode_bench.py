@@ -2,7 +2,8 @@
 sanitizers, linked / control, and ms per token against torch at several contexts.
 
     python3 benchmarks/llama_decode_bench.py check      # llama_tiny x {split, simple, control, unfused} 200 steps,
-                                                        # llama3_1b x {split, simple, unfused} 64 steps, vs the fp32 reference
+                                                        # llama3_1b x {split, simple, unfused} 64 steps, qwen3_1_7b
+                                                        # 32 steps, graph replays; vs the fp32 reference
     python3 benchmarks/llama_decode_bench.py sanitize   # memcheck, racecheck, synccheck: llama_tiny split and simple
     python3 benchmarks/llama_decode_bench.py pair       # llama3_1b linked / control, ABBA both orders, context 1024
     python3 benchmarks/llama_decode_bench.py bench [--contexts 16,1024,4096,32768]
@@ -68,7 +69,7 @@ def _forced(step, ids):
 CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simple", False, False),
           ("llama_tiny", 200, "split", True, False), ("llama_tiny", 200, "split", False, True),
           ("llama3_2_1b", 64, "split", False, False), ("llama3_2_1b", 64, "simple", False, False),
-          ("llama3_2_1b", 64, "split", False, True)]
+          ("llama3_2_1b", 64, "split", False, True), ("qwen3_1_7b", 32, "split", False, False)]
 
 
 def check_one(model: str, steps: int, attention: str, control: bool, unfused: bool) -> int:
@@ -326,7 +327,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "counterexample", "worker", "worker-check",
                                     "worker-graph"])
-    ap.add_argument("--model", default="llama_tiny", choices=["llama_tiny", "llama3_2_1b", "llama3_8b"])
+    ap.add_argument("--model", default="llama_tiny", choices=["llama_tiny", "llama3_2_1b", "llama3_8b", "qwen3_1_7b"])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--control", action="store_true")
     ap.add_argument("--unfused", action="store_true")

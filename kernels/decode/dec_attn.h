@@ -11,13 +11,16 @@ namespace dec_attn {
 constexpr unsigned THREADS = 128;  // the role's 4 warps
 constexpr unsigned MAX_GROUP = 8;  // [fact.heads] / [fact.kv_heads] accept: query heads per KV head
 
-struct Params {  // [params]: kcache, vcache = "ptr", max_seq = "u32", inv_freq, state = "ptr", op_begin, op_end = "u32"
+struct Params {  // [params]: kcache, vcache = "ptr", max_seq = "u32", inv_freq, state = "ptr", op_begin, op_end = "u32",
+                 // qk_norms = "ptr", eps = "f32"
   uint16_t* kcache;
   uint16_t* vcache;
   unsigned max_seq;
   const float* inv_freq;
   int* state;
   unsigned op_begin, op_end;
+  const float* qk_norms;  // f32 [layers][2][head_dim]: q_norm, k_norm (read with the fact qk_norm only)
+  float eps;
 };
 
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }

@@ -32,6 +32,8 @@ PL_DECLARE_WORKSPACE(ao);
 PL_DECLARE_WORKSPACE(part);
 PL_DECLARE_WORKSPACE(arr);
 PL_DECLARE_CALL(rope, float*, unsigned, unsigned, const float*);
+PL_DECLARE_CALL(headnorm, float*, unsigned, const float*, float);
+PL_DECLARE_FACT_BOOL(qk_norm);
 
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
@@ -86,6 +88,10 @@ PL_ENTRY(run) {
         vn[i] = __ldcg(qkv + m.q_dim() + m.kv_dim() + kvh * hd + i);
       }
       sync_role();
+      if (PL_FACT(qk_norm)) {  // Qwen3: each head RMS-normed before RoPE (folds away for Llama)
+        PL_CALL(headnorm, q, g, p.qk_norms + (size_t)(2 * l) * hd, p.eps);
+        PL_CALL(headnorm, kn, 1u, p.qk_norms + (size_t)(2 * l + 1) * hd, p.eps);
+      }
       PL_CALL(rope, q, g, pos, p.inv_freq);  // (ends with a barrier)
       PL_CALL(rope, kn, 1u, pos, p.inv_freq);
       const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;

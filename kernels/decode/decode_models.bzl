@@ -13,13 +13,14 @@ load("//pipelink_rules:defs.bzl", "fused_kernel", "fused_kernel_sass_test")
 
 # A plain dict literal, so Python can read it (ast.literal_eval).
 DECODE_MODELS = {
-    "llama3_2_1b": {"target": "llama3_1b", "hidden": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "head_dim": 64, "inter": 8192, "vocab": 128256},
-    "llama3_8b": {"target": "llama3_8b", "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "inter": 14336, "vocab": 128256},
+    "llama3_2_1b": {"target": "llama3_1b", "hidden": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "head_dim": 64, "inter": 8192, "vocab": 128256, "qk_norm": False},
+    "llama3_8b": {"target": "llama3_8b", "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "inter": 14336, "vocab": 128256, "qk_norm": False},
+    "qwen3_1_7b": {"target": "qwen3_1_7b", "hidden": 2048, "layers": 28, "heads": 16, "kv_heads": 8, "head_dim": 128, "inter": 6144, "vocab": 151936, "qk_norm": True},
     # A small shape of the same family for the GPU tests (seconds, not minutes, of f32 reference).
-    "llama_tiny": {"target": "llama_tiny", "hidden": 512, "layers": 2, "heads": 8, "kv_heads": 2, "head_dim": 64, "inter": 1024, "vocab": 1024},
+    "llama_tiny": {"target": "llama_tiny", "hidden": 512, "layers": 2, "heads": 8, "kv_heads": 2, "head_dim": 64, "inter": 1024, "vocab": 1024, "qk_norm": False},
 }
 
-DECODE_FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab")
+DECODE_FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab", "qk_norm")
 
 # The attention packages that link into the same megakernel unchanged (package dec_attn).
 DECODE_ATTENTION = {

@@ -42,7 +42,7 @@ from llama_models import LlamaConfig, expect_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"weights", "head", "norms", "embed", "logits", "state", "eps", "kcache", "vcache", "max_seq", "inv_freq",
-          "op_begin", "op_end"}
+          "op_begin", "op_end", "qk_norms"}
 ATTENTION = ("split", "simple")
 ST_TOKEN, ST_POS, ST_ERROR = 0, 1, 2
 
@@ -53,7 +53,8 @@ def launch_params(cfg: LlamaConfig, bufs: dict, logits, state, kcache, vcache, m
     baseline), one launch per op in order, each with its op range."""
     ops = 2 + 5 * cfg.layers
     common = dict(weights=bufs["weights"], head=bufs["head"], norms=bufs["norms"], embed=bufs["embed"],
-                  inv_freq=bufs["inv_freq"], logits=logits, state=state, eps=float(cfg.rms_eps),
+                  inv_freq=bufs["inv_freq"], qk_norms=bufs["qk_norms"], logits=logits, state=state,
+                  eps=float(cfg.rms_eps),
                   kcache=kcache, vcache=vcache, max_seq=max_seq)
     ranges = [(k, k + 1) for k in range(ops)] if unfused else [(0, ops)]
     return [dict(common, op_begin=b, op_end=e) for b, e in ranges]

@@ -11,7 +11,8 @@ rows interleaved in runs of r = tile_rows(hidden) (r gate rows, then the same r 
 weight-stream tile), W_down [hidden, inter]. The norms are one f32 buffer [2 layers + 1, hidden]
 (input_layernorm, post_attention_layernorm of each layer, then model.norm); the head is
 lm_head.weight, or embed_tokens when the model ties them; inv_freq is the reference's RoPE
-table (llama_reference.rope_inv_freq) in f32.
+table (llama_reference.rope_inv_freq) in f32; qk_norms is Qwen3's q_norm and k_norm of each
+layer, f32 [layers, 2, head_dim] (ones for a model without them: the kernel does not read it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from llama_models import LlamaConfig, expect_config
 
 TILE_ELEMS = 16384  # dec_stream's fact tile_elems as built: a plain weight tile holds r rows with r k <= this
 MAX_GROUP = 8       # dec_attn.h: query heads a KV head
-FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab")
+FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab", "qk_norm")
 
 
 def _table() -> dict:
@@ -59,8 +60,6 @@ def unsupported(cfg: LlamaConfig) -> list[str]:
     """Why the megakernel's packages cannot serve `cfg` (their contracts' accept ranges and
     dec_attn.h's group limit); empty when they can."""
     out = []
-    if cfg.qk_norm:
-        out.append("qk_norm (Qwen3's per-head RMSNorm of q and k): no package applies it")
     if cfg.head_dim not in (64, 128):
         out.append(f"head_dim = {cfg.head_dim}: the attention packages accept 64 and 128")
     if cfg.group > MAX_GROUP:
@@ -147,6 +146,8 @@ def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_EL
                   w("self_attn.o_proj.weight"), gu, w("mlp.down_proj.weight")]
         norms += [w("input_layernorm.weight"), w("post_attention_layernorm.weight")]
     norms.append(weights["model.norm.weight"])
+    qk = [torch.stack([weights[f"model.layers.{i}.self_attn.{n}_norm.weight"].to(torch.float32) for n in "qk"])
+          if cfg.qk_norm else torch.ones(2, cfg.head_dim) for i in range(L)]
     embed = weights["model.embed_tokens.weight"]
     head = embed if cfg.tie_word_embeddings else weights["lm_head.weight"]
     out = {
@@ -154,6 +155,7 @@ def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_EL
         "norms": torch.stack([n.to(torch.float32) for n in norms]),
         "embed": embed.to(bf).contiguous(),
         "inv_freq": ref.rope_inv_freq(cfg, torch.float32),
+        "qk_norms": torch.stack(qk).to(torch.float32),  # [layers, 2, head_dim] (ones when the model has none)
     }
     out["head"] = out["embed"] if cfg.tie_word_embeddings else head.to(bf).contiguous()
     return {k: v.to(device) for k, v in out.items()} if device is not None else out

@@ -83,8 +83,14 @@ class Emulator:
         ao = torch.empty(q_dim, dtype=F64)
         scale = 1 / math.sqrt(hd) * math.log2(math.e)
         for h in range(kvh):
-            q = self._rope(qkv[h * g * hd:(h + 1) * g * hd].reshape(g, hd), pos)
-            kn = self._rope(qkv[q_dim + h * hd: q_dim + (h + 1) * hd].reshape(1, hd), pos)[0]
+            q = qkv[h * g * hd:(h + 1) * g * hd].reshape(g, hd)
+            kn = qkv[q_dim + h * hd: q_dim + (h + 1) * hd].reshape(1, hd)
+            if c.qk_norm:  # dec_rope's headnorm, f32, before RoPE
+                qn, kw = self.b["qk_norms"][layer].to(F64)
+                q = (q * torch.rsqrt((q * q).mean(1, keepdim=True) + c.rms_eps) * qn).to(torch.float32).to(F64)
+                kn = (kn * torch.rsqrt((kn * kn).mean(1, keepdim=True) + c.rms_eps) * kw).to(torch.float32).to(F64)
+            q = self._rope(q, pos)
+            kn = self._rope(kn, pos)[0]
             vn = qkv[q_dim + kv_dim + h * hd: q_dim + kv_dim + (h + 1) * hd]
             self.kcache[layer, h, pos], self.vcache[layer, h, pos] = bf16(kn), bf16(vn)
             K = self.kcache[layer, h, :ln].clone()

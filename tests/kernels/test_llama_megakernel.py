@@ -7,6 +7,7 @@ manifests in bazel-bin, when built). The kernel itself runs in test_llama_megake
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -44,7 +45,7 @@ def test_llama3_1_8b_links_the_llama3_8b_kernel():
 
 
 @pytest.mark.parametrize("change,words", [
-    ({"qk_norm": True}, "qk_norm"),
+    ({"qk_norm": True}, "no decode megakernel is linked"),
     ({"head_dim": 96, "heads": 16}, "head_dim = 96"),
     ({"heads": 16, "kv_heads": 1}, "heads / kv_heads = 16"),
     ({"hidden": 2000}, "hidden = 2000"),
@@ -59,9 +60,8 @@ def test_a_config_no_target_serves_is_r_config(change, words):
     assert e.code == "R-CONFIG" and words in str(e)
 
 
-def test_qwen3_is_refused_naming_qk_norm():
-    e = refused(lp.kernel_target, lm.MODELS["qwen3_1_7b"])
-    assert e.code == "R-CONFIG" and "qk_norm" in str(e)
+def test_qwen3_links_its_own_target():
+    assert lp.kernel_target(lm.MODELS["qwen3_1_7b"]) == "qwen3_1_7b"
 
 
 def test_tile_rows_as_dec_h():
@@ -113,6 +113,19 @@ def test_emulated_step_meets_issue_43s_criterion(tiny, split, grid, tile_elems):
     assert a["worst_rel"] < 1e-2
 
 
+def test_emulated_qk_norm_step_meets_issue_43s_criterion():
+    """Qwen3's per-head q/k RMSNorm (dec_rope's headnorm) on the tiny shape, against the reference."""
+    cfg = dataclasses.replace(TINY, name="qwen_tiny", qk_norm=True, rope_scaling=None, rms_eps=1e-6)
+    w = random_weights(cfg, seed=8)
+    ids = torch.randint(0, cfg.vocab, (1, 40), generator=torch.Generator().manual_seed(6))
+    ref_logits = ref.prefill(w, cfg, ids)[0][0]
+    em = Emulator(cfg, lp.pack(cfg, w), max_seq=64, grid=8)
+    a = ref.agreement(_run(em, ids[0].tolist()), ref_logits)
+    assert a["ok"] and a["worst_rel"] < 1e-2, a
+    plain = Emulator(dataclasses.replace(cfg, qk_norm=False), lp.pack(cfg, w), max_seq=64)  # without the norm
+    assert not ref.agreement(_run(plain, ids[0, :8].tolist()), ref_logits[:8])["ok"]
+
+
 def test_a_misplaced_gate_up_interleave_is_caught(tiny):
     """The emulator reads the packed buffer as the kernel does: packing gate and up un-interleaved
     fails the criterion (so the test above checks the layout, not just the arithmetic)."""
@@ -135,7 +148,7 @@ def _manifest(name):
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("model", ["llama3_1b", "llama3_8b", "llama_tiny"])
+@pytest.mark.parametrize("model", ["llama3_1b", "llama3_8b", "qwen3_1_7b", "llama_tiny"])
 def test_the_swap_changes_the_attention_package_only(model):
     split, simple = (_manifest(n) for n in (model, model + "_simple"))
     a = {i["name"]: i["package_digest"] for i in split["instances"]}
@@ -179,7 +192,7 @@ def test_every_model_links_the_same_packages():
     ({"weights": "shape"}, "R-SHAPE", "expected"),
     ({"weights": "dtype"}, "R-DTYPE", "floating"),
     ({"weights": "not_tensor"}, "R-CONFIG", "not a tensor"),
-    ({"cfg": lm.MODELS["qwen3_1_7b"]}, "R-CONFIG", "qk_norm"),
+    ({"cfg": dataclasses.replace(lm.MODELS["qwen3_1_7b"], layers=27)}, "R-CONFIG", "no decode megakernel"),
 ])
 def test_the_backend_refuses_bad_arguments_before_any_cuda_call(kw, code, words):
     from llama_megakernel import MegakernelStep
@@ -208,7 +221,8 @@ def test_without_a_gpu_the_backend_is_r_device():
     assert e.code == "R-DEVICE"
 
 
-@pytest.mark.parametrize("model,unfused", [("llama_tiny", False), ("llama_tiny_unfused", True), ("llama3_1b", False)])
+@pytest.mark.parametrize("model,unfused", [("llama_tiny", False), ("llama_tiny_unfused", True), ("llama3_1b", False),
+                                           ("qwen3_1_7b", False)])
 def test_the_backends_launches_plan_against_the_built_manifest(model, unfused):
     """Every launch of a step (one fused, 2 + 5 layers unfused) packs against the manifest on the
     CPU: parameter names and types, the grid, each workspace's size."""
@@ -217,9 +231,9 @@ def test_the_backends_launches_plan_against_the_built_manifest(model, unfused):
     from llama_megakernel import PARAMS, launch_params
     m = Manifest.from_file(BIN / f"{model}.manifest.json") if (BIN / f"{model}.manifest.json").is_file() else \
         pytest.skip("bazel-bin/kernels/decode is not built")
-    cfg = TINY if model.startswith("llama_tiny") else lm.MODELS["llama3_2_1b"]
+    cfg = TINY if model.startswith("llama_tiny") else lm.MODELS["qwen3_1_7b" if model.startswith("qwen") else "llama3_2_1b"]
     assert set(m.lent) == PARAMS
-    fake = {k: 0x10000 * (i + 1) for i, k in enumerate(("weights", "head", "norms", "embed", "inv_freq"))}
+    fake = {k: 0x10000 * (i + 1) for i, k in enumerate(("weights", "head", "norms", "embed", "inv_freq", "qk_norms"))}
     sizes = []
     for p in launch_params(cfg, fake, 0x900000, 0xA00000, 0xB00000, 0xC00000, 256, unfused):
         plan = plan_launch(m, p, builtins={"num_sms": 132, "resident_ctas": 132},
