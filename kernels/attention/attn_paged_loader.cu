@@ -32,20 +32,26 @@ static_assert(offsetof(AttnPagedLoaderParams, q_len) == 40 && offsetof(AttnPaged
                   sizeof(AttnPagedLoaderParams) == 512, "params layout (docs/CONTRACTS.md)");
 
 PL_ENTRY(run) {
-  if (pl::role_thread(PL_WARP_BEGIN()) != 0) return;
+  // One warp: lane 0 issues every barrier operation and TMA; the lanes fetch a KV block's page
+  // numbers together (lane j page j), once for its K and V. Fetched one after another by one
+  // thread, a block of 16-token pages waited on 16 dependent block-table loads.
+  const unsigned lane = pl::role_thread(PL_WARP_BEGIN());
+  if (lane >= 32) return;
   const AttnPagedLoaderParams& p = PL_PARAMS(AttnPagedLoaderParams);
   uint8_t* base = pl::smem_base();
-  pl::prefetch_tensor_map(&p.tmap_q);
-  pl::prefetch_tensor_map(&p.tmap_k);
-  pl::prefetch_tensor_map(&p.tmap_v);
+  if (lane == 0) {
+    pl::prefetch_tensor_map(&p.tmap_q);
+    pl::prefetch_tensor_map(&p.tmap_k);
+    pl::prefetch_tensor_map(&p.tmap_v);
+  }
   unsigned info[4];
   const unsigned blk = PL_FACT(block_q), d = PL_FACT(head_dim), bytes = blk * d * 2;  // one tile (attn.h)
   const attn_producer::Rings r = ATTN_PRODUCER_RINGS(base);
-  const unsigned ps = p.page_size, per = blk / ps;  // pages a KV block spans (host: 16 .. 128)
+  const unsigned ps = p.page_size, per = blk / ps;  // pages a KV block spans (host: 16 .. 128, so per <= 8)
   unsigned stage = 0, phase = 0;
   for (unsigned it = 0; PL_CALL(tile, it, p.q_len, p.bh, p.aux, info); ++it) {
     const unsigned qb = info[0], bh = info[1], split = info[2];
-    attn_producer::load_q(r, it, &p.tmap_q, (int)(bh * p.q_len + qb * blk), d, blk);
+    if (lane == 0) attn_producer::load_q(r, it, &p.tmap_q, (int)(bh * p.q_len + qb * blk), d, blk);
     // bh counts query heads (prefill: kv_group of them a K/V head) or K/V heads (decode runs a
     // group as rows: kv_group 1); either way bh / kv_group is sequence b's K/V head `head`.
     const unsigned kvh = bh / p.kv_group, b = kvh / p.kv_heads, head = kvh - b * p.kv_heads;
@@ -54,18 +60,22 @@ PL_ENTRY(run) {
     const unsigned n = PL_CALL(kv_count, qb, bh, split, p.q_len, p.kv_len, p.aux);
     for (unsigned i = 0; i < n; ++i) {
       const unsigned kb = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux) & attn::BLOCK_MASK;
+      const unsigned tok = kb * blk + lane * ps;
+      const unsigned my_page =
+          lane < per ? (unsigned)__ldg(table + (tok < seq ? min(tok / ps, p.max_pages - 1) : 0u)) : 0u;
 #pragma unroll 1
       for (unsigned part = 0; part < 2; ++part) {  // K, then V
-        attn_producer::claim_stage(r.kv_full + stage, r.kv_empty + stage, phase ^ 1u, bytes);
+        if (lane == 0) attn_producer::claim_stage(r.kv_full + stage, r.kv_empty + stage, phase ^ 1u, bytes);
         const pl::TensorMap* map = part ? &p.tmap_v : &p.tmap_k;
         uint8_t* dst = r.kv_buf + stage * bytes;
 #pragma unroll 1
         for (unsigned j = 0; j < per; ++j) {
-          const unsigned tok = kb * blk + j * ps;
-          const unsigned page = (unsigned)__ldg(table + (tok < seq ? min(tok / ps, p.max_pages - 1) : 0u));
+          const unsigned page = __shfl_sync(0xffffffffu, my_page, j);
           const int row = (int)((page * p.kv_heads + head) * ps);
-          pl::tma_load_2d(dst + j * ps * 128, map, 0, row, r.kv_full + stage);
-          if (d > 64) pl::tma_load_2d(dst + blk * 128 + j * ps * 128, map, 64, row, r.kv_full + stage);
+          if (lane == 0) {
+            pl::tma_load_2d(dst + j * ps * 128, map, 0, row, r.kv_full + stage);
+            if (d > 64) pl::tma_load_2d(dst + blk * 128 + j * ps * 128, map, 64, row, r.kv_full + stage);
+          }
         }
         attn_producer::next_stage(stage, phase, r.kv_depth);
       }
