@@ -5,6 +5,7 @@
                 in rotating order (the bench tables of gemm_swiglu_bench.py, attention_bench.py,
                 moe_bench.py; `eager` ones, which cannot be captured, as loops of calls).
   sanitizer     compute-sanitizer's path, or None: every sanitize gate fails without it.
+  sanitize_jobs each worker command under memcheck, racecheck and synccheck, checked for a result.
   expect, run_gates
                 a bad-input row (refused with an R-* code?), and the check / sanitize / pair /
                 bench gates of one benchmark script run in order.
@@ -114,6 +115,41 @@ def sanitizer() -> str | None:
     import shutil
     san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     return san if Path(san).exists() else None
+
+
+# compute-sanitizer's tools as the gates run them: memcheck without API-error reports (PyTorch's
+# own driver calls, e.g. probing primary contexts, return errors by design).
+SANITIZER_TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
+
+
+def sanitize_jobs(jobs: list[tuple[str, list[str]]], timeout: float = 900.0) -> int:
+    """Each (label, argv) under each of SANITIZER_TOOLS: clean when the tool exits 0 and the run
+    prints `RESULT correct` (it checked its own output). Prints a PASS/FAIL line a run and a
+    summary; 1 if any run failed or compute-sanitizer is missing (the gate cannot pass without it)."""
+    import subprocess
+    san = sanitizer()
+    if san is None:
+        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
+        return 1
+    bad = runs = 0
+    for label, argv in jobs:
+        for tool, extra in SANITIZER_TOOLS.items():
+            runs += 1
+            cmd = [san, "--tool", tool, *extra, "--error-exitcode", "9", "--print-limit", "10", *argv]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+                text, rc = p.stdout + p.stderr, p.returncode
+            except subprocess.TimeoutExpired:
+                text, rc = f"timed out after {timeout:.0f} s", -1
+            ok = rc == 0 and "RESULT correct" in text
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  {label:<18} {tool:<10} rc={rc} "
+                  f"{' | '.join(ln.strip() for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}",
+                  flush=True)
+            if not ok:
+                print("    " + "\n    ".join(text.splitlines()[-25:]))
+    print(f"sanitize: {runs - bad}/{runs} clean")
+    return 1 if bad else 0
 
 
 SUSTAIN_MAX_INNER = 4000  # calls in one graph at most (capture time and graph size)

@@ -30,7 +30,6 @@ sys.path.insert(0, str(ROOT / "kernels" / "decode"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 HBM = 4.8e12
-TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
 
 
 def _tiny():
@@ -163,31 +162,9 @@ def worker(attention: str, files: tuple | None = None) -> int:
 
 
 def cmd_sanitize(a) -> int:
-    from gpu_bench import sanitizer
-    san = sanitizer()
-    if san is None:
-        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
-        return 1
-    bad = runs = 0
-    for attention in ("split", "simple"):
-        for tool, extra in TOOLS.items():
-            runs += 1
-            cmd = [san, "--tool", tool, *extra, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
-                   __file__, "worker", "--attention", attention]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-                text, rc = p.stdout + p.stderr, p.returncode
-            except subprocess.TimeoutExpired:
-                text, rc = "timed out after 1200 s", -1
-            ok = rc == 0 and "RESULT correct" in text
-            bad += not ok
-            print(f"{'PASS' if ok else 'FAIL'}  llama_tiny {attention:<7} {tool:<10} rc={rc} "
-                  f"{' | '.join(ln.strip() for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}",
-                  flush=True)
-            if not ok:
-                print("    " + "\n    ".join(text.splitlines()[-25:]))
-    print(f"sanitize: {runs - bad}/{runs} clean")
-    return 1 if bad else 0
+    from gpu_bench import sanitize_jobs
+    return sanitize_jobs([(f"llama_tiny {att}", [sys.executable, __file__, "worker", "--attention", att])
+                          for att in ("split", "simple")], timeout=600)
 
 
 def cmd_counterexample(a) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where each kernel is built: the product kernels in bazel-bin/kernels, the team build in
 # bazel-bin/experiments ($PIPELINK_MOE_STEP_DIR, when set, holds them all).
 BUILD_DIRS = (ROOT / "bazel-bin" / "kernels", ROOT / "bazel-bin" / "experiments")
-TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
 
 
 def worker(name: str, T: int) -> int:
@@ -60,31 +58,9 @@ def main() -> int:
     a = ap.parse_args()
     if a.cmd == "worker":
         return worker(a.name, a.tokens)
-    from gpu_bench import sanitizer  # (here: the worker runs under the sanitizer, torch-only)
-    san = sanitizer()
-    if san is None:
-        print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
-        return 1
-    bad = runs = 0
-    for name in a.kernels.split(","):
-        for tool, extra in TOOLS.items():
-            runs += 1
-            cmd = [san, "--tool", tool, *extra, "--error-exitcode", "9", "--print-limit", "10", sys.executable,
-                   __file__, "worker", "--name", name, "--tokens", str(a.tokens)]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-                text, rc = p.stdout + p.stderr, p.returncode
-            except subprocess.TimeoutExpired:
-                text, rc = "timed out after 900 s", -1
-            ok = rc == 0 and "RESULT correct" in text
-            bad += not ok
-            print(f"{'PASS' if ok else 'FAIL'}  {name:<18} {tool:<10} rc={rc} "
-                  f"{' | '.join(ln.strip() for ln in text.splitlines() if 'SUMMARY' in ln or 'RESULT' in ln)}",
-                  flush=True)
-            if not ok:
-                print("    " + "\n    ".join(text.splitlines()[-25:]))
-    print(f"sanitize: {runs - bad}/{runs} clean")
-    return 1 if bad else 0
+    from gpu_bench import sanitize_jobs  # (here: the worker runs under the sanitizer, torch-only)
+    return sanitize_jobs([(name, [sys.executable, __file__, "worker", "--name", name, "--tokens", str(a.tokens)])
+                          for name in a.kernels.split(",")])
 
 
 if __name__ == "__main__":

@@ -39,6 +39,22 @@
 #pragma once
 #include <stdint.h>
 
+// The model's facts and the schedule's, declared by every role that walks the schedule (a macro:
+// it declares the handles of the component being compiled; an unused declaration references
+// nothing). Model{DEC_MODEL_FIELDS, tile_elems} reads them.
+#define DEC_MODEL_FACTS()    \
+  PL_DECLARE_FACT(hidden);   \
+  PL_DECLARE_FACT(layers);   \
+  PL_DECLARE_FACT(heads);    \
+  PL_DECLARE_FACT(kv_heads); \
+  PL_DECLARE_FACT(head_dim); \
+  PL_DECLARE_FACT(inter);    \
+  PL_DECLARE_FACT(vocab);    \
+  PL_DECLARE_FACT(tile_elems); \
+  PL_DECLARE_FACT_BOOL(unfused)
+#define DEC_MODEL_FIELDS \
+  PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab)
+
 namespace dec {
 
 enum Kind : unsigned { EMBED = 0, QKV, ATTN, O, GU, DOWN, HEAD };

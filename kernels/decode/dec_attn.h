@@ -7,6 +7,23 @@
 #pragma once
 #include <stdint.h>
 
+#include "dec.h"
+
+// The handles both attention packages declare (a macro, for the component being compiled); each
+// adds its own shared memory and workspaces.
+#define DEC_ATTN_DECLARATIONS()                                  \
+  DEC_MODEL_FACTS();                                             \
+  PL_DECLARE_FACT_BOOL(qk_norm);                                 \
+  PL_DECLARE_SMEM(q);                                            \
+  PL_DECLARE_SMEM(kv);                                           \
+  PL_DECLARE_SMEM(o);                                            \
+  PL_DECLARE_BARRIER(attn);                                      \
+  PL_DECLARE_WORKSPACE(sync);                                    \
+  PL_DECLARE_WORKSPACE(qkv);                                     \
+  PL_DECLARE_WORKSPACE(ao);                                      \
+  PL_DECLARE_CALL(rope, float*, unsigned, unsigned, const float*); \
+  PL_DECLARE_CALL(headnorm, float*, unsigned, const float*, float)
+
 namespace dec_attn {
 constexpr unsigned THREADS = 128;  // the role's 4 warps
 constexpr unsigned MAX_GROUP = 8;  // [fact.heads] / [fact.kv_heads] accept: query heads per KV head
@@ -28,5 +45,27 @@ __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w 
 __device__ __forceinline__ uint16_t to_bf16(float f) {  // round to nearest even (finite values)
   const unsigned u = __float_as_uint(f);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+// A task's prologue, the same in both packages: the group's queries and the KV head's new key and
+// value from qkv into shared memory (f32), then Qwen3's head norm (qk_norm) and RoPE, each of
+// which ends with a barrier. sync_role: the role's barrier; headnorm(v, n, which) and rope(v, n):
+// the dec_rope callables (which: 0 for the queries' weight, 1 for the key's).
+template <class Sync, class HeadNorm, class Rope>
+__device__ __forceinline__ void load_heads(float* q, float* kn, float* vn, const float* qkv, const dec::Model& m,
+                                           unsigned kvh, unsigned t, bool qk_norm, Sync sync_role,
+                                           HeadNorm headnorm, Rope rope) {
+  const unsigned hd = m.head_dim, g = m.heads / m.kv_heads;
+  for (unsigned i = t; i < g * hd; i += THREADS) q[i] = __ldcg(qkv + kvh * g * hd + i);
+  for (unsigned i = t; i < hd; i += THREADS) {
+    kn[i] = __ldcg(qkv + m.q_dim() + kvh * hd + i);
+    vn[i] = __ldcg(qkv + m.q_dim() + m.kv_dim() + kvh * hd + i);
+  }
+  sync_role();
+  if (qk_norm) {  // (a fact: folds away for Llama)
+    headnorm(q, g, 0u);
+    headnorm(kn, 1u, 1u);
+  }
+  rope(q, g);
+  rope(kn, 1u);
 }
 }  // namespace dec_attn

@@ -11,24 +11,8 @@
 #include "dec.h"
 #include "dec_attn.h"
 
-PL_DECLARE_FACT(hidden);
-PL_DECLARE_FACT(layers);
-PL_DECLARE_FACT(heads);
-PL_DECLARE_FACT(kv_heads);
-PL_DECLARE_FACT(head_dim);
-PL_DECLARE_FACT_BOOL(unfused);
-PL_DECLARE_FACT(tile_elems);
-PL_DECLARE_SMEM(q);
-PL_DECLARE_SMEM(kv);
+DEC_ATTN_DECLARATIONS();
 PL_DECLARE_SMEM(ml);
-PL_DECLARE_SMEM(o);
-PL_DECLARE_BARRIER(attn);
-PL_DECLARE_WORKSPACE(sync);
-PL_DECLARE_WORKSPACE(qkv);
-PL_DECLARE_WORKSPACE(ao);
-PL_DECLARE_CALL(rope, float*, unsigned, unsigned, const float*);
-PL_DECLARE_CALL(headnorm, float*, unsigned, const float*, float);
-PL_DECLARE_FACT_BOOL(qk_norm);
 
 namespace dec_attn {
 constexpr unsigned WARPS = THREADS / 32, MAX_E = 4;  // elements of a head a lane holds: head_dim / 32
@@ -38,7 +22,8 @@ PL_ENTRY(run) {
   using namespace dec_attn;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN(), lane = t % 32, warp = t / 32;
-  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), 0, 0, PL_FACT(tile_elems)};
+  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), 0, 0,
+                     PL_FACT(tile_elems)};  // (inter and vocab: no attention code reads them)
   const unsigned hd = m.head_dim, g = m.heads / m.kv_heads, E = hd / 32, cta = blockIdx.x;
   if (g > MAX_GROUP || hd % 64 || hd > 128) __trap();  // outside accept (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
@@ -66,18 +51,11 @@ PL_ENTRY(run) {
         if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
         sync_role();
       }
-      for (unsigned i = t; i < g * hd; i += THREADS) q[i] = __ldcg(qkv + kvh * g * hd + i);
-      for (unsigned i = t; i < hd; i += THREADS) {
-        kn[i] = __ldcg(qkv + m.q_dim() + kvh * hd + i);
-        vn[i] = __ldcg(qkv + m.q_dim() + m.kv_dim() + kvh * hd + i);
-      }
-      sync_role();
-      if (PL_FACT(qk_norm)) {  // Qwen3: each head RMS-normed before RoPE (folds away for Llama)
-        PL_CALL(headnorm, q, g, p.qk_norms + (size_t)(2 * l) * hd, p.eps);
-        PL_CALL(headnorm, kn, 1u, p.qk_norms + (size_t)(2 * l + 1) * hd, p.eps);
-      }
-      PL_CALL(rope, q, g, pos, p.inv_freq);
-      PL_CALL(rope, kn, 1u, pos, p.inv_freq);
+      load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
+                 [&](float* v, unsigned n, unsigned which) {
+                   PL_CALL(headnorm, v, n, p.qk_norms + (size_t)(2 * l + which) * hd, p.eps);
+                 },
+                 [&](float* v, unsigned n) { PL_CALL(rope, v, n, pos, p.inv_freq); });
       const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;
       const uint16_t* kc = p.kcache + head_off;
       const uint16_t* vc = p.vcache + head_off;

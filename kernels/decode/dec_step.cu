@@ -13,15 +13,7 @@
 
 #include "dec.h"
 
-PL_DECLARE_FACT(hidden);
-PL_DECLARE_FACT(layers);
-PL_DECLARE_FACT(heads);
-PL_DECLARE_FACT(kv_heads);
-PL_DECLARE_FACT(head_dim);
-PL_DECLARE_FACT(inter);
-PL_DECLARE_FACT(vocab);
-PL_DECLARE_FACT_BOOL(unfused);
-PL_DECLARE_FACT(tile_elems);
+DEC_MODEL_FACTS();
 PL_DECLARE_RING(w);
 PL_DECLARE_SMEM(xin);
 PL_DECLARE_SMEM(y);
@@ -52,8 +44,7 @@ PL_ENTRY(run) {
   using namespace dec_step;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN();
-  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads),
-                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab), PL_FACT(tile_elems)};
+  const dec::Model m{DEC_MODEL_FIELDS, PL_FACT(tile_elems)};
   if (m.hidden > m.tile_elems || m.inter > m.tile_elems || m.q_dim() > m.tile_elems) __trap();  // a row per tile at least (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   float* x = static_cast<float*>(PL_WORKSPACE(x));

@@ -13,14 +13,7 @@
 #define DEC_TILE_ELEMS 16384  // the contract's [fact.tile_elems] own (cuda_component facts sets both)
 #endif
 
-PL_DECLARE_FACT(hidden);
-PL_DECLARE_FACT(layers);
-PL_DECLARE_FACT(heads);
-PL_DECLARE_FACT(kv_heads);
-PL_DECLARE_FACT(head_dim);
-PL_DECLARE_FACT(inter);
-PL_DECLARE_FACT(vocab);
-PL_DECLARE_FACT_BOOL(unfused);
+DEC_MODEL_FACTS();
 PL_OWN_FACT(tile_elems, DEC_TILE_ELEMS);
 PL_DECLARE_RING(w);
 
@@ -44,8 +37,7 @@ PL_ENTRY(run) {
   using namespace dec_stream;
   const Params& p = PL_PARAMS(Params);
   if (threadIdx.x % 32 != 0) return;  // one thread issues every copy
-  const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads),
-                     PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab), DEC_TILE_ELEMS};
+  const dec::Model m{DEC_MODEL_FIELDS, DEC_TILE_ELEMS};
   uint8_t* ring = pl::smem_base() + PL_RING_BUFFER(w);
   uint64_t* full = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_FULL(w));
   uint64_t* empty = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_EMPTY(w));

@@ -10,7 +10,6 @@ wheels.
 
 from __future__ import annotations
 
-import collections
 import json
 import re
 import shutil
@@ -19,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.linker.execlog import read_spawns
-
-from helpers.bazel import bazel_cmd, bazel_skip_reason, rmtree, venv_paths
+from helpers.bazel import bazel_cmd, bazel_in, bazel_skip_reason, ran_actions, rmtree, venv_paths
 
 REPO = Path(__file__).resolve().parents[2]
 E2E = REPO / ".pipelink" / "e2e"
@@ -36,25 +33,11 @@ MODEL_LINE = 'llama_decode(name = "llama3_1b", model = "llama3_2_1b")\n'
 CHUNKS = "constexpr unsigned MAX_CHUNKS = 32;"
 
 
-COUNTED = {"CudaCompile", "PipelinkPack", "PipelinkLink", "PipelinkControlLink", "PipelinkContractArch"}
-
-
-def _ran(path: Path) -> dict[str, dict[str, int]]:
-    """The counted actions that ran (not cache hits), by mnemonic and target."""
-    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for s in read_spawns(path):
-        if not (s.get("cacheHit") or s.get("remoteCacheHit")):
-            out[s.get("mnemonic", "?")][s.get("targetLabel", "?")] += 1
-    return {m: dict(c) for m, c in out.items() if m in COUNTED and c}
-
-
 def _bazel(logs, *args: str, log: str | None = None) -> None:
-    cmd = bazel_cmd() + [f"--output_base={OB}", args[0], "--color=no", "--curses=no"]
-    if log:
-        cmd.append(f"--execution_log_json_file={logs / (log + '.json')}")
-    cmd += list(args[1:])
-    res = subprocess.run(cmd, cwd=WS, capture_output=True, text=True, timeout=3600)
-    assert res.returncode == 0, f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-6000:]}"
+    bazel_in(WS, OB, logs, *args, log=log)
+
+
+_ran = ran_actions
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ CUDA wheels (like tests/e2e/test_bazel_relink.py).
 
 from __future__ import annotations
 
-import collections
 import json
 import shutil
 import subprocess
@@ -26,15 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.linker.execlog import read_spawns
-
-from helpers.bazel import bazel_cmd, bazel_skip_reason, rmtree, venv_paths
+from helpers.bazel import bazel_cmd, bazel_in, bazel_skip_reason, ran_actions, rmtree, venv_paths
 
 REPO = Path(__file__).resolve().parents[2]
 E2E = REPO / ".pipelink" / "e2e"
 WS = E2E / "moe_relink"
 OB = E2E / "moe_ob"
-COUNTED = {"CudaCompile", "PipelinkPack", "PipelinkLink", "PipelinkControlLink", "PipelinkContractArch"}
 EXPERT_LINE = 'moe_expert(name = "moe_expert")'
 
 _REASON = bazel_skip_reason()
@@ -52,21 +48,10 @@ MODEL_LINE = 'moe_step(name = "qwen3_235b_a22b", model = "qwen3_235b_a22b", sass
 
 
 def _bazel(log_dir: Path, *args: str, log: str | None = None) -> None:
-    cmd = bazel_cmd() + [f"--output_base={OB}", args[0], "--color=no", "--curses=no"]
-    if log:  # outside the workspace and the sandbox: an absolute path under .pipelink/e2e
-        cmd.append(f"--execution_log_json_file={log_dir / (log + '.json')}")
-    cmd += list(args[1:])
-    res = subprocess.run(cmd, cwd=WS, capture_output=True, text=True, timeout=3600)
-    assert res.returncode == 0, f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-6000:]}"
+    bazel_in(WS, OB, log_dir, *args, log=log)
 
 
-def _ran(path: Path) -> dict[str, dict[str, int]]:
-    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for s in read_spawns(path):
-        if s.get("cacheHit") or s.get("remoteCacheHit"):
-            continue
-        out[s.get("mnemonic", "?")][s.get("targetLabel", "?")] += 1
-    return {m: dict(c) for m, c in out.items() if m in COUNTED and c}
+_ran = ran_actions
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ wheels, why the tests cannot run here, removing output bases, and the nested rel
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import stat
@@ -68,3 +69,25 @@ def rmtree(path: Path) -> None:
                 except OSError:
                     pass
         shutil.rmtree(path, onerror=onerror)
+
+
+def ran_actions(log: Path) -> dict[str, dict[str, int]]:
+    """The counted actions (COUNTED mnemonics) an execution log shows ran, not cache hits:
+    {mnemonic: {target: count}}."""
+    from pipelink.linker.execlog import read_spawns
+    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for s in read_spawns(log):
+        if not (s.get("cacheHit") or s.get("remoteCacheHit")):
+            out[s.get("mnemonic", "?")][s.get("targetLabel", "?")] += 1
+    return {m: dict(c) for m, c in out.items() if m in COUNTED and c}
+
+
+def bazel_in(ws: Path, output_base: Path, logs: Path, *args: str, log: str | None = None) -> None:
+    """Run Bazel in the nested workspace `ws` (its own output base); with `log`, write the
+    execution log to logs/<log>.json (outside the workspace and the sandbox)."""
+    cmd = bazel_cmd() + [f"--output_base={output_base}", args[0], "--color=no", "--curses=no"]
+    if log:
+        cmd.append(f"--execution_log_json_file={logs / (log + '.json')}")
+    cmd += list(args[1:])
+    res = subprocess.run(cmd, cwd=ws, capture_output=True, text=True, timeout=3600)
+    assert res.returncode == 0, f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-6000:]}"
