@@ -105,6 +105,12 @@ class Llama:
     def reference_step(self) -> ReferenceStep:
         return ReferenceStep(self.cfg, self.weights, self.dtype)
 
+    def megakernel(self, **kw):
+        """The decode megakernel of this model as a `step=` backend (llama_megakernel.MegakernelStep:
+        max_seq=, attention=, control=, unfused=, kernel_dir=, device=); needs an sm_90a GPU."""
+        from llama_megakernel import MegakernelStep
+        return MegakernelStep(self.cfg, self.weights, **kw)
+
     def generate(self, prompt_ids, max_new_tokens, *, greedy=True, temperature=None, top_k=None, seed=None,
                  step=None, return_logits=False):
         """New token ids after the prompt: [N] for a 1-D prompt (a list of ints or a 1-D tensor),

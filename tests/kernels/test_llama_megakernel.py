@@ -242,3 +242,11 @@ def test_the_backends_launches_plan_against_the_built_manifest(model, unfused):
     assert [n for n, _ in sizes].count("x") == (2 + 5 * cfg.layers if unfused else 1)  # x: the step's only
     got = dict(sizes)
     assert got["sync"] == 4 * (18 + 5 * cfg.layers) and got["x"] == 4 * cfg.hidden and got["h"] == 2 * cfg.inter
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_llama_megakernel_is_the_backend_with_the_models_weights():
+    from llama import Llama
+    m = Llama.from_config(TINY, seed=1)
+    assert refused(m.megakernel, max_seq=64).code == "R-DEVICE"  # (past every argument check)
+    assert refused(m.megakernel, attention="x").code == "R-PARAM"
