@@ -202,7 +202,7 @@ def _at_context(step, context: int):
     return run
 
 
-def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool):
+def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool, mode: str = "default"):
     """gpt-fast style bf16 decode step over a static cache of max_seq = context + 1 positions."""
     import torch
     import torch.nn.functional as F
@@ -246,7 +246,7 @@ def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool):
                 W[p + "mlp.down_proj.weight"].T
         return rms(x, W["model.norm.weight"]) @ head.T
 
-    fn = torch.compile(step, mode="max-autotune-no-cudagraphs", fullgraph=True) if compiled else step
+    fn = torch.compile(step, mode=mode, fullgraph=True) if compiled else step
     return lambda: (pos.fill_(context), fn())
 
 
@@ -269,7 +269,7 @@ def cmd_bench(a) -> int:
     for c in contexts:
         fns = {att: _at_context(s, c) for att, s in steps.items()}
         if c <= a.torch_max_context:
-            fns["compile"] = _torch_step(cfg, w, c + 1, c, compiled=True)
+            fns["compile"] = _torch_step(cfg, w, c + 1, c, compiled=True, mode=a.compile_mode)
             fns["eager"] = _torch_step(cfg, w, c + 1, c, compiled=False)
         t = interleaved(fns, inner=20, rounds=a.rounds, sustain_ms=200.0, skip_failing=True)
         sp = t["split"]
@@ -314,6 +314,8 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", default="16,1024,4096,32768")
     ap.add_argument("--torch-max-context", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--compile-mode", default="default",
+                    help="bench: torch.compile's mode for the baseline (max-autotune-no-cudagraphs tunes for minutes)")
     a = ap.parse_args(argv)
     if a.cmd == "worker":
         return worker(a.attention, tuple(a.files) if a.files else None)
