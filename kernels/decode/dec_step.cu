@@ -128,6 +128,13 @@ PL_ENTRY(run) {
     PL_CALL(argmax, y, op.r, i * op.r, best);
   });
 
+  // Unfused: a launch that runs an attention op but not the O op after it waits for the attention
+  // roles here, so the counters the last CTA zeroes below are final (fused, every attention op is
+  // waited for by its O op; this folds away).
+  for (unsigned l = 0; l < m.layers; ++l) {
+    const unsigned ka = 2 + 5 * l;
+    if (range.runs(ka) && !range.runs(ka + 1)) wait(dec::OPS + ka, G);
+  }
   // the step (or this launch's ops) is done here: the last CTA publishes it and leaves every counter zero
   pl::named_barrier_sync(bar, dec::THREADS);
   if (t == 0 && pl::atom_acq_rel(sync + dec::FINISH, 1) == G - 1) {

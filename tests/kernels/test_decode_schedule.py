@@ -1,0 +1,205 @@
+"""The decode megakernel's schedule protocol (kernels/decode/dec.h, dec_step.cu, dec_stream.cu,
+dec_attn_*.cu) as a model on the CPU: every CTA's three roles as coroutines that wait exactly
+where the kernel waits (a free ring stage, a full one, an op's counter), run in random
+interleavings over many seeds, grid sizes, ring depths, attention packages and positions, fused
+and unfused (one launch per op). Checked: no interleaving deadlocks; the step consumes exactly the
+tiles the stream loaded, in order; every task of op k runs after every task of op k - 1 (in this
+launch or an earlier one); every op runs all its tasks once; each launch leaves every counter zero
+and the HEAD launch alone publishes the position. A model of the protocol, not of the code: the
+kernel's own run is the GPU tests'."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "kernels" / "decode"))
+import llama_pack as lp  # noqa: E402
+
+QKV, ATTN, O, GU, DOWN, HEAD = range(1, 7)
+
+
+class Model:
+    def __init__(self, hidden=512, layers=2, heads=8, kv_heads=2, head_dim=64, inter=1024, vocab=1024,
+                 tile_elems=16384):
+        self.hidden, self.layers, self.heads, self.kv_heads, self.head_dim = hidden, layers, heads, kv_heads, head_dim
+        self.inter, self.vocab, self.tile_elems = inter, vocab, tile_elems
+        self.ops = 2 + 5 * layers
+
+    def tiles(self, kind):  # dec.h mat_op's tiles
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        k, rows = {QKV: (self.hidden, q + 2 * kv), O: (q, self.hidden), GU: (self.hidden, self.inter),
+                   DOWN: (self.inter, self.hidden), HEAD: (self.hidden, self.vocab)}[kind]
+        return rows // lp.tile_rows(k, self.tile_elems)
+
+    def mat_ops(self):  # dec.h nth_mat_op / nth_mat_op_index: (op index, kind)
+        for layer in range(self.layers):
+            for kind, off in ((QKV, 0), (O, 2), (GU, 3), (DOWN, 4)):
+                yield 1 + 5 * layer + off, kind
+        yield 1 + 5 * self.layers, HEAD
+
+
+def first_tile(cta, rot, grid):
+    return (cta + grid - rot % grid) % grid
+
+
+class Launch:
+    def __init__(self, m, grid, depth, split, pos, rng_range, executed, need, rng):
+        self.m, self.G, self.depth, self.split, self.pos = m, grid, depth, split, pos
+        self.begin, self.end = rng_range
+        self.executed, self.need, self.rng = executed, need, rng
+        self.counter = [0] * m.ops
+        self.finish, self.arr, self.published = 0, [0] * m.kv_heads, False
+        self.rings = [[] for _ in range(grid)]
+
+    def runs(self, k):
+        return self.begin <= k < self.end
+
+    def waits_for(self, k):
+        return k >= self.begin
+
+    def run_task(self, k):
+        """A task of op k runs: op k - 1 must be complete (this launch or before)."""
+        if k > 0:
+            assert self.executed[k - 1] == self.need[k - 1], f"op {k} ran before op {k - 1} was complete"
+        self.executed[k] += 1
+        assert self.executed[k] <= self.need[k], f"op {k} ran more tasks than it has"
+
+    def stream(self, cta):
+        rot = 0
+        for k, kind in self.m.mat_ops():
+            tiles = self.m.tiles(kind)
+            i = first_tile(cta, rot, self.G) if self.runs(k) else tiles
+            while i < tiles:
+                yield lambda: len(self.rings[cta]) < self.depth
+                self.rings[cta].append((k, i))
+                i += self.G
+            rot += tiles
+
+    def step(self, cta):
+        m, G = self.m, self.G
+        if cta == 0 and self.runs(0):
+            self.run_task(0)
+            self.counter[0] += 1
+        state = {"k": 1, "prev": 1, "rot": 0}
+
+        def matvec_op(kind):
+            k, tiles = state["k"], m.tiles(kind)
+            first = first_tile(cta, state["rot"], G)
+            if first < tiles and self.runs(k):
+                if self.waits_for(k - 1):
+                    need = state["prev"]
+                    yield lambda: self.counter[k - 1] >= need
+                for i in range(first, tiles, G):
+                    yield lambda: bool(self.rings[cta])
+                    assert self.rings[cta].pop(0) == (k, i), "the step took a tile the stream did not load there"
+                    self.run_task(k)
+                    self.counter[k] += 1
+            state["rot"] += tiles
+            state["prev"], state["k"] = tiles, k + 1
+
+        for _ in range(m.layers):
+            yield from matvec_op(QKV)
+            state["prev"], state["k"] = G, state["k"] + 1  # ATTN: every CTA's attention role counts once
+            for kind in (O, GU, DOWN):
+                yield from matvec_op(kind)
+        yield from matvec_op(HEAD)
+        for layer in range(m.layers):  # dec_step: a launch's last attention op is waited for before it ends
+            ka = 2 + 5 * layer
+            if self.runs(ka) and not self.runs(ka + 1):
+                yield lambda ka=ka: self.counter[ka] >= G
+        self.finish += 1
+        if self.finish == G:  # the last CTA: publish (HEAD's launch) and zero every counter
+            if self.runs(m.ops - 1):
+                self.published = True
+            self.counter = [0] * m.ops
+            self.finish = 0
+
+    def attention(self, cta):
+        m, G = self.m, self.G
+        ln = self.pos + 1
+        if self.split:
+            per_head = min(32, max(1, G // m.kv_heads))
+            cs = ((ln + per_head - 1) // per_head + 63) // 64 * 64
+            nch = (ln + cs - 1) // cs
+            tasks = [(j // nch, j % nch) for j in range(cta, m.kv_heads * nch, G)]
+        else:
+            nch, tasks = 1, ([(cta, 0)] if cta < m.kv_heads else [])
+        for layer in range(m.layers):
+            kq = 1 + 5 * layer
+            if not self.runs(kq + 1):
+                continue
+            if tasks and self.waits_for(kq):
+                need = m.tiles(QKV)
+                yield lambda: self.counter[kq] >= need
+            for kvh, _ in tasks:
+                assert self.executed[kq] == self.need[kq], "attention ran before its QKV op was complete"
+                if nch > 1:
+                    self.arr[kvh] += 1
+                    yield lambda: True  # another CTA may arrive between the count and the merge
+                    if self.arr[kvh] == nch:
+                        self.arr[kvh] = 0
+            self.executed[kq + 1] += 1
+            self.counter[kq + 1] += 1
+
+    def run(self):
+        live = [g for cta in range(self.G) for g in (self.stream(cta), self.step(cta), self.attention(cta))]
+        waits = {id(g): (lambda: True) for g in live}
+        while live:
+            ready = [g for g in live if waits[id(g)]()]
+            assert ready, f"deadlock: {len(live)} roles wait (launch ops [{self.begin}, {self.end}))"
+            g = self.rng.choice(ready)
+            try:
+                waits[id(g)] = next(g)
+            except StopIteration:
+                live.remove(g)
+        assert all(not r for r in self.rings), "tiles loaded but never consumed"
+        assert not any(self.counter) and not any(self.arr), "a launch left a counter set"
+
+
+def run_step(m, grid, depth, split, pos, unfused, seed):
+    rng = random.Random(seed)
+    need = [1] + [0] * (m.ops - 1)
+    for k, kind in m.mat_ops():
+        need[k] = m.tiles(kind)
+    for layer in range(m.layers):
+        need[2 + 5 * layer] = grid
+    executed = [0] * m.ops
+    ranges = [(k, k + 1) for k in range(m.ops)] if unfused else [(0, m.ops)]
+    published = 0
+    for r in ranges:
+        launch = Launch(m, grid, depth, split, pos, r, executed, need, rng)
+        launch.run()
+        published += launch.published
+    assert executed == need and published == 1
+
+
+@pytest.mark.parametrize("unfused", [False, True])
+@pytest.mark.parametrize("split", [True, False])
+@pytest.mark.parametrize("grid,depth,pos", [(1, 2, 0), (3, 2, 130), (7, 3, 300), (16, 3, 1000), (132, 2, 70)])
+def test_every_interleaving_completes_in_order(unfused, split, grid, depth, pos):
+    for seed in range(4 if grid < 100 else 1):
+        run_step(Model(), grid, depth, split, pos, unfused, seed)
+
+
+@pytest.mark.parametrize("model", [Model(tile_elems=8192), Model(heads=16, kv_heads=1, vocab=4096),
+                                   Model(hidden=2048, layers=1, heads=32, kv_heads=8, inter=8192, vocab=2048)])
+def test_other_shapes_and_tile_sizes(model):
+    for unfused in (False, True):
+        run_step(model, 5, 3, True, 200, unfused, seed=1)
+
+
+def test_the_model_catches_a_step_that_skips_its_wait():
+    """A step that did not wait for the previous op is caught (the model can fail)."""
+    orig = Launch.waits_for
+    try:
+        Launch.waits_for = lambda self, k: False  # noqa: E731 - no role ever waits
+        with pytest.raises(AssertionError):
+            for seed in range(20):
+                run_step(Model(), 4, 2, True, 100, False, seed)
+    finally:
+        Launch.waits_for = orig
