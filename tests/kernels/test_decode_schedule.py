@@ -5,7 +5,7 @@ interleavings over many seeds, grid sizes, ring depths, attention packages and p
 and unfused (one launch per op). Checked: no interleaving deadlocks; the step consumes exactly the
 tiles the stream loaded, in order; every task of op k runs after every task of op k - 1 (in this
 launch or an earlier one); every op runs all its tasks once; each launch leaves every counter zero
-and the HEAD launch alone publishes the position. A model of the protocol, not of the code: the
+and the HEAD launch alone publishes the token and position, after every role that reads them. A model of the protocol, not of the code: the
 kernel's own run is the GPU tests'."""
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class Launch:
 
     def step(self, cta):
         m, G = self.m, self.G
+        yield lambda: True  # the role starts at some point of the launch, then reads the token
+        assert not self.published, "the token was published before a step role read it"
         if cta == 0 and self.runs(0):
             self.run_task(0)
             self.counter[0] += 1
@@ -121,6 +123,9 @@ class Launch:
 
     def attention(self, cta):
         m, G = self.m, self.G
+        yield lambda: True  # the role starts at some point of the launch, then reads the position
+        if any(self.runs(2 + 5 * layer) for layer in range(m.layers)):
+            assert not self.published, "the position was published before an attention role read it"
         ln = self.pos + 1
         if self.split:
             per_head = min(32, max(1, G // m.kv_heads))
