@@ -9,10 +9,11 @@
 
 #include "dec.h"
 
-PL_DECLARE_SMEM(temp);
-
 namespace dec_argmax {
 using WarpMax = cub::WarpReduce<unsigned long long>;
+// A full warp reduces with shuffles: CUB's temp storage is an empty type, so it needs no shared
+// memory claim (a local that nothing reads).
+static_assert(sizeof(WarpMax::TempStorage) <= 1, "CUB's shuffle reduction: no temp storage");
 struct Max {
   __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a > b ? a : b; }
 };
@@ -22,8 +23,8 @@ PL_CALLABLE(argmax)(unsigned pl_inst, const float* vals, unsigned n, unsigned ba
   using namespace dec_argmax;
   const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32;
   if (warp * 32 >= n) return;  // (whole warps)
-  auto* temp = reinterpret_cast<typename WarpMax::TempStorage*>(PL_SMEM_PTR(temp));
+  typename WarpMax::TempStorage temp;
   const unsigned long long key = t < n ? dec::argmax_key(vals[t], base + t) : 0ull;
-  const unsigned long long m = WarpMax(temp[warp]).Reduce(key, Max{});
+  const unsigned long long m = WarpMax(temp).Reduce(key, Max{});
   if (t % 32 == 0) atomicMax(best, m);
 }

@@ -12,6 +12,7 @@
 #include "dec_attn.h"
 
 DEC_ATTN_DECLARATIONS();
+PL_OWN_FACT(max_group, dec_attn::MAX_GROUP);  // sizes the group's shared-memory claims
 PL_DECLARE_SMEM(ml);
 
 namespace dec_attn {

@@ -14,6 +14,7 @@
 #include "dec_attn.h"
 
 DEC_ATTN_DECLARATIONS();
+PL_OWN_FACT(max_group, dec_attn::MAX_GROUP);  // sizes the group's shared-memory claims
 PL_DECLARE_SMEM(pr);
 PL_DECLARE_SMEM(red);
 PL_DECLARE_WORKSPACE(part);
