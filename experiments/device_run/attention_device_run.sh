@@ -22,7 +22,6 @@ F=(python3 benchmarks/attention_flex_bench.py)
 D128=full,causal,sliding,block_sparse,document,softcap,alibi,decode_uniform,decode_streamk,decode_paged,prefill_paged
 D64=full:64,causal:64,sliding:64,block_sparse:64,document:64,softcap:64,alibi:64,decode_uniform:64,decode_streamk:64,decode_paged:64,prefill_paged:64
 rc=0
-has() { [[ " $STEPS " == *" $1 "* ]]; }
 # flex compiles are CPU work: start them first, in the background, while the GPU checks run
 has masks && { "${F[@]}" warm --cache $CACHE --timeout ${WARM_TIMEOUT:-330} > "$OUT/masks.log" 2>&1 & }
 WARM=${!:-}  # empty when masks is not a step (set -u)

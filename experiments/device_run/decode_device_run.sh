@@ -11,18 +11,7 @@ cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/decode_out}; mkdir -p "$OUT"
 STEPS=${STEPS:-tests check counterexample pair sanitize bench ncu}
-has() { [[ " $STEPS " == *" $1 "* ]]; }
 rc=0
-# step NAME SECONDS CMD...: run CMD under a limit into $OUT/NAME.log, print its tail, count failures
-step() {
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local r=$?
-  [[ $r -eq 124 ]] && echo "!! $name: killed after ${limit}s (hang?)"
-  [[ $r -ne 0 ]] && rc=1
-  echo "== $name: exit $r in $((SECONDS - t0))s"; tail -n "${TAIL:-4}" "$OUT/$name.log"
-}
 B=benchmarks/llama_decode_bench.py
 has tests && step tests 420 python3 -m pytest -q tests/kernels/test_llama_megakernel_gpu.py
 has check && TAIL=10 step check 420 python3 $B check --watchdog 120

@@ -16,18 +16,7 @@ cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/moe_out}; mkdir -p "$OUT"
 STEPS=${STEPS:-tests check trace pair bench sanitize ep cx models}
-has() { [[ " $STEPS " == *" $1 "* ]]; }
 rc=0
-# step NAME SECONDS CMD...: run CMD under a limit into $OUT/NAME.log, print its tail, count failures
-step() {
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local r=$?
-  [[ $r -eq 124 ]] && echo "!! $name: killed after ${limit}s (hang?)"
-  [[ $r -ne 0 ]] && rc=1
-  echo "== $name: exit $r in $((SECONDS - t0))s"; tail -n "${TAIL:-4}" "$OUT/$name.log"
-}
 has tests && step tests 240 python3 -m pytest -q tests/kernels/test_moe_step.py tests/kernels/test_moe_ep.py
 has check && step check 150 python3 benchmarks/moe_bench.py check ${BUILDS:+--builds $BUILDS}
 has trace && step trace 60 python3 benchmarks/moe_trace.py --tokens 1,128,1024,4096,16384 --reps 3

@@ -115,7 +115,7 @@ PL_ENTRY(run) {
       if (t < op.r) qkv[i * op.r + t] = y[t];
     });
     // ATTN: the attention role's; every CTA's instance counts once
-    rot += 0, prev_need = G, ++k;
+    prev_need = G, ++k;
     matvec_op(dec::O, l, copy_input(ao, m.q_dim()), add_residual);
     matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
       PL_CALL(swiglu, y, y + op.r, h + i * op.r, op.r);
