@@ -2,9 +2,10 @@
 sanitizers, linked / control, and ms per token against torch at several contexts.
 
     python3 benchmarks/llama_decode_bench.py check      # llama_tiny x {split, simple, control, unfused} 200 steps,
-                                                        # llama3_1b x {split, simple, unfused} 64 steps, qwen3_1_7b
+                                                        # llama3_1b x {split, simple, unfused} 128 steps, qwen3_1_7b
                                                         # 32 steps, graph replays; vs the fp32 reference
-    python3 benchmarks/llama_decode_bench.py sanitize   # memcheck, racecheck, synccheck: llama_tiny split and simple
+    python3 benchmarks/llama_decode_bench.py sanitize --steps 12   # memcheck, racecheck, synccheck: llama_tiny
+                                                        # split, simple and unfused, 12 steps each
     python3 benchmarks/llama_decode_bench.py pair       # llama3_1b linked / control, ABBA both orders, context 1024
     python3 benchmarks/llama_decode_bench.py bench [--contexts 16,1024,4096,32768]
     python3 benchmarks/llama_decode_bench.py counterexample   # //experiments:llama_tiny_mutations: the weight
@@ -67,8 +68,8 @@ def _forced(step, ids):
 # (model, steps, attention, control, unfused): what `check` runs, each in a worker under a watchdog
 CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simple", False, False),
           ("llama_tiny", 200, "split", True, False), ("llama_tiny", 200, "split", False, True),
-          ("llama3_2_1b", 64, "split", False, False), ("llama3_2_1b", 64, "simple", False, False),
-          ("llama3_2_1b", 64, "split", False, True), ("qwen3_1_7b", 32, "split", False, False)]
+          ("llama3_2_1b", 128, "split", False, False), ("llama3_2_1b", 128, "simple", False, False),
+          ("llama3_2_1b", 128, "split", False, True), ("qwen3_1_7b", 32, "split", False, False)]
 
 
 def check_one(model: str, steps: int, attention: str, control: bool, unfused: bool) -> int:
@@ -90,6 +91,30 @@ def check_one(model: str, steps: int, attention: str, control: bool, unfused: bo
     print(f"RESULT {'correct' if ok else 'wrong'} {s.target} control={control} {steps} steps: worst rel "
           f"{r['worst_rel']:.2e} (tol 2e-2) at step {r['worst_step'][1]}, decisive token mismatches "
           f"{len(r['token_mismatches'])}, state {state}", flush=True)
+    return 0 if ok else 1
+
+
+def prefill_one(model: str, prompt: int, steps: int) -> int:
+    """A prompt of `prompt` tokens through the attention prefill (llama_prefill: the serving
+    attention's causal kernel) and its last token through the megakernel, then `steps`
+    teacher-forced decode steps; every logits row against the fp32 reference (in a worker)."""
+    import torch
+    import llama_models as lm
+    import llama_reference as ref
+    from llama_megakernel import MegakernelStep
+    cfg = _tiny() if model == "llama_tiny" else lm.MODELS[model]
+    w = _weights(cfg, seed=5)
+    ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(6)).cuda()
+    want = ref.prefill(w, cfg, ids)[0][0, prompt - 1:].double().cpu()
+    s = MegakernelStep(cfg, w, max_seq=prompt + steps)
+    s.logits.fill_(float("nan"))
+    first, _ = s.prefill(ids[:, :prompt])
+    got = torch.cat([first.double().cpu(), _forced(s, ids[:, prompt:])]) if steps else first.double().cpu()
+    r = ref.agreement(got, want)
+    ok = r["ok"] and bool(torch.isfinite(got).all()) and int(s.state[1]) == prompt + steps
+    print(f"RESULT {'correct' if ok else 'wrong'} {s.target} attention prefill of {prompt} + {steps} steps: worst rel "
+          f"{r['worst_rel']:.2e} (tol 2e-2) at row {r['worst_step'][1]}, decisive token mismatches "
+          f"{len(r['token_mismatches'])}", flush=True)
     return 0 if ok else 1
 
 
@@ -141,21 +166,23 @@ def check_args(model, steps, attention, control, unfused) -> list[str]:
 
 def cmd_check(a) -> int:
     bad = 0
-    for args in [check_args(*row) for row in CHECKS] + [["worker-graph"]]:
+    prefills = [["worker-prefill", "--model", m, "--prompt", str(p), "--steps", "16"]
+                for m, p in (("llama_tiny", 300), ("llama3_2_1b", 1000), ("qwen3_1_7b", 200))]
+    for args in [check_args(*row) for row in CHECKS] + prefills + [["worker-graph"]]:
         outcome, said = run_watched(args, a.watchdog)
         bad += outcome != "correct"
         print(f"{'PASS' if outcome == 'correct' else 'FAIL'}  {said}", flush=True)
     return 1 if bad else 0
 
 
-def worker(attention: str, files: tuple | None = None) -> int:
+def worker(attention: str, files: tuple | None = None, steps: int = 70, unfused: bool = False) -> int:
     import torch
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
     cfg = _tiny()
     w = _weights(cfg, seed=9)
-    ids = torch.randint(0, cfg.vocab, (1, 70), generator=torch.Generator().manual_seed(1)).cuda()
-    s = MegakernelStep(cfg, w, max_seq=80, attention=attention, kernel_files=files)
+    ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(1)).cuda()
+    s = MegakernelStep(cfg, w, max_seq=steps + 10, attention=attention, kernel_files=files, unfused=unfused)
     r = ref.agreement(_forced(s, ids), ref.prefill(w, cfg, ids)[0][0].double().cpu())
     print(f"RESULT {'correct' if r['ok'] else 'wrong'} {s.target} worst rel {r['worst_rel']:.2e}", flush=True)
     return 0 if r["ok"] else 1
@@ -163,8 +190,10 @@ def worker(attention: str, files: tuple | None = None) -> int:
 
 def cmd_sanitize(a) -> int:
     from gpu_bench import sanitize_jobs
-    return sanitize_jobs([(f"llama_tiny {att}", [sys.executable, __file__, "worker", "--attention", att])
-                          for att in ("split", "simple")], timeout=600)
+    jobs = [(f"llama_tiny {att}", [sys.executable, __file__, "worker", "--attention", att, "--steps", str(a.steps)])
+            for att in ("split", "simple")]
+    jobs.append(("llama_tiny unfused", [sys.executable, __file__, "worker", "--unfused", "--steps", str(a.steps)]))
+    return sanitize_jobs(jobs, timeout=a.watchdog)
 
 
 def cmd_counterexample(a) -> int:
@@ -180,7 +209,7 @@ def cmd_counterexample(a) -> int:
     for m in json.loads(index.read_text())["mutations"]:
         for how in ("plain", "pipelink"):
             cubin, manifest = (ROOT / "bazel-bin" / m["files"][f"{how}.{x}"] for x in ("cubin", "manifest.json"))
-            outcome, said = run_watched(["worker", "--files", str(cubin), str(manifest)], a.watchdog)
+            outcome, said = run_watched(["worker", "--steps", "70", "--files", str(cubin), str(manifest)], a.watchdog)
             expected = how == "pipelink"
             ok = (outcome == "correct") == expected
             bad += not ok
@@ -303,9 +332,10 @@ def cmd_pair(a) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=["check", "sanitize", "pair", "bench", "counterexample", "worker", "worker-check",
-                                    "worker-graph"])
+                                    "worker-graph", "worker-prefill"])
     ap.add_argument("--model", default="llama_tiny", choices=["llama_tiny", "llama3_2_1b", "llama3_8b", "qwen3_1_7b"])
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--prompt", type=int, default=300, help="worker-prefill: the prompt's length")
     ap.add_argument("--control", action="store_true")
     ap.add_argument("--unfused", action="store_true")
     ap.add_argument("--files", nargs=2, help="worker: another link's cubin and manifest")
@@ -318,9 +348,11 @@ def main(argv=None) -> int:
                     help="bench: torch.compile's mode for the baseline (max-autotune-no-cudagraphs tunes for minutes)")
     a = ap.parse_args(argv)
     if a.cmd == "worker":
-        return worker(a.attention, tuple(a.files) if a.files else None)
+        return worker(a.attention, tuple(a.files) if a.files else None, a.steps, a.unfused)
     if a.cmd == "worker-check":
         return check_one(a.model, a.steps, a.attention, a.control, a.unfused)
+    if a.cmd == "worker-prefill":
+        return prefill_one(a.model, a.prompt, a.steps)
     if a.cmd == "worker-graph":
         return graph_one()
     return {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,

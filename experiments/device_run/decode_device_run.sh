@@ -17,7 +17,7 @@ has tests && step tests 420 python3 -m pytest -q tests/kernels/test_llama_megake
 has check && TAIL=10 step check 420 python3 $B check --watchdog 120
 has counterexample && step counterexample 300 python3 $B counterexample --watchdog 90
 has pair && step pair 240 python3 $B pair --rounds ${ROUNDS:-9}
-has sanitize && TAIL=8 step sanitize 580 python3 $B sanitize
+has sanitize && TAIL=12 step sanitize 580 python3 $B sanitize --steps 12 --watchdog 180
 has bench && TAIL=9 step bench 580 python3 $B bench --contexts ${CONTEXTS:-16,1024,4096,8192,32768} --rounds ${ROUNDS:-9}
 has ncu && TAIL=20 step ncu 300 ncu --clock-control none --kernel-name llama_decode --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis \

@@ -10,9 +10,10 @@
 Batch 1. The kernel is the one decode_models.bzl links for the config's shape (llama_pack.kernel_target),
 read from bazel-bin/kernels/decode (or `kernel_dir`); `attention="simple"` takes the build with
 the simple attention package, `control=True` the single-unit control cubin, `unfused=True` the
-baseline build launched once per op (2 + 5 layers launches a step). The prompt runs
-through the same kernel one position at a time (each step appends its key and value to the
-cache); there is no separate prefill kernel yet.
+baseline build launched once per op (2 + 5 layers launches a step). A prompt's positions
+but its last run in one pass through the serving attention's causal kernel (llama_prefill,
+read from bazel-bin/kernels/attention or `attention_dir`), its last token through the
+megakernel; `prefill="megakernel"` runs every prompt position through the decode kernel instead.
 
 State on the device: the packed weights (llama_pack.pack), the KV cache [layers, kv_heads,
 max_seq, head_dim] bf16 (dec_attn.h), logits f32 [vocab] and `state` int32 [4] (token,
@@ -38,12 +39,14 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 from pipelink.runtime.entry import device_index, expect_cubin, expect_manifest, flag, integer, optional_dir
 
 import llama_pack
+import llama_prefill
 from llama_models import LlamaConfig, expect_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"weights", "head", "norms", "embed", "logits", "state", "eps", "kcache", "vcache", "max_seq", "inv_freq",
           "op_begin", "op_end", "qk_norms"}
 ATTENTION = ("split", "simple")
+PREFILL = ("attention", "megakernel")
 ST_TOKEN, ST_POS, ST_ERROR = 0, 1, 2
 
 
@@ -65,8 +68,13 @@ class MegakernelStep:
 
     def __init__(self, cfg: LlamaConfig, weights: dict, *, max_seq: int | None = None, attention: str = "split",
                  control: bool = False, unfused: bool = False, kernel_dir=None, device: int = 0,
-                 kernel_files=None):
+                 kernel_files=None, prefill: str = "attention", attention_dir=None):
         expect_config(cfg)
+        if prefill not in PREFILL:
+            raise LaunchError("R-PARAM", f"prefill = {prefill!r} is not a prefill path",
+                              hint=f"pass one of {', '.join(map(repr, PREFILL))}")
+        if prefill == "attention":
+            llama_prefill.expect_prefill(cfg)
         if attention not in ATTENTION:
             raise LaunchError("R-PARAM", f"attention = {attention!r} is not a linked attention package",
                               hint=f"pass one of {', '.join(map(repr, ATTENTION))}")
@@ -75,6 +83,7 @@ class MegakernelStep:
             raise LaunchError("R-PARAM", "unfused=True is built with the split-KV attention only",
                               hint="pass attention='split' with unfused=True")
         kdir = optional_dir("kernel_dir", kernel_dir)
+        adir = optional_dir("attention_dir", attention_dir)
         max_seq = cfg.max_positions if max_seq is None else max_seq
         self.max_seq = integer("max_seq", max_seq, 1, min(cfg.max_positions, 2**31 - 1),
                                hint=f"the KV cache's capacity in positions: 1 .. {cfg.max_positions} (max_positions)")
@@ -116,6 +125,8 @@ class MegakernelStep:
                          launch_params(cfg, self.bufs, self.logits, self.state, self.kcache, self.vcache,
                                        self.max_seq, unfused)]
         self.pos = 0
+        self.prefill_pass = (llama_prefill.AttentionPrefill(cfg, weights, dev, adir)
+                             if prefill == "attention" else None)
 
     def launch(self, stream=None) -> None:
         """One decode step (unfused: its launches in order) on `stream` (torch's current by default)."""
@@ -160,6 +171,11 @@ class MegakernelStep:
                               "KV cache", hint="pass a larger max_seq")
         self.state.zero_()
         self.pos = 0
+        if self.prefill_pass is not None and len(tokens) > 1:
+            self.prefill_pass(ids[0, :-1], self.kcache, self.vcache)
+            self.pos = len(tokens) - 1
+            self.state[ST_POS] = self.pos
+            tokens = tokens[-1:]
         for t in tokens:
             out = self._step(t)
         return out[None].clone(), self

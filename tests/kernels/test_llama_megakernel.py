@@ -185,6 +185,10 @@ def test_every_model_links_the_same_packages():
     ({"unfused": True, "attention": "simple"}, "R-PARAM", "unfused"),
     ({"unfused": 1}, "R-PARAM", "unfused"),
     ({"max_seq": 0}, "R-PARAM", "max_seq"),
+    ({"prefill": "flash"}, "R-PARAM", "prefill"),
+    ({"prefill": ["attention"]}, "R-PARAM", "prefill"),
+    ({"attention_dir": 3}, "R-PARAM", "attention_dir"),
+    ({"cfg": dataclasses.replace(TINY, head_dim=96, heads=8, hidden=768)}, "R-SHAPE", "prefill='megakernel'"),
     ({"max_seq": 4097}, "R-PARAM", "max_seq"),
     ({"weights": {}}, "R-CONFIG", "missing"),
     ({"weights": [1]}, "R-CONFIG", "not a dict"),
@@ -250,3 +254,39 @@ def test_llama_megakernel_is_the_backend_with_the_models_weights():
     m = Llama.from_config(TINY, seed=1)
     assert refused(m.megakernel, max_seq=64).code == "R-DEVICE"  # (past every argument check)
     assert refused(m.megakernel, attention="x").code == "R-PARAM"
+
+
+class _TorchCausal:
+    """Stands in for kernels/attention's entry on the CPU: causal GQA attention in fp32."""
+
+    @staticmethod
+    def load(*a, **kw):
+        return None
+
+    @staticmethod
+    def attention(q, k, v, variant, kernel_dir=None):
+        assert variant == "causal" and q.dtype == k.dtype == v.dtype == torch.bfloat16
+        g = q.shape[1] // k.shape[1]
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1), is_causal=True)
+        return o.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("cfg", [TINY, dataclasses.replace(TINY, qk_norm=True, name="tiny_qk")], ids=["llama", "qk_norm"])
+def test_the_attention_prefill_fills_the_cache_as_the_reference(cfg, monkeypatch):
+    """llama_prefill's pass (the causal kernel replaced by torch on the CPU): every layer's
+    keys (after RoPE, and qk-norm for Qwen3) and values at positions 0 .. T-1 equal the fp32
+    reference's cache within bf16 rounding; positions past T stay untouched."""
+    import llama_prefill
+    monkeypatch.setattr(llama_prefill, "_attention_module", lambda: _TorchCausal)
+    w = random_weights(cfg, seed=4)
+    ids = torch.randint(0, cfg.vocab, (1, 37), generator=torch.Generator().manual_seed(2))
+    _, cache = ref.prefill(w, cfg, ids)
+    shape = (cfg.layers, cfg.kv_heads, 48, cfg.head_dim)
+    kc, vc = torch.full(shape, 7.0, dtype=torch.bfloat16), torch.full(shape, 7.0, dtype=torch.bfloat16)
+    llama_prefill.AttentionPrefill(cfg, w, torch.device("cpu"))(ids[0], kc, vc)
+    for i in range(cfg.layers):
+        for got, want in ((kc[i, :, :37], cache.keys[i][0]), (vc[i, :, :37], cache.values[i][0])):
+            err = (got.float() - want).abs().max() / want.abs().max()
+            assert err < 2e-2, (i, float(err))
+    assert bool((kc[:, :, 37:] == 7).all() and (vc[:, :, 37:] == 7).all())

@@ -2,10 +2,11 @@
 llama_tiny builds (split-KV and simple attention, linked and control, the unfused baseline)
 against the fp32 reference with issue 43's criterion over 200 teacher-forced steps, the logits
 poisoned with NaN before every step, and the kernel's own argmax token and position; CUDA-graph
-replays chaining greedy steps; the counterexample. Each case runs in a child process under a
+replays chaining greedy steps; a prompt prefilled through the serving attention (llama_prefill);
+the counterexample. Each case runs in a child process under a
 watchdog (benchmarks/llama_decode_bench.py's workers), so a hung kernel fails its case instead of
 the run. Build first: tools/bazel build //kernels/decode/... //experiments:llama_tiny_mutations
---output_groups=+control."""
+//kernels/attention:attn_causal_d64 --output_groups=+control."""
 
 from __future__ import annotations
 
@@ -39,8 +40,17 @@ def test_teacher_forced_steps_meet_issue_43s_criterion(attention, control, unfus
 
 def test_graph_replays_chain_greedy_steps():
     from llama_decode_bench import run_watched
-    _built("kernels/decode/llama_tiny.cubin")
+    _built("kernels/decode/llama_tiny.cubin", "kernels/attention/attn_causal_d64.cubin")
     outcome, said = run_watched(["worker-graph"], 300)
+    assert outcome == "correct", said
+
+
+def test_the_attention_prefill_then_decode_meets_issue_43s_criterion():
+    """300 prompt positions through the serving attention's causal kernel, the last one and 16
+    decode steps through the megakernel: every logits row against the fp32 reference."""
+    from llama_decode_bench import run_watched
+    _built("kernels/decode/llama_tiny.cubin", "kernels/attention/attn_causal_d64.cubin")
+    outcome, said = run_watched(["worker-prefill", "--model", "llama_tiny", "--prompt", "300", "--steps", "16"], 300)
     assert outcome == "correct", said
 
 
