@@ -298,7 +298,8 @@ def cmd_bench(a) -> int:
     for c in contexts:
         fns = {att: _at_context(s, c) for att, s in steps.items()}
         if c <= a.torch_max_context:
-            fns["compile"] = _torch_step(cfg, w, c + 1, c, compiled=True, mode=a.compile_mode)
+            if a.compile_contexts is None or c in a.compile_contexts:
+                fns["compile"] = _torch_step(cfg, w, c + 1, c, compiled=True, mode=a.compile_mode)
             fns["eager"] = _torch_step(cfg, w, c + 1, c, compiled=False)
         t = interleaved(fns, inner=20, rounds=a.rounds, sustain_ms=200.0, skip_failing=True)
         sp = t["split"]
@@ -343,6 +344,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", default="split", choices=["split", "simple"])
     ap.add_argument("--contexts", default="16,1024,4096,32768")
     ap.add_argument("--torch-max-context", type=int, default=32768)
+    ap.add_argument("--compile-contexts", type=lambda v: {int(c) for c in v.split(",")}, default=None,
+                    help="bench: the contexts torch.compile is timed at (default: all up to --torch-max-context)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--compile-mode", default="default",
                     help="bench: torch.compile's mode for the baseline (max-autotune-no-cudagraphs tunes for minutes)")

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # One device-tool call for issue 43's decode megakernel (kernels/decode), every step under its own
-# time limit (a hung persistent kernel must not take the whole call), logs in $OUT.
-#   device run, carry ["bazel-bin/kernels/decode", "bazel-bin/experiments"]:
+# time limit (a hung persistent kernel must not take the whole call), logs in $OUT. The limits
+# add up to one 600 s call; the order is what matters most first.
+#   device run, carry ["bazel-bin/kernels/decode", "bazel-bin/experiments", "bazel-bin/kernels/attention"]:
 #     bash experiments/device_run/decode_device_run.sh
-#   STEPS="tests check counterexample pair sanitize bench ncu"   (default: all, in this order)
-#   CONTEXTS=16,1024,4096,8192,32768   bench's contexts; ROUNDS=9
-#   needs tools/bazel build //kernels/decode/... //experiments:llama_tiny_mutations --output_groups=+control
+#   STEPS="smoke check bench pair counterexample sanitize ncu"   (default: all, in this order)
+#   CONTEXTS=16,1024,4096,8192,32768   bench's contexts; COMPILE=1024 where torch.compile is timed; ROUNDS=7
+#   needs tools/bazel build //kernels/decode/... //experiments:llama_tiny_mutations
+#         //kernels/attention:attn_causal //kernels/attention:attn_causal_d64 --output_groups=+control
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/decode_out}; mkdir -p "$OUT"
-STEPS=${STEPS:-tests check counterexample pair sanitize bench ncu}
+STEPS=${STEPS:-smoke check bench pair counterexample sanitize ncu}
 rc=0
 B=benchmarks/llama_decode_bench.py
+if has smoke; then  # one short run first: a kernel that hangs or is wrong here stops the call
+  TAIL=2 step smoke 60 python3 $B worker-check --model llama_tiny --steps 20
+  [[ $rc -ne 0 ]] && { for a in "--attention simple" "--unfused" "--control"; do
+    TAIL=2 step "smoke${a// /_}" 45 python3 $B worker-check --model llama_tiny --steps 20 $a; done; exit 1; }
+fi
 has tests && step tests 420 python3 -m pytest -q tests/kernels/test_llama_megakernel_gpu.py
-has check && TAIL=10 step check 420 python3 $B check --watchdog 120
-has counterexample && step counterexample 300 python3 $B counterexample --watchdog 90
-has pair && step pair 240 python3 $B pair --rounds ${ROUNDS:-9}
-has sanitize && TAIL=12 step sanitize 580 python3 $B sanitize --steps 12 --watchdog 180
-has bench && TAIL=9 step bench 580 python3 $B bench --contexts ${CONTEXTS:-16,1024,4096,8192,32768} --rounds ${ROUNDS:-9}
-has ncu && TAIL=20 step ncu 300 ncu --clock-control none --kernel-name llama_decode --launch-skip 3 --launch-count 1 \
+has check && TAIL=13 step check 200 python3 $B check --watchdog 45
+has bench && TAIL=9 step bench 200 python3 $B bench --contexts ${CONTEXTS:-16,1024,4096,8192,32768} \
+  --compile-contexts ${COMPILE:-1024} --torch-max-context 8192 --rounds ${ROUNDS:-7}
+has pair && step pair 60 python3 $B pair --rounds 5
+has counterexample && step counterexample 45 python3 $B counterexample --watchdog 20
+has sanitize && TAIL=10 step sanitize 120 python3 $B sanitize --steps 4 --watchdog 40
+has ncu && TAIL=20 step ncu 60 ncu --clock-control none --kernel-name llama_decode --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis \
-  python3 $B worker-check --model llama3_2_1b --steps 8
+  python3 $B worker-check --model llama3_2_1b --steps 6
 exit $rc
