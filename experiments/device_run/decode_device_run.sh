@@ -17,7 +17,8 @@ rc=0
 B=benchmarks/llama_decode_bench.py
 if has smoke; then  # one short run first: a kernel that hangs or is wrong here stops the call
   TAIL=2 step smoke 60 python3 $B worker-check --model llama_tiny --steps 20
-  [[ $rc -ne 0 ]] && { for a in "--attention simple" "--unfused" "--control"; do
+  [[ $rc -ne 0 ]] && { TAIL=40 step trace 90 python3 tests/kernels/decode_trace.py --steps 2
+    for a in "--attention simple" "--unfused" "--control"; do
     TAIL=2 step "smoke${a// /_}" 45 python3 $B worker-check --model llama_tiny --steps 20 $a; done; exit 1; }
 fi
 has tests && step tests 420 python3 -m pytest -q tests/kernels/test_llama_megakernel_gpu.py

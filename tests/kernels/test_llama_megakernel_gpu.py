@@ -38,6 +38,17 @@ def test_teacher_forced_steps_meet_issue_43s_criterion(attention, control, unfus
     assert outcome == "correct", said
 
 
+def test_each_op_of_the_unfused_build_agrees_with_the_emulator():
+    """decode_trace.py: op by op over lent activation buffers, so a failure names the op."""
+    _built("kernels/decode/llama_tiny_unfused.cubin")
+    try:
+        p = subprocess.run([sys.executable, str(ROOT / "tests" / "kernels" / "decode_trace.py"), "--steps", "3"],
+                           capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("decode_trace.py: no result in 300 s (a hang)")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+
+
 def test_graph_replays_chain_greedy_steps():
     from llama_decode_bench import run_watched
     _built("kernels/decode/llama_tiny.cubin", "kernels/attention/attn_causal_d64.cubin")
