@@ -169,9 +169,12 @@ class MegakernelStep:
         if len(tokens) > self.max_seq:
             raise LaunchError("R-PARAM", f"the prompt's {len(tokens)} tokens do not fit the {self.max_seq}-position "
                               "KV cache", hint="pass a larger max_seq")
+        batched = self.prefill_pass is not None and len(tokens) > 1
+        if batched:
+            self.prefill_pass.ready()
         self.state.zero_()
         self.pos = 0
-        if self.prefill_pass is not None and len(tokens) > 1:
+        if batched:
             self.prefill_pass(ids[0, :-1], self.kcache, self.vcache)
             self.pos = len(tokens) - 1
             self.state[ST_POS] = self.pos

@@ -55,10 +55,23 @@ class AttentionPrefill:
             self.w = {k: v.to(self.device, torch.bfloat16) for k, v in self.source.items()}
         return self.w
 
+    def ready(self):
+        """The causal attention kernel, loaded (R-MANIFEST with this module's hint if not built);
+        called before the step's state is touched."""
+        attn = _attention_module()
+        name = "attn_causal" + ("" if self.cfg.head_dim == 128 else f"_d{self.cfg.head_dim}")
+        try:
+            attn.load("causal", self.device.index or 0, kernel_dir=self.attention_dir, head_dim=self.cfg.head_dim)
+        except LaunchError as e:
+            raise LaunchError(e.code, "the prompt's prefill needs the serving attention's causal kernel: "
+                              f"{e.diagnostics[0].message}",
+                              hint=f"tools/bazel build //kernels/attention:{name}, or pass attention_dir= (or "
+                                   "prefill='megakernel' to run the prompt through the decode kernel)") from None
+        return attn
+
     @torch.no_grad()
     def __call__(self, ids: torch.Tensor, kcache: torch.Tensor, vcache: torch.Tensor) -> None:
-        attn = _attention_module()
-        attn.load("causal", self.device.index or 0, kernel_dir=self.attention_dir, head_dim=self.cfg.head_dim)
+        attn = self.ready()
         cfg, w, T = self.cfg, self._weights(), ids.shape[0]
         hd, H, Hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
         cos, sin = ref.rope_cos_sin(cfg, torch.arange(T, device=self.device), torch.float32)

@@ -290,3 +290,22 @@ def test_the_attention_prefill_fills_the_cache_as_the_reference(cfg, monkeypatch
             err = (got.float() - want).abs().max() / want.abs().max()
             assert err < 2e-2, (i, float(err))
     assert bool((kc[:, :, 37:] == 7).all() and (vc[:, :, 37:] == 7).all())
+
+
+def test_a_missing_causal_kernel_is_r_manifest_with_the_prefills_hint(monkeypatch):
+    """Before the prefill touches the cache: the attention entry's refusal, re-hinted."""
+    import llama_prefill
+    from pipelink.runtime import LaunchError
+
+    class Unbuilt(_TorchCausal):
+        @staticmethod
+        def load(*a, **kw):
+            raise LaunchError("R-MANIFEST", "no kernel at bazel-bin/kernels/attention/attn_causal_d64.cubin", hint="x")
+
+    monkeypatch.setattr(llama_prefill, "_attention_module", lambda: Unbuilt)
+    shape = (TINY.layers, TINY.kv_heads, 8, TINY.head_dim)
+    kc = torch.full(shape, 7.0, dtype=torch.bfloat16)
+    p = llama_prefill.AttentionPrefill(TINY, random_weights(TINY, seed=1), torch.device("cpu"))
+    e = refused(p, torch.arange(5), kc, kc.clone())
+    assert e.code == "R-MANIFEST" and "attn_causal_d64" in e.hint and "prefill='megakernel'" in e.hint
+    assert bool((kc == 7).all())
