@@ -1,6 +1,6 @@
 // dec_attn_simple.cu — the simple GQA decode attention of the decode megakernel (package
-// dec_attn, the same contract and interface as dec_attn_split.cu): one task a KV head, on CTAs
-// 0 .. kv_heads - 1, over all positions 0 .. pos. Each warp takes every 4th position: its lanes
+// dec_attn, the same contract and interface as dec_attn_split.cu): one task a KV head, on CTA
+// kv_head mod grid, over all positions 0 .. pos. Each warp takes every 4th position: its lanes
 // hold head_dim / 32 elements of each of the group's queries, a key's dot products reduce across
 // the warp, and the warp keeps its own online softmax; the 4 warps merge at the end. Queries
 // and the new key get RoPE (dec_rope); the new key and value go to the cache and are used from
@@ -26,7 +26,7 @@ PL_ENTRY(run) {
   const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), 0, 0,
                      PL_FACT(tile_elems)};  // (inter and vocab: no attention code reads them)
   const unsigned hd = m.head_dim, g = m.heads / m.kv_heads, E = hd / 32, cta = blockIdx.x;
-  if (g > MAX_GROUP || hd % 64 || hd > 128) __trap();  // outside accept (folds away)
+  if (g > MAX_GROUP || m.heads % m.kv_heads || hd % 64 || hd > 128) __trap();  // outside accept (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   const float* qkv = static_cast<const float*>(PL_WORKSPACE(qkv));
   uint16_t* ao = static_cast<uint16_t*>(PL_WORKSPACE(ao));
@@ -40,14 +40,18 @@ PL_ENTRY(run) {
 
   const unsigned pos = (unsigned)__ldcg(p.state + dec::ST_POS);
   const bool ok = pos < p.max_seq;
-  if (!ok && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
+  // only a launch that runs an attention op flags a full cache (unfused, the HEAD launch's last
+  // CTA advances the position while this role may still be reading it; fused, this folds away)
+  bool runs_attention = false;
+  for (unsigned l = 0; l < m.layers; ++l) runs_attention |= dec::OpRange{PL_FACT(unfused), p.op_begin, p.op_end}.runs(2 + 5 * l);
+  if (!ok && runs_attention && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;
 
   const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   for (unsigned l = 0; l < m.layers; ++l) {
-    const unsigned kq = 1 + 5 * l, kvh = cta;
+    const unsigned kq = 1 + 5 * l;
     if (!range.runs(kq + 1)) continue;
-    if (ok && kvh < m.kv_heads) {
+    for (unsigned kvh = cta; ok && kvh < m.kv_heads; kvh += gridDim.x) {  // a grid smaller than kv_heads loops
       if (range.waits_for(kq)) {
         if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
         sync_role();

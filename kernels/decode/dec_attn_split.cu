@@ -32,7 +32,7 @@ PL_ENTRY(run) {
   const dec::Model m{PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), 0, 0,
                      PL_FACT(tile_elems)};  // (inter and vocab: no attention code reads them)
   const unsigned hd = m.head_dim, g = m.heads / m.kv_heads, G = gridDim.x, cta = blockIdx.x;
-  if (g > MAX_GROUP || hd % 64 || hd > 128) __trap();  // outside accept (folds away)
+  if (g > MAX_GROUP || m.heads % m.kv_heads || hd % 64 || hd > 128) __trap();  // outside accept (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   const float* qkv = static_cast<const float*>(PL_WORKSPACE(qkv));
   uint16_t* ao = static_cast<uint16_t*>(PL_WORKSPACE(ao));
@@ -49,7 +49,11 @@ PL_ENTRY(run) {
 
   const unsigned pos = (unsigned)__ldcg(p.state + dec::ST_POS);
   const bool ok = pos < p.max_seq;
-  if (!ok && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
+  // only a launch that runs an attention op flags a full cache (unfused, the HEAD launch's last
+  // CTA advances the position while this role may still be reading it; fused, this folds away)
+  bool runs_attention = false;
+  for (unsigned l = 0; l < m.layers; ++l) runs_attention |= dec::OpRange{PL_FACT(unfused), p.op_begin, p.op_end}.runs(2 + 5 * l);
+  if (!ok && runs_attention && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
   const unsigned len = ok ? pos + 1 : 0;
   // chunks a head: enough to give every CTA a task, positions in whole 64s
   const unsigned per_head = min(MAX_CHUNKS, max(1u, G / m.kv_heads));

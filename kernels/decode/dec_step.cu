@@ -138,7 +138,9 @@ PL_ENTRY(run) {
   // the step (or this launch's ops) is done here: the last CTA publishes it and leaves every counter zero
   pl::named_barrier_sync(bar, dec::THREADS);
   if (t == 0 && pl::atom_acq_rel(sync + dec::FINISH, 1) == G - 1) {
-    if (range.runs(m.ops() - 1)) {
+    // a full cache (the attention roles set the error flag; nothing was appended) publishes
+    // nothing, so CUDA-graph replays stop at the capacity instead of running past it
+    if (range.runs(m.ops() - 1) && __ldcg(p.state + dec::ST_ERROR) == 0) {
       const unsigned long long b = __ldcg(best);
       p.state[dec::ST_TOKEN] = (int)dec::argmax_index(b);
       p.state[dec::ST_POS] = __ldcg(p.state + dec::ST_POS) + 1;

@@ -132,8 +132,9 @@ class Launch:
             cs = ((ln + per_head - 1) // per_head + 63) // 64 * 64
             nch = (ln + cs - 1) // cs
             tasks = [(j // nch, j % nch) for j in range(cta, m.kv_heads * nch, G)]
-        else:
-            nch, tasks = 1, ([(cta, 0)] if cta < m.kv_heads else [])
+        else:  # a grid smaller than kv_heads loops over the heads
+            nch, tasks = 1, [(kvh, 0) for kvh in range(cta, m.kv_heads, G)]
+        self.chunks = nch
         for layer in range(m.layers):
             kq = 1 + 5 * layer
             if not self.runs(kq + 1):
@@ -141,8 +142,9 @@ class Launch:
             if tasks and self.waits_for(kq):
                 need = m.tiles(QKV)
                 yield lambda: self.counter[kq] >= need
-            for kvh, _ in tasks:
+            for kvh, c in tasks:
                 assert self.executed[kq] == self.need[kq], "attention ran before its QKV op was complete"
+                self.head_tasks[(layer, kvh, c)] = self.head_tasks.get((layer, kvh, c), 0) + 1
                 if nch > 1:
                     self.arr[kvh] += 1
                     yield lambda: True  # another CTA may arrive between the count and the merge
@@ -175,12 +177,17 @@ def run_step(m, grid, depth, split, pos, unfused, seed):
         need[2 + 5 * layer] = grid
     executed = [0] * m.ops
     ranges = [(k, k + 1) for k in range(m.ops)] if unfused else [(0, m.ops)]
-    published = 0
+    published, head_tasks, chunks = 0, {}, 1
     for r in ranges:
         launch = Launch(m, grid, depth, split, pos, r, executed, need, rng)
+        launch.head_tasks = head_tasks
         launch.run()
         published += launch.published
+        chunks = getattr(launch, "chunks", chunks)
     assert executed == need and published == 1
+    # every KV head's attention (each of its chunks) ran exactly once a layer
+    assert head_tasks == {(layer, kvh, c): 1 for layer in range(m.layers) for kvh in range(m.kv_heads)
+                          for c in range(chunks)}
 
 
 @pytest.mark.parametrize("unfused", [False, True])
@@ -196,6 +203,14 @@ def test_every_interleaving_completes_in_order(unfused, split, grid, depth, pos)
 def test_other_shapes_and_tile_sizes(model):
     for unfused in (False, True):
         run_step(model, 5, 3, True, 200, unfused, seed=1)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_grid_smaller_than_the_kv_heads_runs_every_head(split):
+    """8 KV heads on 3 CTAs: the simple attention loops over its CTA's heads (kv_head mod grid)."""
+    model = Model(hidden=2048, layers=1, heads=32, kv_heads=8, inter=8192, vocab=2048)
+    for unfused in (False, True):
+        run_step(model, 3, 2, split, 100, unfused, seed=2)
 
 
 def test_the_model_catches_a_step_that_skips_its_wait():
