@@ -78,6 +78,26 @@ def test_a_full_cache_is_refused_before_launch():
     assert e.value.code == "R-PARAM" and "max_seq" in e.value.hint and int(s.state[1]) == 0
 
 
+def test_graph_replays_stop_at_the_caches_capacity():
+    """A replay at a full cache appends nothing and publishes nothing: the position stays at
+    max_seq, the token is unchanged and the error flag is set."""
+    import torch
+    from llama_decode_bench import _tiny, _weights
+    from llama_megakernel import MegakernelStep
+    _built("kernels/decode/llama_tiny.cubin")
+    cfg = _tiny()
+    s = MegakernelStep(cfg, _weights(cfg, seed=3), max_seq=6, prefill="megakernel")
+    s.prefill(torch.arange(5, dtype=torch.long, device="cuda")[None])
+    g = s.graph()
+    g.replay()  # position 5: the last that fits
+    torch.cuda.synchronize()
+    token, pos, err = (int(v) for v in s.state[:3])
+    assert (pos, err) == (6, 0)
+    g.replay()
+    torch.cuda.synchronize()
+    assert [int(v) for v in s.state[:3]] == [token, 6, 1]
+
+
 def test_the_counterexample_plain_link_misbehaves_and_pipelink_propagates():
     """//experiments:llama_tiny_mutations: the weight stream rebuilt with half-size tiles."""
     _built("experiments/llama_tiny_mutations.json")
