@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 HBM = 4.8e12
 
 
-def _tiny():
+def _config(model: str = "llama_tiny"):
+    """The config of a --model name: the linked test shape, or a published model."""
     import llama_models as lm
-    return lm.LlamaConfig("llama_tiny", 1024, 512, 2, 8, 2, 64, 1024, 1e-5, 500000.0,
-                          lm.Llama3RopeScaling(32.0, 1.0, 4.0, 8192), True, 4096)
+    return lm.LLAMA_TINY if model == "llama_tiny" else lm.MODELS[model]
 
 
 def _weights(cfg, seed: int, device="cuda"):
@@ -75,10 +75,9 @@ CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simpl
 def check_one(model: str, steps: int, attention: str, control: bool, unfused: bool) -> int:
     """One build against the fp32 reference over `steps` teacher-forced steps (in a worker)."""
     import torch
-    import llama_models as lm
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
-    cfg = _tiny() if model == "llama_tiny" else lm.MODELS[model]
+    cfg = _config(model)
     w = _weights(cfg, seed=7)
     ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(3)).cuda()
     want = ref.prefill(w, cfg, ids)[0][0].double().cpu()
@@ -99,10 +98,9 @@ def prefill_one(model: str, prompt: int, steps: int) -> int:
     attention's causal kernel) and its last token through the megakernel, then `steps`
     teacher-forced decode steps; every logits row against the fp32 reference (in a worker)."""
     import torch
-    import llama_models as lm
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
-    cfg = _tiny() if model == "llama_tiny" else lm.MODELS[model]
+    cfg = _config(model)
     w = _weights(cfg, seed=5)
     ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(6)).cuda()
     want = ref.prefill(w, cfg, ids)[0][0, prompt - 1:].double().cpu()
@@ -124,7 +122,7 @@ def graph_one() -> int:
     import torch
     from llama import Llama, ReferenceStep
     from llama_megakernel import MegakernelStep
-    cfg = _tiny()
+    cfg = _config()
     w = _weights(cfg, seed=11)
     prompt = torch.randint(0, cfg.vocab, (1, 5), generator=torch.Generator().manual_seed(4))
     s = MegakernelStep(cfg, w, max_seq=64)
@@ -179,7 +177,7 @@ def worker(attention: str, files: tuple | None = None, steps: int = 70, unfused:
     import torch
     import llama_reference as ref
     from llama_megakernel import MegakernelStep
-    cfg = _tiny()
+    cfg = _config()
     w = _weights(cfg, seed=9)
     ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(1)).cuda()
     s = MegakernelStep(cfg, w, max_seq=steps + 10, attention=attention, kernel_files=files, unfused=unfused)

@@ -160,6 +160,12 @@ struct OpRange {
   unsigned begin, end;
   __device__ bool runs(unsigned k) const { return !unfused || (k >= begin && k < end); }
   __device__ bool waits_for(unsigned k) const { return !unfused || k >= begin; }  // the op k's counter
+  // whether the launch runs some layer's ATTN op (op 2 + 5 l)
+  __device__ bool runs_attention(unsigned layers) const {
+    bool any = false;
+    for (unsigned l = 0; l < layers; ++l) any |= runs(2 + 5 * l);
+    return any;
+  }
 };
 
 // Spin until the counter at p reaches `need` (acquire at gpu scope). One asm block, so the

@@ -49,11 +49,10 @@ PL_ENTRY(run) {
 
   const unsigned pos = (unsigned)__ldcg(p.state + dec::ST_POS);
   const bool ok = pos < p.max_seq;
+  const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   // only a launch that runs an attention op flags a full cache (unfused, the HEAD launch's last
   // CTA advances the position while this role may still be reading it; fused, this folds away)
-  bool runs_attention = false;
-  for (unsigned l = 0; l < m.layers; ++l) runs_attention |= dec::OpRange{PL_FACT(unfused), p.op_begin, p.op_end}.runs(2 + 5 * l);
-  if (!ok && runs_attention && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
+  if (!ok && range.runs_attention(m.layers) && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
   const unsigned len = ok ? pos + 1 : 0;
   // chunks a head: enough to give every CTA a task, positions in whole 64s
   const unsigned per_head = min(MAX_CHUNKS, max(1u, G / m.kv_heads));
@@ -62,7 +61,6 @@ PL_ENTRY(run) {
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;  // softmax in base 2
   const unsigned DCH = hd / 8, NSETS = THREADS / DCH, dch = t % DCH, pset = t / DCH;
 
-  const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
     if (!range.runs(kq + 1)) continue;

@@ -7,8 +7,9 @@ Face `config.json`.
     served_model(cfg)                                # "llama3_2_1b", else R-CONFIG naming the field
 
 Any well-formed config is accepted (the fp32 reference runs any size); `served_model` says
-which of MODELS it is. The decode megakernel that will take these shapes as linked facts does
-not exist yet (issue 43): nothing here builds or loads a kernel. Values of MODELS checked
+which of MODELS it is. The decode megakernel links these shapes as kernel-owned facts
+(decode_models.bzl; llama_pack.kernel_target picks the target); nothing here builds or loads a
+kernel. Values of MODELS checked
 against the published config.json files: kernels/decode/README.md ("Models").
 """
 
@@ -149,6 +150,9 @@ MODELS: dict[str, LlamaConfig] = {c.name: c for c in (
     LlamaConfig("llama3_1_8b", 128256, 4096, 32, 32, 8, 128, 14336, 1e-5, 500000.0, _llama3(8.0), False, 131072),
     LlamaConfig("qwen3_1_7b", 151936, 2048, 28, 16, 8, 128, 6144, 1e-6, 1000000.0, None, True, 40960, qk_norm=True),
 )}
+# The small shape //kernels/decode:llama_tiny links for the tests and sanitizers (no published
+# model, so not in MODELS: served_model() does not name it).
+LLAMA_TINY = LlamaConfig("llama_tiny", 1024, 512, 2, 8, 2, 64, 1024, 1e-5, 500000.0, _llama3(32.0), True, 4096)
 MODEL_TYPE = {"llama3_2_1b": "llama", "llama3_8b": "llama", "llama3_1_8b": "llama", "qwen3_1_7b": "qwen3"}
 _SERVED_HINT = "served models: " + "; ".join(c.describe() for c in MODELS.values())
 

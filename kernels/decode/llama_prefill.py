@@ -21,7 +21,6 @@ import llama_reference as ref
 from llama_models import LlamaConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD_DIMS = (128, 64)  # the causal attention's builds (kernels/attention/attention.py)
 
 
 def _attention_module():
@@ -34,9 +33,10 @@ def _attention_module():
 
 
 def expect_prefill(cfg: LlamaConfig) -> None:
-    if cfg.head_dim not in HEAD_DIMS:
+    head_dims = _attention_module().HEAD_DIMS
+    if cfg.head_dim not in head_dims:
         raise LaunchError("R-SHAPE", f"{cfg.name}: head_dim {cfg.head_dim} has no causal attention build "
-                          f"(built: {', '.join(map(str, HEAD_DIMS))})",
+                          f"(built: {', '.join(map(str, head_dims))})",
                           hint="pass prefill='megakernel' to run the prompt through the decode kernel position by position")
 
 

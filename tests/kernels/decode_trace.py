@@ -27,8 +27,6 @@ from decode_emulator import F64, Emulator, bf16  # noqa: E402
 from llama_megakernel import MegakernelStep, launch_params  # noqa: E402
 from llama_weights import random_weights  # noqa: E402
 
-TINY = lm.LlamaConfig("llama_tiny", 1024, 512, 2, 8, 2, 64, 1024, 1e-5, 500000.0,
-                      lm.Llama3RopeScaling(32.0, 1.0, 4.0, 8192), True, 4096)
 TOL = 1e-2
 
 
@@ -40,7 +38,7 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def trace(steps: int) -> int:
-    cfg = TINY
+    cfg = lm.LLAMA_TINY
     dev = torch.device("cuda", 0)
     w = random_weights(cfg, seed=12)
     s = MegakernelStep(cfg, w, max_seq=steps + 1, unfused=True, prefill="megakernel")

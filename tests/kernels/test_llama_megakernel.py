@@ -27,8 +27,7 @@ from llama_weights import random_weights  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = lm.LlamaConfig("llama_tiny", 1024, 512, 2, 8, 2, 64, 1024, 1e-5, 500000.0,
-                      lm.Llama3RopeScaling(32.0, 1.0, 4.0, 8192), True, 4096)
+TINY = lm.LLAMA_TINY
 BIN = ROOT / "bazel-bin" / "kernels" / "decode"
 
 
@@ -258,6 +257,8 @@ def test_llama_megakernel_is_the_backend_with_the_models_weights():
 
 class _TorchCausal:
     """Stands in for kernels/attention's entry on the CPU: causal GQA attention in fp32."""
+
+    HEAD_DIMS = (128, 64)
 
     @staticmethod
     def load(*a, **kw):

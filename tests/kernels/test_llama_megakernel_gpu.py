@@ -67,11 +67,11 @@ def test_the_attention_prefill_then_decode_meets_issue_43s_criterion():
 
 def test_a_full_cache_is_refused_before_launch():
     import torch
-    from llama_decode_bench import _tiny, _weights
+    from llama_decode_bench import _config, _weights
     from llama_megakernel import MegakernelStep
     from pipelink.runtime import LaunchError
     _built("kernels/decode/llama_tiny.cubin")
-    cfg = _tiny()
+    cfg = _config()
     s = MegakernelStep(cfg, _weights(cfg, seed=1), max_seq=4)
     with pytest.raises(LaunchError) as e:
         s.prefill(torch.zeros(1, 5, dtype=torch.long, device="cuda"))
@@ -82,10 +82,10 @@ def test_graph_replays_stop_at_the_caches_capacity():
     """A replay at a full cache appends nothing and publishes nothing: the position stays at
     max_seq, the token is unchanged and the error flag is set."""
     import torch
-    from llama_decode_bench import _tiny, _weights
+    from llama_decode_bench import _config, _weights
     from llama_megakernel import MegakernelStep
     _built("kernels/decode/llama_tiny.cubin")
-    cfg = _tiny()
+    cfg = _config()
     s = MegakernelStep(cfg, _weights(cfg, seed=3), max_seq=6, prefill="megakernel")
     s.prefill(torch.arange(5, dtype=torch.long, device="cuda")[None])
     g = s.graph()
