@@ -77,6 +77,9 @@ import moe_models  # noqa: E402
 
 H, I, E, TOP_K = 2048, 768, 128, 8  # --model sets these and TARGET (main)
 MODEL, TARGET, RENORM = "qwen3_30b_a3b", "moe_step", True
+# A bias model's (gpt-oss) router_b, b13 and b2, made by weights(); empty for the others. Every
+# column reads them from here, so the subcommands call all implementations with (x, rw, w13, w2).
+BIASES: dict = {}
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 TOL = 2e-2  # moe_step (f32 accumulators into SwiGLU; h and the expert outputs rounded to bf16)
 # The baselines also round gate/up to bf16 before SwiGLU (grouped_mm's bf16 output), as the models
@@ -95,6 +98,9 @@ def weights(seed=None):
     router_w = (u(E, H) / H**0.5).bfloat16()
     w13 = (u(E, 2 * I, H) * (2 / H**0.5)).bfloat16()
     w2 = (u(E, H, I) * (2 / I**0.5)).bfloat16()
+    BIASES.clear()
+    if moe_models.MODELS[MODEL].biases:  # gate/up biases up to 16: many gates and ups pass gpt-oss's clamp (7)
+        BIASES.update(router_b=u(E).bfloat16(), b13=(u(E, 2 * I) * 16).bfloat16(), b2=(u(E, H) / 2).bfloat16())
     return router_w, w13, w2, g
 
 
@@ -108,6 +114,9 @@ def reference(x, router_w, w13, w2, rows):
     import torch
     xd = x[rows].double()
     logits = xd @ router_w.double().t()
+    b = {n: v.double() for n, v in BIASES.items()}
+    if b:
+        logits = logits + b["router_b"]
     top = logits.topk(TOP_K + 1, dim=1)
     ambiguous = (top.values[:, TOP_K - 1] - top.values[:, TOP_K]) < 1e-4
     p = torch.softmax(logits, dim=1)
@@ -117,10 +126,16 @@ def reference(x, router_w, w13, w2, rows):
     for e in ei.unique().tolist():
         tk = (ei == e).nonzero()
         t, k = tk[:, 0], tk[:, 1]
-        h = xd[t] @ w13[e].double().t()
-        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
-        out.index_add_(0, t, wv[t, k, None] * (a @ w2[e].double().t()))
+        h = xd[t] @ w13[e].double().t() + (b["b13"][e] if b else 0.0)
+        a = _activation(h[:, :I], h[:, I:])
+        out.index_add_(0, t, wv[t, k, None] * (a @ w2[e].double().t() + (b["b2"][e] if b else 0.0)))
     return out, ambiguous
+
+
+def _activation(gate, up):
+    """The model's activation between the projections (moe_reference's: SwiGLU, or gpt-oss's clamped one)."""
+    import moe_reference  # (imports torch)
+    return moe_reference.activation(moe_models.MODELS[MODEL], gate, up)
 
 
 def sample_rows(T, g):
@@ -146,6 +161,8 @@ def error(out, ref, keep) -> tuple[int, float, float]:
 def route(x, router_w):
     import torch
     logits = x.float() @ router_w.float().t()
+    if BIASES:
+        logits = logits + BIASES["router_b"].float()
     wv, ei = torch.softmax(logits, dim=1).topk(TOP_K, dim=1)
     return (wv / wv.sum(1, keepdim=True) if RENORM else wv), ei
 
@@ -162,14 +179,23 @@ def torch_step(x, router_w, w13, w2):
         0, flat, torch.ones_like(flat, dtype=torch.int32))
     offs = counts.cumsum(0, dtype=torch.int32)
     h = torch._grouped_mm(x[tok], w13.transpose(1, 2), offs=offs)
-    a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+    if BIASES:  # gpt-oss: biases on both projections, its clamped SwiGLU
+        e = flat[order]
+        h = (h.float() + BIASES["b13"][e].float()).bfloat16()
+        a = _activation(h[:, :I].float(), h[:, I:].float()).bfloat16()
+    else:
+        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
     y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    if BIASES:
+        y = y.float() + BIASES["b2"][e].float()
     out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
     out.index_add_(0, tok, y.float() * wv.flatten()[order, None])
     return out.bfloat16()
 
 
 def liger_step_factory():
+    if BIASES or moe_models.MODELS[MODEL].biases:
+        raise moe_sglang.Unavailable(f"Liger's fused MoE has no expert biases or {MODEL}'s activation")
     from liger_kernel.ops.fused_moe import LigerFusedMoEFunction
 
     def liger_step(x, router_w, w13, w2):
@@ -183,7 +209,9 @@ def sglang_factory():
     root = os.environ.get("PIPELINK_SGLANG_DIR")
     if not root:
         raise moe_sglang.Unavailable("PIPELINK_SGLANG_DIR is not set (kernels/moe/moe_sglang.py says how)")
-    return moe_sglang.step_factory(root, route, E, TOP_K, I)
+    m = moe_models.MODELS[MODEL]
+    act = None if m.activation == moe_models.SILU else _activation
+    return moe_sglang.step_factory(root, route, E, TOP_K, I, biases=BIASES, activation=act)
 
 
 def moe_step_columns(builds=()) -> tuple[dict, str]:
@@ -217,7 +245,7 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
             print(f"{name}: column skipped: {e}" + (f" (hint: {e.hint})" if getattr(e, "hint", "") else ""))
             continue
         cols[name] = lambda x, rw, w13, w2, out, workspaces=None, k=k: k.open(x, rw, w13, w2, out,
-                                                                             workspaces=workspaces).launch
+                                                                             workspaces=workspaces, **BIASES).launch
         cols[name].step = k
     return cols, ""
 

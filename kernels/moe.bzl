@@ -40,6 +40,16 @@ def moe_components():
         copts = ["-O3"],
     )
 
+    # gpt-oss's clamped SwiGLU: the same interface, the activation a model's composition picks.
+    cuda_component(
+        name = "moe_swiglu_clamped",
+        component = "moe_swiglu",
+        srcs = ["moe/swiglu_clamped.cu"],
+        hdrs = ["moe/expert_acc.h"],
+        contract = "moe/swiglu_clamped.contract.toml",
+        copts = ["-O3"],
+    )
+
 def moe_trace_step(name = "moe_step_trace"):
     """moe_step built with MOE_TRACE: every role folds %globaltimer into phase slots of the
     `sync` workspace (moe_shapes.h, moe::stamp); benchmarks/moe_trace.py reads them. A
@@ -130,6 +140,6 @@ def moe_models():
         if not m["served"]:
             continue
         if m["target"] != "moe_step":
-            moe_step(name = m["target"], model = model)
+            moe_step(name = m["target"], model = model, swiglu = "//kernels:" + m["activation"])
         if m["target"] != model:
             native.alias(name = model, actual = ":" + m["target"], visibility = ["//visibility:public"])

@@ -4,7 +4,7 @@
 #   device run, carry ["bazel-bin/kernels", "bazel-bin/experiments", ".whl"]:
 #     bash experiments/device_run/moe_device_run.sh
 #   STEPS="tests check trace pair bench sanitize ep cx models"   (default: all, in this order)
-#   MODELS="qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b"   the linked models (issue 41), for
+#   MODELS="qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b gpt_oss_120b"   the linked models (issue 41), for
 #     `models`: MSTEPS="check bench pair sanitize ncu" of each (needs their targets built); OLD=dir
 #     times the constant-header moe_step beside Qwen3-30B-A3B's target
 #   BUILDS=name=dir,...   other builds' moe_step timed in bench's rounds (columns moe_step_<name>)
@@ -32,7 +32,7 @@ if has models; then
   # check and bench.
   msteps=" ${MSTEPS:-check bench pair sanitize ncu} "
   T6=${MTOKENS:-1,16,128,1024,4096,16384}
-  for M in ${MODELS:-qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b}; do
+  for M in ${MODELS:-qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b gpt_oss_120b}; do
     old=(); [[ $M == qwen3_30b_a3b && -n ${OLD:-} ]] && old=(--builds "old=$OLD")
     [[ $msteps == *" check "* ]] && step "check_$M" 300 python3 benchmarks/moe_bench.py check --model "$M" --tokens "$T6" "${old[@]}"
     [[ $msteps == *" bench "* ]] && TAIL=9 step "bench_$M" 420 python3 benchmarks/moe_bench.py bench --model "$M" \

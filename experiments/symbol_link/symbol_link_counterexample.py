@@ -69,9 +69,19 @@ def gemm_swiglu_problem(rng):
     return {"x": xb, "w": wb}, {"m": M, "n": N, "k": K}, ("out", (M, N)), silu(h[:, :N]) * h[:, N:]
 
 
-def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8, renormalize=1):
+def _bias_model_activation():
+    """(limit, alpha) of the served MoE model with biases (gpt-oss: its clamped SwiGLU); the
+    manifest's facts say `biases`, not which activation library was linked, and one model has them."""
+    sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+    import moe_models
+    (m,) = [m for m in moe_models.MODELS.values() if m.biases]
+    return (m.limit, m.alpha) if m.activation == moe_models.CLAMPED_SWIGLU else None
+
+
+def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8, renormalize=1, biases=0):
     """One MoE layer (default Qwen3-30B-A3B's shape; a linked model's facts give others) on T
-    tokens; float64 reference (f64 copies per used expert)."""
+    tokens; float64 reference (f64 copies per used expert). biases: router, gate/up and down
+    biases and the bias model's activation (gpt-oss); else the bias pointers are lent null."""
     import numpy as np
     E, H, I = experts, hidden, inter
 
@@ -84,7 +94,19 @@ def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8, re
     xb, rb = bits((T, H), 1.0), bits((E, H), H**-0.5)
     w13b, w2b = bits((E, 2 * I, H), 2 * H**-0.5), bits((E, H, I), 2 * I**-0.5)
     xf, rf = from_bf16(xb), from_bf16(rb)
-    logits = xf @ rf.T
+    tensors = {"x": xb, "router_w": rb, "w13": w13b, "w2": w2b}
+    if biases:  # gate/up biases up to 16: many gates and ups pass the clamp (7)
+        tensors |= {"router_b": bits((E,), 1.0), "b13": bits((E, 2 * I), 16.0), "b2": bits((E, H), 0.5)}
+        limit, alpha = _bias_model_activation()
+
+        def act(h):
+            g, u = np.minimum(h[:, :I], limit), np.clip(h[:, I:], -limit, limit)
+            return g / (1 + np.exp(-alpha * g)) * (u + 1)
+    else:
+        def act(h):
+            return silu(h[:, :I]) * h[:, I:]
+    bias = {n: from_bf16(tensors[n]) if biases else 0.0 for n in ("router_b", "b13", "b2")}
+    logits = xf @ rf.T + (bias["router_b"] if biases else 0.0)
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     order = np.argsort(-p, axis=1, kind="stable")
@@ -99,11 +121,12 @@ def moe_step_problem(rng, T=16, experts=128, hidden=2048, inter=768, top_k=8, re
     ref = np.zeros((T, H))
     for e in np.unique(top):
         t, j = np.nonzero(top == e)
-        h = xf[t] @ from_bf16(w13b[e]).T
-        ref[t] += wts[t, j, None] * ((silu(h[:, :I]) * h[:, I:]) @ from_bf16(w2b[e]).T)
+        h = xf[t] @ from_bf16(w13b[e]).T + (bias["b13"][e] if biases else 0.0)
+        y = act(h) @ from_bf16(w2b[e]).T + (bias["b2"][e] if biases else 0.0)
+        ref[t] += wts[t, j, None] * y
     ref[ambiguous] = np.nan
-    return ({"x": xb, "router_w": rb, "w13": w13b, "w2": w2b}, {"t": T, "rank": 0, "world": 1, "peers": 0},
-            ("out", (T, H)), ref)
+    unread = {} if biases else {"router_b": 0, "b13": 0, "b2": 0}
+    return tensors, {"t": T, "rank": 0, "world": 1, "peers": 0, **unread}, ("out", (T, H)), ref
 
 
 def _attention_ref(q, k, v, scale, causal):
@@ -147,7 +170,7 @@ CASES = {
 # Kernel name -> the facts its problem depends on: each launch gets the problem of its manifest's
 # facts (a plain link runs with the original's; a propagated head_dim = 64 link with d = 64 data).
 PROBLEM_FACTS = {"attn_causal": ("head_dim",), "attn_decode": ("head_dim",),
-                 "moe_step": ("experts", "hidden", "inter", "top_k", "renormalize")}
+                 "moe_step": ("experts", "hidden", "inter", "top_k", "renormalize", "biases")}
 INDEX_DIRS = ("experiments",)  # where symbol_link_mutations targets live in bazel-bin
 
 

@@ -23,14 +23,16 @@ PL_DECLARE_FACT(block_m);
 PL_DECLARE_FACT(block_n);
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(experts);
+PL_DECLARE_FACT_BOOL(biases);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(rows);
 PL_DECLARE_WORKSPACE(ys);
 
 namespace moe_combine {
-struct Params {  // [params]: out = "ptr", t, rank, world = "u32", peers = "ptr"
+struct Params {  // [params]: out, b2 = "ptr", t, rank, world = "u32", peers = "ptr"
   __nv_bfloat16* out;
+  const __nv_bfloat16* b2;  // [experts, hidden] the experts' down biases (fact biases), else unread
   unsigned t, rank, world;
   const unsigned long long* peers;
 };
@@ -44,6 +46,7 @@ PL_ENTRY(run) {
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts);
+  const bool biases = PL_FACT(biases);  // (a fact: false folds the down-bias adds away)
   // the expert's down tiles per row tile: its last column block may be part of one (hidden % block_n)
   const unsigned top_k = PL_FACT(top_k), bm = PL_FACT(block_m), blocks = moe::ceil_div(hidden, PL_FACT(block_n));
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
@@ -82,6 +85,9 @@ PL_ENTRY(run) {
   // owner's YDONE (system scope; one rank: done_bits below).
   const auto choice_done = [&](unsigned e) {
     unsigned cnt = 0;
+    // (not unrolled: unrolled or not as the optimiser judged the code around it, the linked and
+    // the single-unit builds came out different)
+#pragma unroll 1
     for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
     const unsigned owner = e / (experts / world);
     const unsigned* done = cur + moe::YDONE + e;
@@ -123,10 +129,12 @@ PL_ENTRY(run) {
     __syncwarp();
     const __nv_bfloat16* yk[MAX_TOP_K];
     float wk[MAX_TOP_K];
+    unsigned ek[MAX_TOP_K];
 #pragma unroll
     for (unsigned k = 0; k < MAX_TOP_K; ++k) {  // (choices past top_k: lane k's copy of choice 0, never summed)
       yk[k] = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
       wk[k] = __shfl_sync(0xffffffffu, w, k);
+      ek[k] = biases ? __shfl_sync(0xffffffffu, e, k) : 0u;
     }
     // U chunks of 256 columns at a time: all U x top_k row loads are in flight together. The
     // sum is latency-bound (a warp's loads, then its adds): one chunk at a time took 8 L2/DRAM
@@ -153,6 +161,15 @@ PL_ENTRY(run) {
           for (unsigned i = 0; i < 4; ++i) {
             const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[i]));
             acc[2 * i] += wk[k] * f.x, acc[2 * i + 1] += wk[k] * f.y;
+          }
+          if (biases && (whole || (j + v) * 256 + lane * 8 < hidden)) {  // Σ_k w_k (y_k + b2[e_k]): the down bias
+            const uint4 b = __ldg(reinterpret_cast<const uint4*>(p.b2 + (size_t)ek[k] * hidden + (j + v) * 256 + lane * 8));
+            const unsigned bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (unsigned i = 0; i < 4; ++i) {
+              const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bw[i]));
+              acc[2 * i] += wk[k] * f.x, acc[2 * i + 1] += wk[k] * f.y;
+            }
           }
         }
         uint4 o;

@@ -70,11 +70,12 @@ static_assert(Team::ROWS % BM == 0, "a team unit is whole block_m tiles");
 // The smem claims hold either mode: [smem.stages] is the larger of 2 * Solo::STAGES * Solo::STAGE
 // and Team::STAGES * Team::STAGE, [smem.bars] one mbarrier per stage of the larger.
 
-struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", tmap_w13, tmap_w2 = "tmap"
+struct Params {  // [params]: w13, w2, x = "ptr", t, rank, world = "u32", b13 = "ptr", tmap_w13, tmap_w2 = "tmap"
   const __nv_bfloat16* w13;
   const __nv_bfloat16* w2;
   const __nv_bfloat16* x;
   unsigned t, rank, world;
+  const __nv_bfloat16* b13;  // [experts, 2 inter] gate, then up biases (fact biases), else unread
   pl::TensorMap tmap_w13;  // [experts * 2 * inter, hidden] bf16, box [block_h, 64], SWIZZLE_128B
   pl::TensorMap tmap_w2;   // [experts * hidden, inter] bf16, box [block_n, 64], SWIZZLE_128B
 };
@@ -305,6 +306,22 @@ __device__ __forceinline__ void mainloop(float* acc, Ring& r, const __nv_bfloat1
   r.primed_b = next.meta & VALID;
   r.primed_a = next.meta & READY;
 }
+// The model's gate/up biases (gpt-oss), added to a warp's accumulator before its export: in the
+// "moe_gu16" layout (expert_acc.h) element (p NH + nt) 4 + i is column 8 nt + 2 q + i % 2 of plane
+// p (gate, up), biased by b[p inter + that column]. (The down biases are the combine's: added
+// here they spilled the epilogue.)
+template <unsigned NH>
+__device__ __forceinline__ void add_gateup_bias(float* acc, const __nv_bfloat16* b, unsigned inter, unsigned lane) {
+  const unsigned q = lane % 4;
+#pragma unroll
+  for (unsigned p = 0; p < 2; ++p)
+#pragma unroll
+    for (unsigned nt = 0; nt < NH; ++nt) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(b + p * inter + 8 * nt + 2 * q));
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i) acc[(p * NH + nt) * 4 + i] += i % 2 ? f.y : f.x;
+    }
+}
 // A warp's 16 rows x N columns of an m64nN accumulator (rows g and g + 8 of lane 4 g + q,
 // columns 8 j + 2 q, 8 j + 2 q + 1) rounded to bf16 into `out` (row stride hidden) at row0, col0;
 // rows >= valid are not written. Each 4 x 4 block of a quad's bf16 pairs (4 column groups of 8)
@@ -358,6 +375,7 @@ PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(inter);
 PL_DECLARE_FACT(experts);
+PL_DECLARE_FACT_BOOL(biases);
 PL_DECLARE_EXPORT(acc);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(xs);
@@ -520,6 +538,8 @@ PL_ENTRY(run) {
       // with a valid row export (their 16 rows lie in one block_m tile of this expert).
       if (r0 < (TEAM ? valid : BM)) {
         if (valid > r0) pending = {moe::HREADY + e, min(16u, valid - r0) * BH};
+        if (PL_FACT(biases))  // (a fact: false folds it away; b13 is laid out as w13's rows)
+          add_gateup_bias<BH / 8>(acc, p.b13 + (size_t)done.b, inter, lane);
         PL_EXPORT(acc, acc, done.row0 + r0, (unsigned)done.b - e * 2 * inter);  // (w13 row = h column)
       }
     }

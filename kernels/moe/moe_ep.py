@@ -140,7 +140,7 @@ class EpStep:
             expect_tensor("out", out, shape=(T, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
             expect_disjoint("out", out, {"x": x, "router_w": router_w, "w13": w13, "w2": w2})
         return {"x": x, "router_w": router_w, "w13": p13, "w2": p2, "out": out, "t": T,
-                "rank": self.rank, "world": self.world, "peers": self.table.ptr}
+                "rank": self.rank, "world": self.world, "peers": self.table.ptr, "router_b": 0, "b13": 0, "b2": 0}  # (Qwen3: no biases)
 
     def __call__(self, x, router_w, w13, w2, out=None, *, stream=None):
         expect_stream(stream)

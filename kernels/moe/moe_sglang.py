@@ -167,10 +167,15 @@ def align(ei, experts: int, block_m: int):
     return sorted_ids, expert_ids, end[-1:].to(torch.int32)
 
 
-def step_factory(root: str | Path, route, experts: int, top_k: int, inter: int = 768):
+def step_factory(root: str | Path, route, experts: int, top_k: int, inter: int = 768, *, biases=None,
+                 activation=None):
     """(step(x, router_w, w13, w2) -> out, kernels(x, w13, w2, routed) -> out, prepare(x, router_w, w13) -> routed).
     `routed` holds the routing, the alignment, the config and SGLang's intermediate buffers.
-    step.configs says which config file SGLang would pick for this layer ("default": none)."""
+    step.configs says which config file SGLang would pick for this layer ("default": none).
+    biases: {"b13": [E, 2I], "b2": [E, H]} (gpt-oss), added by SGLang's GEMM kernel (its `bias`
+    operand, before the routing weight); activation(gate, up) -> h: a model's other activation
+    (gpt-oss's clamped SwiGLU) as torch ops between the GEMMs, since act_and_mul_triton only has
+    silu/gelu (with a clamp but without gpt-oss's alpha and +1); None: act_and_mul_triton's silu."""
     import torch
     import triton.language as tl
     mod, configs, source = load(root, experts, inter)
@@ -186,8 +191,10 @@ def step_factory(root: str | Path, route, experts: int, top_k: int, inter: int =
                     gu=torch.empty(slots, n, dtype=x.dtype, device=x.device),
                     h=torch.empty(slots, n // 2, dtype=x.dtype, device=x.device))
 
-    def gemm(a, w, c, r, mul_weight, k):
-        mod.invoke_fused_moe_kernel(a, w, None, c, None, None, None, r["wv"], r["ei"], r["sorted_ids"],
+    b13, b2 = (biases or {}).get("b13"), (biases or {}).get("b2")
+
+    def gemm(a, w, bias, c, r, mul_weight, k):
+        mod.invoke_fused_moe_kernel(a, w, bias, c, None, None, None, r["wv"], r["ei"], r["sorted_ids"],
                                     r["expert_ids"], r["total"], mul_weight, k, r["cfg"], compute_type=tl.bfloat16,
                                     use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
                                     use_int4_w4a16=False, per_channel_quant=False, filter_expert=True)
@@ -196,9 +203,13 @@ def step_factory(root: str | Path, route, experts: int, top_k: int, inter: int =
         T = x.shape[0]
         y = torch.empty(T, top_k, w2.shape[1], dtype=x.dtype, device=x.device)
         out = torch.empty(T, w2.shape[1], dtype=x.dtype, device=x.device)
-        gemm(x, w13, r["gu"], r, False, top_k)
-        mod.act_and_mul_triton(r["gu"], r["h"], r["cfg"], r["ei"], r["expert_ids"], False, "silu")
-        gemm(r["h"], w2, y, r, True, 1)
+        gemm(x, w13, b13, r["gu"], r, False, top_k)
+        if activation is None:
+            mod.act_and_mul_triton(r["gu"], r["h"], r["cfg"], r["ei"], r["expert_ids"], False, "silu")
+        else:  # (slots of experts no rank owns do not occur here: one rank)
+            n = r["gu"].shape[1] // 2
+            r["h"].copy_(activation(r["gu"][:, :n].float(), r["gu"][:, n:].float()))
+        gemm(r["h"], w2, b2, y, r, True, 1)
         mod.moe_sum_reduce_triton(y, out, 1.0)
         return out
 

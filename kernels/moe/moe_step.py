@@ -52,11 +52,15 @@ HIDDEN, INTER, EXPERTS, TOP_K = DEFAULT_MODEL.hidden, DEFAULT_MODEL.inter, DEFAU
 MAX_TOKENS = 65536
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_VALUES = ("out", "t", "rank", "world", "peers")  # lent beside the model's tensors
+# Every kernel takes the bias tensors; the owners read them only where the model's `biases` fact
+# is true (gpt-oss), so other models lend null pointers.
+BIAS_PARAMS = ("router_b", "b13", "b2")
 
 
 def model_params(model: MoeModel) -> set[str]:
-    """The manifest's lent parameters of `model`'s kernel: x, the model's tensors, the launch values."""
-    return {"x"} | set(model.tensors()) | set(LAUNCH_VALUES)
+    """The manifest's lent parameters of `model`'s kernel: x, the model's tensors, the bias
+    tensors, the launch values."""
+    return {"x"} | set(model.tensors()) | set(BIAS_PARAMS) | set(LAUNCH_VALUES)
 
 
 PARAMS = model_params(DEFAULT_MODEL)
@@ -148,7 +152,8 @@ class MoeStep:
         weights = _weights(self.model, router_w, w13, w2, extras)
         if out is None:
             out = torch.empty((tokens, self.model.hidden), dtype=torch.bfloat16, device=x.device)
-        return {"x": x, **weights, "out": out, "t": tokens, "rank": 0, "world": 1, "peers": 0}
+        unread = dict.fromkeys((n for n in BIAS_PARAMS if n not in weights), 0)
+        return {"x": x, **weights, **unread, "out": out, "t": tokens, "rank": 0, "world": 1, "peers": 0}
 
     def __call__(self, x, router_w, w13, w2, out=None, *, stream=None, tokens: int | None = None, **extras):
         expect_stream(stream)

@@ -35,7 +35,7 @@ PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(experts);
 PL_DECLARE_FACT_BOOL(renormalize);
-PL_DECLARE_FACT_BOOL(biases);  // router and expert biases: none of the owners adds them yet (accept = [false])
+PL_DECLARE_FACT_BOOL(biases);
 PL_DECLARE_WORKSPACE(sync);
 PL_DECLARE_WORKSPACE(route);
 PL_DECLARE_WORKSPACE(logits);
@@ -43,9 +43,10 @@ PL_DECLARE_SMEM(wr);
 PL_DECLARE_BARRIER(ring);
 
 namespace moe_router {
-struct Params {  // [params]: x, router_w = "ptr", t = "u32"
+struct Params {  // [params]: x, router_w, router_b = "ptr", t = "u32"
   const __nv_bfloat16* x;
   const __nv_bfloat16* router_w;
+  const __nv_bfloat16* router_b;  // [experts] logit biases where the model has them (fact biases), else unread
   unsigned t;
 };
 constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // expert slots of a tile ([fact.experts] accept: up to 128)
@@ -131,16 +132,21 @@ __device__ __forceinline__ unsigned expert_of(unsigned key) { return 127u - (key
 // once and every reduction runs as 4 independent chains. Lane q gets choices k = q and q + 4
 // (expert, weight: renormalized over the top_k when `renorm`, else the softmax probability).
 constexpr unsigned CHAINS = 4;
+// `bias` (the model's router biases, or null): added to the logits first.
 __device__ __forceinline__ void select(const float (&acc_in)[NT][4], unsigned q, unsigned experts, unsigned top_k,
-                                       bool renorm, unsigned (&expert)[2], float (&weight)[2]) {
+                                       bool renorm, const __nv_bfloat16* bias, unsigned (&expert)[2],
+                                       float (&weight)[2]) {
   unsigned key[NT][2];
   float c[CHAINS];
   float acc[NT][2];
 #pragma unroll
   for (unsigned j = 0; j < NT; ++j)
 #pragma unroll
-    for (unsigned i = 0; i < 2; ++i)
-      acc[j][i] = experts >= EXPERTS || 8 * j + 2 * q + i < experts ? acc_in[j][i] : -INFINITY;
+    for (unsigned i = 0; i < 2; ++i) {
+      const unsigned e = 8 * j + 2 * q + i;
+      const bool real = experts >= EXPERTS || e < experts;
+      acc[j][i] = real ? acc_in[j][i] + (bias ? __bfloat162float(bias[e]) : 0.f) : -INFINITY;
+    }
 #pragma unroll
   for (unsigned j = 0; j < CHAINS; ++j) c[j] = fmaxf(acc[j][0], acc[j][1]);
 #pragma unroll
@@ -189,11 +195,11 @@ __device__ __forceinline__ void select(const float (&acc_in)[NT][4], unsigned q,
 // Select the experts of token t0 + g (acc's half-0 columns) and, if it is < T, append its
 // slots (lane q: choices q and q + 4, those below top_k).
 __device__ __forceinline__ void route_token(const float (&acc)[NT][4], unsigned t0, unsigned T, unsigned g, unsigned q,
-                                            unsigned experts, unsigned top_k, bool renorm, unsigned* counts,
-                                            unsigned* route_e, float* route_w, unsigned* route_pos) {
+                                            unsigned experts, unsigned top_k, bool renorm, const __nv_bfloat16* bias,
+                                            unsigned* counts, unsigned* route_e, float* route_w, unsigned* route_pos) {
   unsigned e[2] = {0, 0};
   float w[2];
-  select(acc, q, experts, top_k, renorm, e, w);
+  select(acc, q, experts, top_k, renorm, bias, e, w);
   const unsigned tok = t0 + g;
   if (tok >= T) return;
   const unsigned slot = tok * top_k + q;
@@ -225,8 +231,9 @@ PL_ENTRY(run) {
   moe::stamp(sync, moe::ROUTER_BEGIN, lane);
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
   const bool renorm = PL_FACT(renormalize);
+  const __nv_bfloat16* bias = PL_FACT(biases) ? p.router_b : nullptr;  // (a fact: null folds the adds away)
   // Outside the accepted values (L-FACT-ACCEPT stops such a link; this folds away).
-  if (top_k > MAX_TOP_K || top_k > experts || experts > EXPERTS || PL_FACT(biases)) __trap();
+  if (top_k > MAX_TOP_K || top_k > experts || experts > EXPERTS) __trap();
   const unsigned T = p.t, S = T * top_k;
   unsigned* route_e = static_cast<unsigned*>(PL_WORKSPACE(route));
   float* route_w = reinterpret_cast<float*>(route_e + S);
@@ -351,7 +358,8 @@ PL_ENTRY(run) {
     const unsigned r0 = mine ? t0 : 0u, live = mine ? T : 0u;  // live: tokens a pass routes
 #pragma unroll 1
     for (unsigned h = 0; h < (live > r0 + 8 ? 2u : 1u); ++h) {
-      route_token(acc, r0 + 8 * h, live, g, q, experts, top_k, renorm, cur + moe::COUNTS, route_e, route_w, route_pos);
+      route_token(acc, r0 + 8 * h, live, g, q, experts, top_k, renorm, bias, cur + moe::COUNTS, route_e, route_w,
+                  route_pos);
 #pragma unroll
       for (unsigned j = 0; j < NT; ++j) acc[j][0] = acc[j][2], acc[j][1] = acc[j][3];  // tokens + 8 next
     }

@@ -116,7 +116,7 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     attn = dict.fromkeys(["q", "k", "v", "o", "aux"], "ptr") | dict.fromkeys(["q_len", "kv_len", "bh"], "u32")
     write_manifest(tmp_path / "moe_step.manifest.json", attn, {"head_dim": 128})
     assert "not a manifest of moe_step" in str(refused(ms.load, tmp_path))
-    moe = dict.fromkeys(["x", "router_w", "w13", "w2", "out", "peers"], "ptr") | dict.fromkeys(["t", "rank", "world"],
+    moe = dict.fromkeys(["x", "router_w", "w13", "w2", "router_b", "b13", "b2", "out", "peers"], "ptr") | dict.fromkeys(["t", "rank", "world"],
                                                                                                "u32")
     write_manifest(tmp_path / "moe_step.manifest.json", moe, {"top_k": 4})
     assert "top_k" in str(refused(ms.MoeStep, tmp_path / "moe_step.cubin", tmp_path / "moe_step.manifest.json"))
@@ -191,7 +191,7 @@ def model_weights(m, index=0):
 @pytest.fixture
 def all_linked(monkeypatch):
     """Every model as if its kernel target existed: the per-model checks are the ones a model gets
-    once the owners serve it (today moe_models.NOT_LINKED refuses four of them first)."""
+    once the owners serve it (today moe_models.NOT_LINKED refuses DeepSeek-V3 first)."""
     monkeypatch.setattr(moe_models, "NOT_LINKED", {})
 
 

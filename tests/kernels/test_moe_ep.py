@@ -100,7 +100,7 @@ def _plan(lent, t=100, world=2, workspace=lambda w, n: 1 << 30):
             return bytes(128)
     m = Manifest.from_dict(_manifest())
     params = {"x": 1 << 20, "router_w": 1 << 20, "w13": 1 << 20, "w2": 1 << 20, "out": 1 << 20, "t": t,
-              "rank": 0, "world": world, "peers": 1 << 20}
+              "rank": 0, "world": world, "peers": 1 << 20, "router_b": 0, "b13": 0, "b2": 0}
     return plan_launch(m, params, builtins={"num_sms": 132, "resident_ctas": 132}, host=Host(),
                        workspace=workspace, lent=lent)
 

@@ -36,7 +36,6 @@ UNSERVED = [m for m, v in MODELS.items() if not v["served"]]
 # The facts each unserved model breaks, and which owners refuse them (their accept clauses).
 REFUSED = {
     "deepseek_v3": {"experts": {"moe_router", "moe_dispatch", "moe_expert", "moe_combine"}},
-    "gpt_oss_120b": {"biases": {"moe_router"}},
 }
 
 _BUILT = all((BIN / f"moe_{o}.plpkg").is_file() for o in OWNERS)
@@ -74,11 +73,18 @@ def test_served_model_links_its_shape_as_kernel_facts(model):
 
 @built
 def test_every_served_model_links_the_same_packages():
+    """The same five packages; the activation library is the one the model's table row picks
+    (moe_swiglu, or gpt-oss's moe_swiglu_clamped with moe_swiglu's interface)."""
     digests = {model: {i["package"]: i["package_digest"] for i in _manifest(MODELS[model]["target"])["instances"]}
                for model in SERVED}
     first = digests[SERVED[0]]
     assert set(first) == {f"moe_{o}" for o in OWNERS}
-    assert all(d == first for d in digests.values()), digests
+    for act in {MODELS[m]["activation"] for m in SERVED}:
+        group = [digests[m] for m in SERVED if MODELS[m]["activation"] == act]
+        assert all(d == group[0] for d in group), (act, group)
+    assert all({k: v for k, v in d.items() if k != "moe_swiglu"} == {k: v for k, v in first.items() if k != "moe_swiglu"}
+               for d in digests.values()), digests
+    assert len({d["moe_swiglu"] for d in digests.values()}) == len({MODELS[m]["activation"] for m in SERVED})
 
 
 @built

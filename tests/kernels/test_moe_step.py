@@ -150,13 +150,15 @@ def _model_weights(torch, m, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     E, H, I = m.experts, m.hidden, m.inter
     r = lambda *s, scale: (torch.randn(*s, generator=g, device="cuda") * scale).to(torch.bfloat16)  # noqa: E731
-    return {"router_w": r(E, H, scale=H**-0.5), "w13": r(E, 2 * I, H, scale=H**-0.5),
-            "w2": r(E, H, I, scale=I**-0.5)}, g
+    w = {"router_w": r(E, H, scale=H**-0.5), "w13": r(E, 2 * I, H, scale=H**-0.5), "w2": r(E, H, I, scale=I**-0.5)}
+    if m.biases:  # gate/up biases of several units: gpt-oss's clamp (7) is reached
+        w |= {"router_b": r(E, scale=1.0), "b13": r(E, 2 * I, scale=6.0), "b2": r(E, H, scale=0.5)}
+    return w, g
 
 
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("T", [1, 16, 128, 1024, 4096])
-@pytest.mark.parametrize("model", ["qwen3_235b_a22b", "olmoe_1b_7b", "mixtral_8x7b"])
+@pytest.mark.parametrize("model", ["qwen3_235b_a22b", "olmoe_1b_7b", "mixtral_8x7b", "gpt_oss_120b"])
 def test_linked_model_matches_its_f64_reference(model, T):
     torch = _torch()
     import moe_models

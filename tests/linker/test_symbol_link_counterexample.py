@@ -195,6 +195,31 @@ def test_moe_problem_marks_near_ties():
     assert (np.isnan(ref).all(1) == (s[:, 7] - s[:, 8] < 1e-4)).all()
 
 
+def test_moe_problem_with_biases_is_the_gpt_oss_reference():
+    """The sanitizer's gpt-oss problem (router, gate/up and down biases, the clamped SwiGLU) against
+    kernels/moe's torch f64 reference of the same layer (which rounds h to bf16, as the kernel does)."""
+    import dataclasses
+
+    import numpy as np
+    torch = pytest.importorskip("torch")
+    h = _harness()
+    sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+    import moe_models
+    import moe_reference
+    model = dataclasses.replace(moe_models.MODELS["gpt_oss_120b"], hidden=64, inter=32, experts=16)
+    inputs, scalars, _, ref = h.moe_step_problem(np.random.default_rng(5), T=24, experts=16, hidden=64, inter=32,
+                                                 top_k=4, biases=1)
+    assert {"router_b", "b13", "b2"} <= set(inputs) and not {"router_b", "b13", "b2"} & set(scalars)
+    t = {n: torch.from_numpy(h.from_bf16(v).astype(np.float64)) for n, v in inputs.items()}
+    gu = t["x"] @ t["w13"][0].t() + t["b13"][0]
+    assert (gu[:, :32] > model.limit).any() and (gu[:, 32:].abs() > model.limit).any()  # the clamp is exercised
+    want, _ = moe_reference.reference(model, t.pop("x"), t)
+    keep = ~np.isnan(ref).any(1)
+    assert keep.sum() >= 20
+    err = np.abs(ref[keep] - want.numpy()[keep]) / (np.abs(want.numpy()[keep]) + np.sqrt((want.numpy() ** 2).mean()))
+    assert err.max() < 2e-2
+
+
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("kernel", ["gemm_swiglu_tma", "moe_step", "attn_causal", "attn_decode"])
 def test_counterexample_on_the_gpu(kernel, tmp_path):
