@@ -33,14 +33,14 @@ from llama_models import LlamaConfig, expect_config
 COMPUTE_DTYPES = (torch.float32, torch.float64)
 
 
-def rope_inv_freq(cfg: LlamaConfig, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def rope_inv_freq(cfg: LlamaConfig, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """[head_dim / 2] inverse frequencies theta^(-2i/d), with Llama 3's scaling where cfg has it:
     wavelengths 2π/f above original/low_freq_factor are divided by factor, those below
     original/high_freq_factor kept, and between them f = (1 - s)·f/factor + s·f with
     s = (original/wavelength - low) / (high - low). The operations and their order are
     transformers' (float32 by default, as it computes them)."""
     d = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).to(dtype) / d))
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).to(dtype) / d))
     sc = cfg.rope_scaling
     if sc is None:
         return inv_freq
@@ -56,7 +56,7 @@ def rope_inv_freq(cfg: LlamaConfig, dtype: torch.dtype = torch.float32) -> torch
 
 def rope_cos_sin(cfg: LlamaConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [len(positions), head_dim] (each frequency twice: halves of the head)."""
-    angles = positions.to(dtype)[:, None] * rope_inv_freq(cfg, torch.float32).to(dtype)[None, :]
+    angles = positions.to(dtype)[:, None] * rope_inv_freq(cfg, torch.float32, positions.device).to(dtype)[None, :]
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos(), emb.sin()
 
@@ -120,7 +120,7 @@ def _layer(weights, cfg: LlamaConfig, i: int, x, cos, sin, cache: KVCache, dtype
     S = keys.shape[2]
     scores = (q @ keys.transpose(-1, -2)) / math.sqrt(cfg.head_dim)  # [B, heads, T, S]
     # query t sits at position S - T + t and sees keys 0 .. S - T + t
-    visible = torch.arange(S)[None, :] <= (torch.arange(T) + S - T)[:, None]
+    visible = torch.arange(S, device=q.device)[None, :] <= (torch.arange(T, device=q.device) + S - T)[:, None]
     scores = scores.masked_fill(~visible, float("-inf"))
     attn = (scores.softmax(-1) @ values).transpose(1, 2).reshape(B, T, cfg.heads * cfg.head_dim)
     x = x + attn @ _w(weights, p + "self_attn.o_proj.weight", dtype).T
@@ -136,7 +136,7 @@ def _forward(weights, cfg: LlamaConfig, ids: torch.Tensor, cache: KVCache, dtype
     if start + T > cfg.max_positions:
         raise LaunchError("R-PARAM", f"positions {start} .. {start + T - 1} pass max_positions = {cfg.max_positions} "
                           f"of {cfg.name}", hint="shorten the prompt or generate fewer tokens")
-    cos, sin = rope_cos_sin(cfg, torch.arange(start, start + T), dtype)
+    cos, sin = rope_cos_sin(cfg, torch.arange(start, start + T, device=ids.device), dtype)
     x = _w(weights, "model.embed_tokens.weight", dtype)[ids]
     for i in range(cfg.layers):
         x = _layer(weights, cfg, i, x, cos, sin, cache, dtype)

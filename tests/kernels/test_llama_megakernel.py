@@ -310,3 +310,21 @@ def test_a_missing_causal_kernel_is_r_manifest_with_the_prefills_hint(monkeypatc
     e = refused(p, torch.arange(5), kc, kc.clone())
     assert e.code == "R-MANIFEST" and "attn_causal_d64" in e.hint and "prefill='megakernel'" in e.hint
     assert bool((kc == 7).all())
+
+
+def test_host_code_makes_its_tensors_on_the_inputs_device(monkeypatch):
+    """The reference and the attention prefill run beside the kernel with their inputs on the GPU:
+    a tensor they create without `device=` would land on the CPU there (the first device run's
+    smoke failed so). Here the default device is `meta` while the inputs are on the CPU, so any
+    such tensor meets a CPU one and raises."""
+    import llama_prefill
+    monkeypatch.setattr(llama_prefill, "_attention_module", lambda: _TorchCausal)
+    w = random_weights(TINY, seed=4)
+    ids = torch.randint(0, TINY.vocab, (1, 9), generator=torch.Generator().manual_seed(2))
+    shape = (TINY.layers, TINY.kv_heads, 16, TINY.head_dim)
+    kc, vc = torch.zeros(shape, dtype=torch.bfloat16), torch.zeros(shape, dtype=torch.bfloat16)
+    with torch.device("meta"):
+        logits, cache = ref.prefill(w, TINY, ids)
+        step = ref.decode_step(w, TINY, ids[:, 0], cache)
+        llama_prefill.AttentionPrefill(TINY, w, torch.device("cpu"))(ids[0], kc, vc)
+    assert logits.device.type == step.device.type == "cpu" and bool(torch.isfinite(step).all())
