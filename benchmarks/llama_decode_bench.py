@@ -30,7 +30,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "decode"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-HBM = 4.8e12
+HBM = 4.8e12  # the H200's datasheet rate; an H100 (80 GB) has 3.35e12: hbm() picks by the device's name
+
+
+def hbm() -> float:
+    import torch
+    return 3.35e12 if "H100" in torch.cuda.get_device_name() else HBM
 
 
 def _config(model: str = "llama_tiny"):
@@ -289,8 +294,9 @@ def cmd_bench(a) -> int:
     steps = {att: MegakernelStep(cfg, w, max_seq=max_seq, attention=att) for att in ("split", "simple")}
     steps["unfused"] = MegakernelStep(cfg, w, max_seq=max_seq, unfused=True)
     floor_bytes = steps["split"].bufs["weights"].numel() * 2 + steps["split"].bufs["head"].numel() * 2
-    floor_us = floor_bytes / HBM * 1e6
-    print(f"weights read a step: {floor_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us at 4.8 TB/s")
+    floor_us = floor_bytes / hbm() * 1e6
+    print(f"{torch.cuda.get_device_name()}: weights read a step: {floor_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us "
+          f"at {hbm() / 1e12:.2f} TB/s")
     print("context  split us  simple us  split/simple  unfused us  unfused/split  torch.compile us  compile/split  "
           "eager us  eager/split  split % of floor")
     for c in contexts:
