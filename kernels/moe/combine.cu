@@ -134,7 +134,8 @@ PL_ENTRY(run) {
     for (unsigned k = 0; k < MAX_TOP_K; ++k) {  // (choices past top_k: lane k's copy of choice 0, never summed)
       yk[k] = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), k));
       wk[k] = __shfl_sync(0xffffffffu, w, k);
-      ek[k] = biases ? __shfl_sync(0xffffffffu, e, k) : 0u;
+      ek[k] = 0u;
+      if (biases) ek[k] = __shfl_sync(0xffffffffu, e, k);  // (a fact: every lane or none; false folds it away)
     }
     // U chunks of 256 columns at a time: all U x top_k row loads are in flight together. The
     // sum is latency-bound (a warp's loads, then its adds): one chunk at a time took 8 L2/DRAM
