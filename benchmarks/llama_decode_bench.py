@@ -21,6 +21,7 @@ The floor is the bytes every step must read (packed weights + head) at 4.8 TB/s.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,17 @@ CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simpl
           ("llama3_2_1b", 128, "split", False, True), ("qwen3_1_7b", 32, "split", False, False)]
 
 
-def check_one(model: str, steps: int, attention: str, control: bool, unfused: bool) -> int:
+# Other links of Llama-3.2-1B's composition that check and bench run beside the default build
+# (kernels/decode/decode_models.bzl): name -> bazel-bin/kernels/decode/<name>.{cubin,manifest.json}
+VARIANTS = ("llama3_1b_op_release",)
+
+
+def variant_files(name: str) -> tuple:
+    d = Path(os.environ.get("PIPELINK_DECODE_DIR") or ROOT / "bazel-bin" / "kernels" / "decode")
+    return d / f"{name}.cubin", d / f"{name}.manifest.json"
+
+
+def check_one(model: str, steps: int, attention: str, control: bool, unfused: bool, files=None) -> int:
     """One build against the fp32 reference over `steps` teacher-forced steps (in a worker)."""
     import torch
     import llama_reference as ref
@@ -86,13 +97,15 @@ def check_one(model: str, steps: int, attention: str, control: bool, unfused: bo
     w = _weights(cfg, seed=7)
     ids = torch.randint(0, cfg.vocab, (1, steps), generator=torch.Generator().manual_seed(3)).cuda()
     want = ref.prefill(w, cfg, ids)[0][0].double().cpu()
-    s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control, unfused=unfused)
+    s = MegakernelStep(cfg, w, max_seq=steps, attention=attention, control=control, unfused=unfused,
+                       kernel_files=files)
     got = _forced(s, ids)
     state = s.state.cpu().tolist()
     r = ref.agreement(got, want)
     ok = r["ok"] and bool(torch.isfinite(got).all()) and state[1] == steps and state[2] == 0 \
         and state[0] == int(got[-1].argmax())
-    print(f"RESULT {'correct' if ok else 'wrong'} {s.target} control={control} {steps} steps: worst rel "
+    what = Path(files[0]).stem if files else s.target
+    print(f"RESULT {'correct' if ok else 'wrong'} {what} control={control} {steps} steps: worst rel "
           f"{r['worst_rel']:.2e} (tol 2e-2) at step {r['worst_step'][1]}, decisive token mismatches "
           f"{len(r['token_mismatches'])}, state {state}", flush=True)
     return 0 if ok else 1
@@ -171,7 +184,9 @@ def cmd_check(a) -> int:
     bad = 0
     prefills = [["worker-prefill", "--model", m, "--prompt", str(p), "--steps", "16"]
                 for m, p in (("llama_tiny", 300), ("llama3_2_1b", 1000), ("qwen3_1_7b", 200))]
-    for args in [check_args(*row) for row in CHECKS] + prefills + [["worker-graph"]]:
+    variants = [check_args("llama3_2_1b", 128, "split", False, False) + ["--files", *map(str, variant_files(v))]
+                for v in VARIANTS if variant_files(v)[0].is_file()]
+    for args in [check_args(*row) for row in CHECKS] + variants + prefills + [["worker-graph"]]:
         outcome, said = run_watched(args, a.watchdog)
         bad += outcome != "correct"
         print(f"{'PASS' if outcome == 'correct' else 'FAIL'}  {said}", flush=True)
@@ -196,6 +211,9 @@ def cmd_sanitize(a) -> int:
     jobs = [(f"llama_tiny {att}", [sys.executable, __file__, "worker", "--attention", att, "--steps", str(a.steps)])
             for att in ("split", "simple")]
     jobs.append(("llama_tiny unfused", [sys.executable, __file__, "worker", "--unfused", "--steps", str(a.steps)]))
+    # the variants of the step are Llama-3.2-1B builds: their worker checks that model
+    jobs += [(v, [sys.executable, __file__, "worker-check", "--model", "llama3_2_1b", "--steps", str(a.steps),
+                  "--files", *map(str, variant_files(v))]) for v in VARIANTS if variant_files(v)[0].is_file()]
     return sanitize_jobs(jobs, timeout=a.watchdog)
 
 
@@ -293,6 +311,9 @@ def cmd_bench(a) -> int:
     max_seq = max(contexts) + 1
     steps = {att: MegakernelStep(cfg, w, max_seq=max_seq, attention=att) for att in ("split", "simple")}
     steps["unfused"] = MegakernelStep(cfg, w, max_seq=max_seq, unfused=True)
+    for v in VARIANTS:  # other links of the same composition, in the same rounds
+        if variant_files(v)[0].is_file():
+            steps[v] = MegakernelStep(cfg, w, max_seq=max_seq, kernel_files=variant_files(v))
     floor_bytes = steps["split"].bufs["weights"].numel() * 2 + steps["split"].bufs["head"].numel() * 2
     floor_us = floor_bytes / hbm() * 1e6
     print(f"{torch.cuda.get_device_name()}: weights read a step: {floor_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us "
@@ -312,6 +333,7 @@ def cmd_bench(a) -> int:
         for k in ("compile", "eager"):
             cells += [f"{t[k]:16.1f}", f"{t[k] / sp:13.3f}"] if k in t else ["-".rjust(16), "-".rjust(13)]
         cells.append(f"{100 * floor_us / sp:15.1f}%")
+        cells += [f"{v} {t[v]:.1f} us (split / it {sp / t[v]:.3f})" for v in VARIANTS if v in t]
         print("  ".join(cells), flush=True)
     return 0
 
@@ -357,7 +379,7 @@ def main(argv=None) -> int:
     if a.cmd == "worker":
         return worker(a.attention, tuple(a.files) if a.files else None, a.steps, a.unfused)
     if a.cmd == "worker-check":
-        return check_one(a.model, a.steps, a.attention, a.control, a.unfused)
+        return check_one(a.model, a.steps, a.attention, a.control, a.unfused, tuple(a.files) if a.files else None)
     if a.cmd == "worker-prefill":
         return prefill_one(a.model, a.prompt, a.steps)
     if a.cmd == "worker-graph":

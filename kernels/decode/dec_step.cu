@@ -13,6 +13,14 @@
 
 #include "dec.h"
 
+// 1: each CTA releases an op's counter once, adding its tile count, after its last tile of the op
+// (every reader waits for the whole count, so it sees the same thing); 0: one release per tile.
+// The package //kernels/decode:dec_step_op_release is this source built with 1, timed beside the
+// default as //kernels/decode:llama3_1b_op_release (benchmarks/llama_decode_bench.py bench).
+#ifndef DEC_RELEASE_PER_OP
+#define DEC_RELEASE_PER_OP 0
+#endif
+
 DEC_MODEL_FACTS();
 PL_DECLARE_RING(w);
 PL_DECLARE_SMEM(xin);
@@ -86,14 +94,19 @@ PL_ENTRY(run) {
       if (range.waits_for(k - 1)) wait(dec::OPS + k - 1, prev_need);
       input();
       pl::named_barrier_sync(bar, dec::THREADS);
+      unsigned tiles = 0;
       for (unsigned i = first; i < op.tiles; i += G) {
         pl::mbar_wait(full + stage, phase);
         PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.tile_rows, op.k, y);
         if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
         if (++stage == depth) stage = 0, phase ^= 1u;
         epilogue(i, op);
-        signal(dec::OPS + k);
+        if (DEC_RELEASE_PER_OP)  // the epilogue has read y before the next tile's matvec clears it
+          pl::named_barrier_sync(bar, dec::THREADS), ++tiles;
+        else
+          signal(dec::OPS + k);
       }
+      if (DEC_RELEASE_PER_OP && t == 0) pl::red_release(sync + dec::OPS + k, tiles);  // (the barrier above)
     }
     rot += op.tiles, prev_need = op.tiles, ++k;
   };

@@ -30,14 +30,15 @@ DECODE_ATTENTION = {
 
 DECODE_COMPONENTS = [":dec_step", ":dec_stream", ":dec_embed", ":dec_rmsnorm", ":dec_matvec", ":dec_rope", ":dec_swiglu", ":dec_argmax"]
 
-def llama_decode(name, model, attention = "split", unfused = False, tags = []):
+def llama_decode(name, model, attention = "split", unfused = False, step = ":dec_step", tags = []):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION. unfused:
-    the baseline build, launched once per op with the op range as parameters (dec.h OpRange)."""
+    the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
+    step: the step role's package (:dec_step, or :dec_step_op_release)."""
     m = DECODE_MODELS[model]
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = DECODE_COMPONENTS + [DECODE_ATTENTION[attention]],
+        components = [step] + [c for c in DECODE_COMPONENTS if c != ":dec_step"] + [DECODE_ATTENTION[attention]],
         kernel = "llama_decode.kernel.toml",
         facts = dict([(f, m[f]) for f in DECODE_FACTS] + [("unfused", unfused)]),
         visibility = ["//visibility:public"],
@@ -55,3 +56,5 @@ def decode_models():
         llama_decode(name = m["target"], model = model)
         llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")
         llama_decode(name = m["target"] + "_unfused", model = model, unfused = True)
+    # Llama-3.2-1B with the step that releases each op's counter once a CTA (timed beside llama3_1b)
+    llama_decode(name = "llama3_1b_op_release", model = "llama3_2_1b", step = ":dec_step_op_release")
