@@ -56,5 +56,7 @@ def decode_models():
         llama_decode(name = m["target"], model = model)
         llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")
         llama_decode(name = m["target"] + "_unfused", model = model, unfused = True)
-    # Llama-3.2-1B with the step that releases each op's counter once a CTA (timed beside llama3_1b)
+    # The step that releases each op's counter once a CTA: Llama-3.2-1B (checked and timed beside
+    # llama3_1b) and llama_tiny (what the sanitizers run)
     llama_decode(name = "llama3_1b_op_release", model = "llama3_2_1b", step = ":dec_step_op_release")
+    llama_decode(name = "llama_tiny_op_release", model = "llama_tiny", step = ":dec_step_op_release")
