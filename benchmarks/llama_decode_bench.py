@@ -21,7 +21,6 @@ The floor is the bytes every step must read (packed weights + head) at 4.8 TB/s.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,7 +84,8 @@ VARIANTS = ("llama3_1b_op_release",)
 
 
 def variant_files(name: str) -> tuple:
-    d = Path(os.environ.get("PIPELINK_DECODE_DIR") or ROOT / "bazel-bin" / "kernels" / "decode")
+    from llama_megakernel import default_kernel_dir
+    d = default_kernel_dir()
     return d / f"{name}.cubin", d / f"{name}.manifest.json"
 
 

@@ -63,6 +63,12 @@ def launch_params(cfg: LlamaConfig, bufs: dict, logits, state, kcache, vcache, m
     return [dict(common, op_begin=b, op_end=e) for b, e in ranges]
 
 
+def default_kernel_dir() -> Path:
+    """Where the decode builds are read from without kernel_dir: $PIPELINK_DECODE_DIR, else
+    bazel-bin/kernels/decode of this checkout."""
+    return Path(os.environ.get("PIPELINK_DECODE_DIR") or ROOT / "bazel-bin" / "kernels" / "decode")
+
+
 class MegakernelStep:
     """prefill(ids [1, T]) -> (logits [1, vocab], state); decode(token [1], state) -> logits [1, vocab]."""
 
@@ -92,7 +98,7 @@ class MegakernelStep:
         if not torch.cuda.is_available():
             raise LaunchError("R-DEVICE", "no CUDA device: the decode megakernel runs on an sm_90a GPU",
                               hint="run on the GPU machine (the reference step runs anywhere)")
-        d = kdir or Path(os.environ.get("PIPELINK_DECODE_DIR") or ROOT / "bazel-bin" / "kernels" / "decode")
+        d = kdir or default_kernel_dir()
         cubin = d / (f"{target}.control.cubin" if control else f"{target}.cubin")
         manifest_path = d / f"{target}.manifest.json"
         build = f"tools/bazel build //kernels/decode:{target} --output_groups=+control"

@@ -40,7 +40,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     from pipelink.runtime import LaunchError
 from pipelink.runtime.entry import device_index, expect_disjoint, expect_stream, expect_tensor, integer
 
-from moe_step import EXPERTS, HIDDEN, INTER, MAX_TOKENS, TOP_K, load
+from moe_step import BIAS_PARAMS, EXPERTS, HIDDEN, INTER, MAX_TOKENS, TOP_K, load
 
 WORLDS = (1, 2, 4, 8)  # moe_shapes.h: 128 % world == 0, world <= MAX_WORLD
 SYNC_BYTES = 65536
@@ -140,7 +140,7 @@ class EpStep:
             expect_tensor("out", out, shape=(T, HIDDEN), dtype=torch.bfloat16, device=dev, align=16)
             expect_disjoint("out", out, {"x": x, "router_w": router_w, "w13": w13, "w2": w2})
         return {"x": x, "router_w": router_w, "w13": p13, "w2": p2, "out": out, "t": T,
-                "rank": self.rank, "world": self.world, "peers": self.table.ptr, "router_b": 0, "b13": 0, "b2": 0}  # (Qwen3: no biases)
+                "rank": self.rank, "world": self.world, "peers": self.table.ptr, **dict.fromkeys(BIAS_PARAMS, 0)}  # (Qwen3: no biases)
 
     def __call__(self, x, router_w, w13, w2, out=None, *, stream=None):
         expect_stream(stream)

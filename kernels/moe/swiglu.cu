@@ -17,22 +17,7 @@ PL_DECLARE_FACT(top_k);  // sizes `hs` (contract)
 
 namespace moe_swiglu {
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
-
-template <unsigned NH>
-__device__ __forceinline__ void store(const float* f, __nv_bfloat16* hs, unsigned inter, unsigned row0, unsigned col0) {
-  const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (unsigned nt = 0; nt < NH; ++nt)
-#pragma unroll
-    for (unsigned h = 0; h < 2; ++h) {  // rows g, g + 8
-      const unsigned i = 2 * h;
-      const float* gt = f + moe_gu::index(NH, 0, nt, i);
-      const float* up = f + moe_gu::index(NH, 1, nt, i);
-      const __nv_bfloat162 v = __floats2bfloat162_rn(silu(gt[0]) * up[0], silu(gt[1]) * up[1]);
-      const unsigned row = row0 + g + 8 * h, col = col0 + 8 * nt + 2 * q;
-      *reinterpret_cast<__nv_bfloat162*>(hs + (size_t)row * inter + col) = v;
-    }
-}
+__device__ __forceinline__ float silu_mul(float gate, float up) { return silu(gate) * up; }
 }  // namespace moe_swiglu
 
 PL_IMPORT(acc) {
@@ -43,7 +28,7 @@ PL_IMPORT(acc) {
   if (PL_FACT(top_k) > 8) __trap();  // outside accept (folds away)
   if (PL_FACT(block_m) % 16) __trap();  // a warp's 16 rows lie in one tile (sizes hs too)
   // One instantiation per accepted block_h; the linked fact folds this to one branch.
-  if (bh == 32) return store<4>(f, hs, PL_FACT(inter), pl_row0, pl_col0);
-  if (bh == 64) return store<8>(f, hs, PL_FACT(inter), pl_row0, pl_col0);
+  if (bh == 32) return moe_gu::store_h<4>(f, hs, PL_FACT(inter), pl_row0, pl_col0, silu_mul);
+  if (bh == 64) return moe_gu::store_h<8>(f, hs, PL_FACT(inter), pl_row0, pl_col0, silu_mul);
   __trap();  // outside the contract's accept list
 }
