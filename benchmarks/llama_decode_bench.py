@@ -80,7 +80,7 @@ CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simpl
 # Other links of Llama-3.2-1B's composition that check and bench run beside the default build
 # (kernels/decode/decode_models.bzl): name -> bazel-bin/kernels/decode/<name>.{cubin,manifest.json};
 # sanitize runs the llama_tiny build of each (the name with llama_tiny for llama3_1b).
-VARIANTS = ("llama3_1b_op_release",)
+VARIANTS = ("llama3_1b_inflight2", "llama3_1b_inflight3", "llama3_1b_inflight4")
 
 
 def variant_files(name: str) -> tuple:
@@ -316,6 +316,9 @@ def cmd_bench(a) -> int:
     for v in VARIANTS:  # other links of the same composition, in the same rounds
         if variant_files(v)[0].is_file():
             steps[v] = MegakernelStep(cfg, w, max_seq=max_seq, kernel_files=variant_files(v))
+    also = [Path(c) for c in a.also or ()]
+    for c in also:  # an earlier build of llama3_1b carried to the device (e.g. the commit before a change)
+        steps[c.stem] = MegakernelStep(cfg, w, max_seq=max_seq, kernel_files=(c, c.with_suffix(".manifest.json")))
     floor_bytes = steps["split"].bufs["weights"].numel() * 2 + steps["split"].bufs["head"].numel() * 2
     floor_us = floor_bytes / hbm() * 1e6
     print(f"{torch.cuda.get_device_name()}: weights read a step: {floor_bytes / 1e9:.3f} GB; floor {floor_us:.1f} us "
@@ -335,7 +338,7 @@ def cmd_bench(a) -> int:
         for k in ("compile", "eager"):
             cells += [f"{t[k]:16.1f}", f"{t[k] / sp:13.3f}"] if k in t else ["-".rjust(16), "-".rjust(13)]
         cells.append(f"{100 * floor_us / sp:15.1f}%")
-        cells += [f"{v} {t[v]:.1f} us (split / it {sp / t[v]:.3f})" for v in VARIANTS if v in t]
+        cells += [f"{v} {t[v]:.1f} us (split / it {sp / t[v]:.3f})" for v in [*VARIANTS, *(c.stem for c in also)] if v in t]
         print("  ".join(cells), flush=True)
     return 0
 
@@ -343,11 +346,11 @@ def cmd_bench(a) -> int:
 def cmd_pair(a) -> int:
     import llama_models as lm
     from gpu_bench import paired_ratio
-    from llama_megakernel import MegakernelStep
+    from llama_megakernel import MegakernelStep, default_kernel_dir
     cfg = lm.MODELS["llama3_2_1b"]
     w = _weights(cfg, seed=2)
     lk = MegakernelStep(cfg, w, max_seq=1100)
-    ct = MegakernelStep(cfg, w, max_seq=1100, control=True)
+    ct = lk.sharing_buffers(default_kernel_dir() / f"{lk.target}.control.cubin")  # the same buffers: code alone differs
     fa, fb = _at_context(lk, 1024), _at_context(ct, 1024)
     r1, q1, ta, tb = paired_ratio(fa, fb, 300, a.rounds)
     r2, q2, _, _ = paired_ratio(fb, fa, 300, a.rounds)
@@ -375,6 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-contexts", type=lambda v: {int(c) for c in v.split(",")}, default=None,
                     help="bench: the contexts torch.compile is timed at (default: all up to --torch-max-context)")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--also", action="append", metavar="CUBIN",
+                    help="bench: another Llama-3.2-1B build (CUBIN and CUBIN's .manifest.json beside it) in the same rounds")
     ap.add_argument("--compile-mode", default="default",
                     help="bench: torch.compile's mode for the baseline (max-autotune-no-cudagraphs tunes for minutes)")
     a = ap.parse_args(argv)

@@ -14,17 +14,20 @@
 //   [+4] DOWN  x += W_down · h                                            matvec tiles
 //   [1 + 5 L]      HEAD   logits = W_head · rmsnorm(x, norm); argmax          matvec tiles
 // Every task of op k waits until op k - 1's counter holds all its tasks (sync word OPS + k - 1),
-// then runs and adds 1 to op k's counter (release). A chain of full dependencies: op k - 2's
+// then runs; a CTA adds the number of its tasks of op k to op k's counter once, after its last
+// one (release: a gpu-scope fence per op, not per tile). A chain of full dependencies: op k - 2's
 // writes reach op k through k - 1's acquire and release. The weight stream walks the matvec
 // tiles of its CTA in the same order and runs ahead of the counters, bounded only by its ring:
 // the next op's (and the next layer's) weights load while the current op still waits.
 //
 // Tiles: a matvec op's weight matrix is [rows, k] row-major bf16; a tile is r = tile_rows(k)
 // consecutive rows (the largest power of two with r k <= tile_elems, at least 1), or for GU r
-// gate rows followed by r up rows: the packed layout interleaves them so every tile is one
-// contiguous bulk copy. tile_elems is the weight stream's fact (16384: 32 KB tiles, 64 KB
-// stages); k <= tile_elems, so a GU tile fits a stage of 4 tile_elems bytes. Tile i of an op goes to CTA (i + rot) mod G, where rot is the number
-// of tiles of all earlier matvec ops (so the remainders rotate over the grid).
+// gate rows followed by r up rows: the packed layout interleaves them so every tile is
+// contiguous. tile_elems is the weight stream's fact (16384: 32 KB); a ring stage holds r rows
+// (2 tile_elems bytes), so a GU tile is two loads, its gate rows then its up rows, and every
+// stage is full (a stage sized for a whole GU tile would carry plain tiles half empty and hold
+// half as many). Tile i of an op goes to CTA (i + rot) mod G, where rot is the number of tiles
+// of all earlier matvec ops (so the remainders rotate over the grid).
 //
 // Packed weights (`weights`, bf16, one buffer; kernels/decode/llama_pack.py writes it), per
 // layer: W_qkv [q_dim + 2 kv_dim, hidden] (q, k, v rows as Hugging Face's q/k/v_proj),
@@ -75,7 +78,9 @@ constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2;
 struct Model {
   unsigned hidden, layers, heads, kv_heads, head_dim, inter, vocab;
   unsigned tile_elems;  // the weight stream's fact: elements of a plain tile (a ring stage holds two)
-  __host__ __device__ unsigned stage_bytes() const { return 4 * tile_elems; }
+  __host__ __device__ unsigned stage_bytes() const { return 2 * tile_elems; }
+  // floats of one of the step's two y buffers: a GU tile's 2 r rows (r <= tile_elems / 256)
+  __host__ __device__ unsigned y_floats() const { return tile_elems / 128; }
   __host__ __device__ unsigned q_dim() const { return heads * head_dim; }
   __host__ __device__ unsigned kv_dim() const { return kv_heads * head_dim; }
   __host__ __device__ unsigned qkv_rows() const { return q_dim() + 2 * kv_dim(); }
@@ -129,6 +134,10 @@ __host__ __device__ inline MatOp mat_op(const Model& m, unsigned kind, unsigned 
   op.tile_rows = kind == GU ? 2 * op.r : op.r;
   return op;
 }
+
+// Ring loads a tile takes: GU its r gate rows, then its r up rows; the others one, r rows. Load h
+// of tile i starts at element base + (i tile_rows + h r) k.
+__host__ __device__ inline unsigned loads_per_tile(const MatOp& op) { return op.kind == GU ? 2u : 1u; }
 
 // The first of CTA `cta`'s tiles among `tiles` when tile i goes to CTA (i + rot) mod G;
 // the next ones are G apart.

@@ -1,11 +1,13 @@
 // dec_step.cu — the decode megakernel's step role (8 warps, dec.h): runs this CTA's share of
 // every op of one decode step in schedule order. Each matvec op: wait for the previous op's
 // counter, build the op's input vector in shared memory once (RMSNorm of the residual through
-// dec_rmsnorm, or a copy of the attention output / SwiGLU activations), then for each of its
-// tiles take the next stage of ring `w` (dec_stream loads it), multiply (dec_matvec), apply
-// the op's epilogue and count the tile. ATTN ops belong to the attention role; this role only
-// waits for them. The last CTA to finish publishes the argmax token, advances the position and
-// zeroes the counters (dec.h).
+// dec_rmsnorm, or a copy of the attention output / SwiGLU activations; O and DOWN also load the
+// residual rows their tiles will update), then for each of its tiles take the tile's stages of
+// ring `w` (dec_stream loads them), multiply (dec_matvec) and apply the op's epilogue; after its
+// last tile the CTA counts them all with one release. Tiles alternate between two y buffers, so
+// an epilogue and the next tile's matvec need no barrier between them. ATTN ops belong to the
+// attention role; this role only waits for them. The last CTA to finish publishes the argmax
+// token, advances the position and zeroes the counters (dec.h).
 #define PL_COMPONENT dec_step
 #include <pipelink.h>
 
@@ -13,12 +15,13 @@
 
 #include "dec.h"
 
-// 1: each CTA releases an op's counter once, adding its tile count, after its last tile of the op
-// (every reader waits for the whole count, so it sees the same thing); 0: one release per tile.
-// The package //kernels/decode:dec_step_op_release is this source built with 1, timed beside the
-// default as //kernels/decode:llama3_1b_op_release (benchmarks/llama_decode_bench.py bench).
-#ifndef DEC_RELEASE_PER_OP
-#define DEC_RELEASE_PER_OP 0
+// 1: the timeline build (//kernels/decode:dec_step_trace, linked as llama3_1b_trace): thread 0
+// stamps each op with the global timer into the caller's state buffer past its first 16 words,
+// record [k][cta] of 8 u32: the wait begins, the wait ends, the input is built, the last tile is
+// done (ns, low 32 bits), the ns spent waiting for ring stages, the loads taken.
+// benchmarks/llama_decode_timeline.py reads them; the default build has none of it.
+#ifndef DEC_TRACE
+#define DEC_TRACE 0
 #endif
 
 DEC_MODEL_FACTS();
@@ -38,6 +41,12 @@ PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
 PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
 
 namespace dec_step {
+constexpr unsigned TRACE_BASE = 16, TRACE_WORDS = 8;
+__device__ __forceinline__ unsigned now_ns() {
+  unsigned long long v;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+  return (unsigned)v;
+}
 struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32", op_begin, op_end = "u32"
   const float* norms;
   const uint16_t* embed;
@@ -75,38 +84,61 @@ PL_ENTRY(run) {
     if (t == 0) dec::wait_at_least(sync + word, need);
     pl::named_barrier_sync(bar, dec::THREADS);
   };
-  // every thread's writes of this task are done (the barrier), then one release
-  const auto signal = [&](unsigned word) {
+  // every thread's writes of this op are done (the barrier), then one release of its n tasks
+  const auto signal = [&](unsigned word, unsigned n) {
     pl::named_barrier_sync(bar, dec::THREADS);
-    if (t == 0) pl::red_release(sync + word, 1);
+    if (t == 0) pl::red_release(sync + word, n);
   };
 
   if (cta == 0 && range.runs(0)) {  // op 0: the embedding row of the token into the residual
     PL_CALL(embed, token, p.embed, x, m.hidden);
-    signal(dec::OPS + 0);
+    signal(dec::OPS + 0, 1);
   }
-  unsigned k = 1, prev_need = 1, rot = 0, stage = 0, phase = 0;
-  // One matvec op: `input` builds xin once (after the wait), `epilogue(i, y)` takes tile i's rows.
+  unsigned k = 1, prev_need = 1, rot = 0, stage = 0, phase = 0, ny = 0;
+  unsigned* trace = reinterpret_cast<unsigned*>(p.state) + TRACE_BASE;
+  const auto stamp = [&](unsigned field, unsigned v) {
+    if (DEC_TRACE && t == 0) trace[(k * G + cta) * TRACE_WORDS + field] = v;
+  };
+  // One matvec op: `input()` builds xin once (after the wait), `epilogue(i, op, y)` takes the
+  // rows of tile i. O and DOWN add their rows to the residual: right after the wait, thread
+  // j r + row loads row `row` of this CTA's j-th tile (when they all fit), so the add at the end
+  // of each tile waits on no load.
   const auto matvec_op = [&](unsigned kind, unsigned layer, auto input, auto epilogue) {
     const dec::MatOp op = dec::mat_op(m, kind, layer);
     const unsigned first = dec::first_tile(cta, rot, G);
     if (first < op.tiles && range.runs(k)) {
+      stamp(0, now_ns());
       if (range.waits_for(k - 1)) wait(dec::OPS + k - 1, prev_need);
+      stamp(1, now_ns());
+      const bool residual = kind == dec::O || kind == dec::DOWN;
+      const unsigned mine = (op.tiles - first + G - 1) / G;
+      const bool held = residual && mine * op.r <= dec::THREADS;
+      float held_x = 0.f;
+      if (held && t < mine * op.r) held_x = __ldcg(x + (first + t / op.r * G) * op.r + t % op.r);
       input();
       pl::named_barrier_sync(bar, dec::THREADS);
-      unsigned tiles = 0;
-      for (unsigned i = first; i < op.tiles; i += G) {
-        pl::mbar_wait(full + stage, phase);
-        PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.tile_rows, op.k, y);
-        if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
-        if (++stage == depth) stage = 0, phase ^= 1u;
-        epilogue(i, op);
-        if (DEC_RELEASE_PER_OP)  // the epilogue has read y before the next tile's matvec clears it
-          pl::named_barrier_sync(bar, dec::THREADS), ++tiles;
-        else
-          signal(dec::OPS + k);
+      stamp(2, now_ns());
+      unsigned j = 0, loads = 0, data_wait = 0;
+      for (unsigned i = first; i < op.tiles; i += G, ++j) {
+        float* yb = y + (ny++ & 1u) * m.y_floats();
+        for (unsigned hl = 0; hl < dec::loads_per_tile(op); ++hl) {  // GU: gate rows, then up rows
+          const unsigned t0 = DEC_TRACE ? now_ns() : 0u;
+          pl::mbar_wait(full + stage, phase);
+          if (DEC_TRACE) data_wait += now_ns() - t0, ++loads;
+          PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r);
+          if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
+          if (++stage == depth) stage = 0, phase ^= 1u;
+        }
+        if (held) {
+          if (t / op.r == j) x[i * op.r + t % op.r] = held_x + yb[t % op.r];
+        } else if (residual) {
+          if (t < op.r) x[i * op.r + t] = __ldcg(x + i * op.r + t) + yb[t];
+        } else {
+          epilogue(i, op, yb);
+        }
       }
-      if (DEC_RELEASE_PER_OP && t == 0) pl::red_release(sync + dec::OPS + k, tiles);  // (the barrier above)
+      stamp(3, now_ns()), stamp(4, data_wait), stamp(5, loads);
+      signal(dec::OPS + k, j);
     }
     rot += op.tiles, prev_need = op.tiles, ++k;
   };
@@ -119,27 +151,28 @@ PL_ENTRY(run) {
         reinterpret_cast<uint4*>(xin)[c] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
     };
   };
-  const auto add_residual = [&](unsigned i, const dec::MatOp& op) {
-    if (t < op.r) x[i * op.r + t] = __ldcg(x + i * op.r + t) + y[t];
-  };
+  const auto residual = [](unsigned, const dec::MatOp&, const float*) {};  // (matvec_op adds it)
 
   for (unsigned l = 0; l < m.layers; ++l) {
-    matvec_op(dec::QKV, l, norm_input(p.norms + (size_t)(2 * l) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
-      if (t < op.r) qkv[i * op.r + t] = y[t];
-    });
+    matvec_op(dec::QKV, l, norm_input(p.norms + (size_t)(2 * l) * m.hidden),
+              [&](unsigned i, const dec::MatOp& op, const float* yb) {
+                if (t < op.r) qkv[i * op.r + t] = yb[t];
+              });
     // ATTN: the attention role's; every CTA's instance counts once
     prev_need = G, ++k;
-    matvec_op(dec::O, l, copy_input(ao, m.q_dim()), add_residual);
-    matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
-      PL_CALL(swiglu, y, y + op.r, h + i * op.r, op.r);
-    });
-    matvec_op(dec::DOWN, l, copy_input(h, m.inter), add_residual);
+    matvec_op(dec::O, l, copy_input(ao, m.q_dim()), residual);
+    matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden),
+              [&](unsigned i, const dec::MatOp& op, const float* yb) {
+                PL_CALL(swiglu, yb, yb + op.r, h + i * op.r, op.r);
+              });
+    matvec_op(dec::DOWN, l, copy_input(h, m.inter), residual);
   }
   unsigned long long* best = reinterpret_cast<unsigned long long*>(sync + dec::BEST);
-  matvec_op(dec::HEAD, 0, norm_input(p.norms + (size_t)(2 * m.layers) * m.hidden), [&](unsigned i, const dec::MatOp& op) {
-    if (t < op.r) p.logits[i * op.r + t] = y[t];
-    PL_CALL(argmax, y, op.r, i * op.r, best);
-  });
+  matvec_op(dec::HEAD, 0, norm_input(p.norms + (size_t)(2 * m.layers) * m.hidden),
+            [&](unsigned i, const dec::MatOp& op, const float* yb) {
+              if (t < op.r) p.logits[i * op.r + t] = yb[t];
+              PL_CALL(argmax, yb, op.r, i * op.r, best);
+            });
 
   // Unfused: a launch that runs an attention op but not the O op after it waits for the attention
   // roles here, so the counters the last CTA zeroes below are final (fused, every attention op is

@@ -1,14 +1,20 @@
 // dec_stream.cu — the decode megakernel's weight stream (one warp, dec.h): walks this CTA's
-// matvec tiles of the whole step in schedule order and bulk-copies each into the next stage of
-// ring `w`. It never waits on the readiness counters, only on free stages, so it runs ahead of
-// the step role by the ring's depth: the next op's and the next layer's weights are in flight
-// while the current op still waits for its input. Weights are read once per step, so the copies
-// ask L2 to evict them first (the KV cache and the activations stay).
+// matvec tiles of the whole step in schedule order and bulk-copies each tile's loads into the
+// next stages of ring `w`. It never waits on the readiness counters, only on free stages, so it
+// runs ahead of the step role by the ring's depth: the next op's and the next layer's weights
+// are in flight while the current op still waits for its input. Weights are read once per step,
+// so the copies ask L2 to evict them first (the KV cache and the activations stay).
 #define PL_COMPONENT dec_stream
 #include <pipelink.h>
 
 #include "dec.h"
 
+// DEC_INFLIGHT (a build's define): at most this many loads in flight (0: as many as the ring has
+// free stages). The ring still holds what arrived; fewer bytes queued in the memory system
+// ahead of the counters' and activations' round trips, which are the step's critical path.
+#ifndef DEC_INFLIGHT
+#define DEC_INFLIGHT 0
+#endif
 #ifndef DEC_TILE_ELEMS
 #define DEC_TILE_ELEMS 16384  // the contract's [fact.tile_elems] own (cuda_component facts sets both)
 #endif
@@ -31,6 +37,44 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
       "l"(src), "r"(bytes), "r"(pl::smem_addr(bar)), "l"(policy)
       : "memory");
 }
+
+// This CTA's loads of the step in schedule order (dec.h: tile i of matvec op n when
+// first_tile(cta, rot) + j G = i, each tile loads_per_tile loads of r rows). A cursor is four
+// words; the op's sizes are recomputed from the model's facts (constants once linked).
+struct Cursor {
+  unsigned n, rot, i, h;
+};
+struct Walk {
+  dec::Model m;
+  const Params& p;
+  dec::OpRange range;
+  unsigned cta, grid;
+  __device__ bool more(const Cursor& c) const { return c.n <= 4 * m.layers; }
+  __device__ const uint16_t* src(const Cursor& c) const {
+    const dec::MatOp op = dec::nth_mat_op(m, c.n);
+    return (op.head ? p.head : p.weights) + op.base + ((size_t)c.i * op.tile_rows + (size_t)c.h * op.r) * op.k;
+  }
+  __device__ unsigned bytes(const Cursor& c) const {
+    const dec::MatOp op = dec::nth_mat_op(m, c.n);
+    return op.r * op.k * 2;
+  }
+  __device__ void enter(Cursor& c) const {  // the first load of op n or a later op that has tiles here
+    for (; more(c); ++c.n) {
+      const dec::MatOp op = dec::nth_mat_op(m, c.n);
+      c.i = range.runs(dec::nth_mat_op_index(m, c.n)) ? dec::first_tile(cta, c.rot, grid) : op.tiles, c.h = 0;
+      if (c.i < op.tiles) return;
+      c.rot += op.tiles;
+    }
+  }
+  __device__ void next(Cursor& c) const {
+    const dec::MatOp op = dec::nth_mat_op(m, c.n);
+    if (++c.h < dec::loads_per_tile(op)) return;
+    c.h = 0, c.i += grid;
+    if (c.i < op.tiles) return;
+    c.rot += op.tiles, ++c.n;
+    enter(c);
+  }
+};
 }  // namespace dec_stream
 
 PL_ENTRY(run) {
@@ -45,19 +89,18 @@ PL_ENTRY(run) {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
-  unsigned stage = 0, phase = 0, rot = 0;
-  const unsigned grid = gridDim.x;
-  for (unsigned n = 0; n <= 4 * m.layers; ++n) {
-    const dec::MatOp op = dec::nth_mat_op(m, n);
-    const unsigned bytes = op.tile_rows * op.k * 2;
-    const uint16_t* src = (op.head ? p.head : p.weights) + op.base;
-    const unsigned first = range.runs(dec::nth_mat_op_index(m, n)) ? dec::first_tile(blockIdx.x, rot, grid) : op.tiles;
-    for (unsigned i = first; i < op.tiles; i += grid) {
-      pl::mbar_wait(empty + stage, phase ^ 1u);
-      pl::mbar_arrive_expect_tx(full + stage, bytes);
-      bulk_load(ring + (size_t)stage * m.stage_bytes(), src + (size_t)i * op.tile_rows * op.k, bytes, full + stage, policy);
-      if (++stage == depth) stage = 0, phase ^= 1u;
+  const Walk walk{m, p, range, blockIdx.x, gridDim.x};
+  Cursor load{0, 0, 0, 0};
+  unsigned stage = 0, phase = 0, issued = 0;
+  for (walk.enter(load); walk.more(load); walk.next(load), ++issued) {
+    if (DEC_INFLIGHT && issued >= DEC_INFLIGHT) {  // load n - DEC_INFLIGHT has landed (stage n mod depth, phase n / depth)
+      const unsigned old = issued - DEC_INFLIGHT;
+      pl::mbar_wait(full + old % depth, (old / depth) & 1u);
     }
-    rot += op.tiles;
+    pl::mbar_wait(empty + stage, phase ^ 1u);
+    const unsigned bytes = walk.bytes(load);
+    pl::mbar_arrive_expect_tx(full + stage, bytes);
+    bulk_load(ring + (size_t)stage * m.stage_bytes(), walk.src(load), bytes, full + stage, policy);
+    if (++stage == depth) stage = 0, phase ^= 1u;
   }
 }

@@ -30,15 +30,16 @@ DECODE_ATTENTION = {
 
 DECODE_COMPONENTS = [":dec_step", ":dec_stream", ":dec_embed", ":dec_rmsnorm", ":dec_matvec", ":dec_rope", ":dec_swiglu", ":dec_argmax"]
 
-def llama_decode(name, model, attention = "split", unfused = False, step = ":dec_step", tags = []):
+def llama_decode(name, model, attention = "split", unfused = False, step = ":dec_step", stream = ":dec_stream", tags = []):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION. unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
-    step: the step role's package (:dec_step, or :dec_step_op_release)."""
+    step, stream: the step role's and the weight stream's packages (other builds of their
+    sources, for a variant)."""
     m = DECODE_MODELS[model]
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = [step] + [c for c in DECODE_COMPONENTS if c != ":dec_step"] + [DECODE_ATTENTION[attention]],
+        components = [{":dec_step": step, ":dec_stream": stream}.get(c, c) for c in DECODE_COMPONENTS] + [DECODE_ATTENTION[attention]],
         kernel = "llama_decode.kernel.toml",
         facts = dict([(f, m[f]) for f in DECODE_FACTS] + [("unfused", unfused)]),
         visibility = ["//visibility:public"],
@@ -56,7 +57,9 @@ def decode_models():
         llama_decode(name = m["target"], model = model)
         llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")
         llama_decode(name = m["target"] + "_unfused", model = model, unfused = True)
-    # The step that releases each op's counter once a CTA: Llama-3.2-1B (checked and timed beside
-    # llama3_1b) and llama_tiny (what the sanitizers run)
-    llama_decode(name = "llama3_1b_op_release", model = "llama3_2_1b", step = ":dec_step_op_release")
-    llama_decode(name = "llama_tiny_op_release", model = "llama_tiny", step = ":dec_step_op_release")
+    # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
+    llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace")
+    # Llama-3.2-1B with the weight stream's loads in flight capped (dec_stream.cu DEC_INFLIGHT)
+    for n in [2, 3, 4]:
+        llama_decode(name = "llama3_1b_inflight%d" % n, model = "llama3_2_1b", stream = ":dec_stream_inflight%d" % n)
+    llama_decode(name = "llama3_1b_trace_inflight2", model = "llama3_2_1b", step = ":dec_step_trace", stream = ":dec_stream_inflight2")

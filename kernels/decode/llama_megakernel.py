@@ -24,6 +24,7 @@ a coded error with a hint, raised before anything is launched.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ class MegakernelStep:
 
     def __init__(self, cfg: LlamaConfig, weights: dict, *, max_seq: int | None = None, attention: str = "split",
                  control: bool = False, unfused: bool = False, kernel_dir=None, device: int = 0,
-                 kernel_files=None, prefill: str = "attention", attention_dir=None):
+                 kernel_files=None, prefill: str = "attention", attention_dir=None, state_words: int = 4):
         expect_config(cfg)
         if prefill not in PREFILL:
             raise LaunchError("R-PARAM", f"prefill = {prefill!r} is not a prefill path",
@@ -93,6 +94,7 @@ class MegakernelStep:
         max_seq = cfg.max_positions if max_seq is None else max_seq
         self.max_seq = integer("max_seq", max_seq, 1, min(cfg.max_positions, 2**31 - 1),
                                hint=f"the KV cache's capacity in positions: 1 .. {cfg.max_positions} (max_positions)")
+        state_words = integer("state_words", state_words, 4, 2**28, hint="4, or the words a timeline build's stamps need")
         target = llama_pack.kernel_target(cfg) + ("_unfused" if unfused else "" if attention == "split" else "_simple")
         llama_pack.expect_weights(cfg, weights)
         if not torch.cuda.is_available():
@@ -125,14 +127,30 @@ class MegakernelStep:
         self.kcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)
         self.vcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)
         self.logits = torch.full((cfg.vocab,), float("nan"), dtype=torch.float32, device=dev)
-        self.state = torch.zeros(4, dtype=torch.int32, device=dev)
+        # state: token, position, error flag (4 words); a timeline build (dec_step.cu DEC_TRACE)
+        # stamps its ops past them, in a buffer of state_words
+        self.state = torch.zeros(state_words, dtype=torch.int32, device=dev)
+        self.manifest_path, self.unfused = manifest_path, unfused
         self.kernel = Kernel.load(cubin, manifest_path, device)
-        self.sessions = [self.kernel.open(**p) for p in
-                         launch_params(cfg, self.bufs, self.logits, self.state, self.kcache, self.vcache,
-                                       self.max_seq, unfused)]
+        self.sessions = self._open(self.kernel)
         self.pos = 0
         self.prefill_pass = (llama_prefill.AttentionPrefill(cfg, weights, dev, adir)
                              if prefill == "attention" else None)
+
+    def _open(self, kernel) -> list:
+        return [kernel.open(**p) for p in launch_params(self.cfg, self.bufs, self.logits, self.state, self.kcache,
+                                                         self.vcache, self.max_seq, self.unfused)]
+
+    def sharing_buffers(self, cubin) -> "MegakernelStep":
+        """This step with another cubin of the same link (its single-unit control) launched on the
+        same weights, cache, logits and state: a comparison of the two differs in code alone, not
+        in where the 2.5 GB of weights landed in memory."""
+        cubin = Path(cubin)
+        expect_cubin(cubin, hint=f"tools/bazel build //kernels/decode:{self.target} --output_groups=+control")
+        other = copy.copy(self)
+        other.kernel = Kernel.load(cubin, self.manifest_path, self.device)
+        other.sessions = other._open(other.kernel)
+        return other
 
     def launch(self, stream=None) -> None:
         """One decode step (unfused: its launches in order) on `stream` (torch's current by default)."""

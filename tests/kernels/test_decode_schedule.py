@@ -75,8 +75,9 @@ class Launch:
             tiles = self.m.tiles(kind)
             i = first_tile(cta, rot, self.G) if self.runs(k) else tiles
             while i < tiles:
-                yield lambda: len(self.rings[cta]) < self.depth
-                self.rings[cta].append((k, i))
+                for h in range(2 if kind == GU else 1):  # dec.h loads_per_tile: GU's gate rows, then its up rows
+                    yield lambda: len(self.rings[cta]) < self.depth
+                    self.rings[cta].append((k, i, h))
                 i += self.G
             rot += tiles
 
@@ -96,11 +97,15 @@ class Launch:
                 if self.waits_for(k - 1):
                     need = state["prev"]
                     yield lambda: self.counter[k - 1] >= need
+                mine = 0
                 for i in range(first, tiles, G):
-                    yield lambda: bool(self.rings[cta])
-                    assert self.rings[cta].pop(0) == (k, i), "the step took a tile the stream did not load there"
+                    for h in range(2 if kind == GU else 1):
+                        yield lambda: bool(self.rings[cta])
+                        assert self.rings[cta].pop(0) == (k, i, h), "the step took a load the stream did not load there"
                     self.run_task(k)
-                    self.counter[k] += 1
+                    mine += 1
+                    yield lambda: True  # the next tile may run before another CTA's
+                self.counter[k] += mine  # one release per op and CTA, after its last tile
             state["rot"] += tiles
             state["prev"], state["k"] = tiles, k + 1
 

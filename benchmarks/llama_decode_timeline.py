@@ -1,0 +1,112 @@
+"""Where a Llama-3.2-1B decode step's time goes, op by op (an sm_90 GPU; bazel-bin):
+
+    python3 benchmarks/llama_decode_timeline.py [--context 1024] [--warmup 5]
+
+Runs //kernels/decode:llama3_1b_trace, the megakernel with the step package built with DEC_TRACE
+(dec_step.cu: thread 0 of every CTA's step role stamps each op with the global timer into the
+state buffer past its 16 words), on random weights and a random cache of `context` positions.
+Prints, for each kind of op averaged over the layers: its span on the critical path (the last
+CTA done with it minus the last CTA done with the matvec op before it; O's span holds the
+attention op), the counter's latency (a CTA going on after the wait minus the previous op's
+last CTA done), the input's time, the tiles' time (median and slowest CTA), the time the tiles
+waited for the weight stream, and the skew (the last CTA done minus the median one). A
+diagnostic: stamps cost a little time themselves, so the totals are close to, not equal to,
+the bench's figures."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "kernels" / "decode"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+TRACE_BASE, TRACE_WORDS = 16, 8  # dec_step.cu
+KINDS = ("QKV", "O", "GU", "DOWN")
+
+
+def op_kind(k: int, layers: int) -> tuple[str, int]:
+    """dec.h's op index k -> (kind, layer)."""
+    if k == 0:
+        return "EMBED", 0
+    if k == 1 + 5 * layers:
+        return "HEAD", 0
+    return ("QKV", "ATTN", "O", "GU", "DOWN")[(k - 1) % 5], (k - 1) // 5
+
+
+def analyse(stamps, layers: int) -> dict:
+    """stamps: int64 [ops, G, 8] (the u32 words, not yet unwrapped) -> per kind, the mean over
+    layers of each measure (us)."""
+    import numpy as np
+    ran = stamps[:, :, 5] > 0  # loads taken: the CTA ran the matvec op
+    base = int(stamps[:, :, 0][ran].min())
+    t = (stamps[:, :, :4] - base) % (1 << 32)  # ns since the first stamp, past any wrap
+    rows: dict[str, list[dict]] = {}
+    prev_done = None
+    for k in range(stamps.shape[0]):
+        kind, layer = op_kind(k, layers)
+        if kind in ("EMBED", "ATTN") or not ran[k].any():
+            continue
+        m = ran[k]
+        begin, went, built, done = (t[k, m, f].astype(np.float64) for f in range(4))
+        row = {"tiles": float(np.median(done - built)), "tiles_max": float((done - built).max()),
+               "input": float(np.median(built - went)), "stream_wait": float(np.median(stamps[k, m, 4])),
+               "skew": float(done.max() - np.median(done))}
+        if prev_done is not None:
+            row["span"] = float(done.max() - prev_done)
+            row["latency"] = float(np.median(went - prev_done))
+        prev_done = float(done.max())
+        rows.setdefault(kind, []).append(row)
+    out = {}
+    for kind, rs in rows.items():
+        out[kind] = {f: statistics.mean(r[f] for r in rs if f in r) / 1e3 for f in rs[-1] if any(f in r for r in rs)}
+    first = t[1, ran[1], 0].min() if ran[1].any() else 0
+    out["total"] = float(prev_done - first) / 1e3
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--build", default="llama3_1b_trace", help="a link with the step's stamps (decode_models.bzl)")
+    a = ap.parse_args(argv)
+    import torch
+    import llama_models as lm
+    from llama_decode_bench import _at_context, _weights
+    from llama_megakernel import MegakernelStep, default_kernel_dir
+    d = default_kernel_dir()
+    files = (d / f"{a.build}.cubin", d / f"{a.build}.manifest.json")
+    if not files[0].is_file():
+        print(f"FAIL {files[0]} not built: tools/bazel build //kernels/decode:{a.build}")
+        return 1
+    cfg = lm.MODELS["llama3_2_1b"]
+    G = torch.cuda.get_device_properties(0).multi_processor_count  # grid = resident CTAs: one a SM
+    ops = 2 + 5 * cfg.layers
+    s = MegakernelStep(cfg, _weights(cfg, seed=5), max_seq=a.context + 1, kernel_files=files,
+                       state_words=TRACE_BASE + ops * G * TRACE_WORDS)
+    run = _at_context(s, a.context)
+    for _ in range(a.warmup):
+        run()
+    s.state[TRACE_BASE:].zero_()
+    run()
+    torch.cuda.synchronize()
+    words = s.state[TRACE_BASE:].cpu().view(ops, G, TRACE_WORDS).numpy().astype("int64") % (1 << 32)
+    r = analyse(words, cfg.layers)
+    print(f"{torch.cuda.get_device_name()}: {a.build} at context {a.context}, grid {G}: "
+          f"{r.pop('total'):.1f} us from the first QKV wait to the HEAD's last CTA (us, mean over layers)")
+    print(f"{'op':<5} {'span':>7} {'latency':>8} {'input':>7} {'tiles':>7} {'tiles max':>9} {'stream wait':>11} {'skew':>6}")
+    for kind in (*KINDS, "HEAD"):
+        v = r.get(kind)
+        if v:
+            print(f"{kind:<5} {v.get('span', float('nan')):7.2f} {v.get('latency', float('nan')):8.2f} {v['input']:7.2f} "
+                  f"{v['tiles']:7.2f} {v['tiles_max']:9.2f} {v['stream_wait']:11.2f} {v['skew']:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
