@@ -23,6 +23,9 @@ PL_DECLARE_WORKSPACE(arr);
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
+// Each thread's first VPRE value chunks of a block (all of them at head_dim 64) are loaded with
+// its key row, before the scores, so a block costs one round trip to memory, not two.
+constexpr unsigned VPRE = 8;
 }  // namespace dec_attn
 
 PL_ENTRY(run) {
@@ -92,6 +95,13 @@ PL_ENTRY(run) {
       }
       for (unsigned b = c0; b < c1; b += BLOCK) {
         const unsigned n = min(BLOCK, c1 - b), pp = b + t;
+        uint4 vpre[VPRE];
+#pragma unroll
+        for (unsigned u = 0; u < VPRE; ++u) {
+          const unsigned i = pset + u * NSETS;
+          vpre[u] = i < n && b + i != pos ? *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8)
+                                          : make_uint4(0, 0, 0, 0);
+        }
         float s[MAX_GROUP];
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh) s[hh] = t < n ? 0.f : -INFINITY;
@@ -146,14 +156,21 @@ PL_ENTRY(run) {
 #pragma unroll
           for (unsigned e = 0; e < 8; ++e) acc[hh][e] *= alpha[hh];
         }
-        for (unsigned i = pset; i < n; i += NSETS) {
+        for (unsigned i = pset, u = 0; i < n; i += NSETS, ++u) {
           const unsigned vp = b + i;
           float vf[8];
           if (vp == pos) {
 #pragma unroll
             for (unsigned e = 0; e < 8; ++e) vf[e] = vn[dch * 8 + e];
           } else {
-            const uint4 w = *reinterpret_cast<const uint4*>(vc + (size_t)vp * hd + dch * 8);
+            uint4 w;
+            if (u < VPRE) {
+#pragma unroll
+              for (unsigned v = 0; v < VPRE; ++v)  // (a register, not a local array indexed at run time)
+                if (v == u) w = vpre[v];
+            } else {
+              w = *reinterpret_cast<const uint4*>(vc + (size_t)vp * hd + dch * 8);
+            }
             const unsigned ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (unsigned e = 0; e < 4; ++e) vf[2 * e] = bf16_lo(ws[e]), vf[2 * e + 1] = bf16_hi(ws[e]);
