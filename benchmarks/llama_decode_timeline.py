@@ -43,8 +43,11 @@ def analyse(stamps, layers: int) -> dict:
     layers of each measure (us)."""
     import numpy as np
     ran = stamps[:, :, 5] > 0  # loads taken: the CTA ran the matvec op
-    base = int(stamps[:, :, 0][ran].min())
-    t = (stamps[:, :, :4] - base) % (1 << 32)  # ns since the first stamp, past any wrap
+    # the low 32 bits of the timer: differences to one stamp, signed, are right across a wrap (a
+    # step lasts far less than 2^31 ns); then ns since the first stamp
+    ref = int(stamps[:, :, 0][ran][0])
+    t = (stamps[:, :, :4] - ref + (1 << 31)) % (1 << 32) - (1 << 31)
+    t = t - int(t[:, :, 0][ran].min())
     rows: dict[str, list[dict]] = {}
     prev_done = None
     for k in range(stamps.shape[0]):
