@@ -7,7 +7,8 @@ Runs //kernels/decode:llama3_1b_trace, the megakernel with the step package buil
 state buffer past its 16 words), on random weights and a random cache of `context` positions.
 Prints, for each kind of op averaged over the layers: its span on the critical path (the last
 CTA done with it minus the last CTA done with the matvec op before it; O's span holds the
-attention op), the counter's latency (a CTA going on after the wait minus the previous op's
+attention op, whose window the attention role's own stamps take apart: its wake-up after the
+QKV op, the prologue, the blocks, the merge, the release and the handoff to O), the counter's latency (a CTA going on after the wait minus the previous op's
 last CTA done), the input's time, the tiles' time (median and slowest CTA), the time the tiles
 waited for the weight stream, and the skew (the last CTA done minus the median one). A
 diagnostic: stamps cost a little time themselves, so the totals are close to, not equal to,
@@ -27,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 TRACE_BASE, TRACE_WORDS = 16, 8  # dec_step.cu
 KINDS = ("QKV", "O", "GU", "DOWN")
+COUNTS = {"tasks", "chunks"}  # measures that are counts, not ns
 
 
 def op_kind(k: int, layers: int) -> tuple[str, int]:
@@ -38,17 +40,24 @@ def op_kind(k: int, layers: int) -> tuple[str, int]:
     return ("QKV", "ATTN", "O", "GU", "DOWN")[(k - 1) % 5], (k - 1) // 5
 
 
-def analyse(stamps, layers: int) -> dict:
-    """stamps: int64 [ops, G, 8] (the u32 words, not yet unwrapped) -> per kind, the mean over
-    layers of each measure (us)."""
+def analyse(stamps, layers: int, attn=None) -> dict:
+    """stamps: int64 [ops, G, 8], the step's records; attn: int64 [layers, G, 8], the attention
+    role's, or None (u32 words, not yet unwrapped) -> per kind of op, the mean over layers of each
+    measure (us); with attn also "ATTN", the attention op's window taken apart."""
     import numpy as np
     ran = stamps[:, :, 5] > 0  # loads taken: the CTA ran the matvec op
     # the low 32 bits of the timer: differences to one stamp, signed, are right across a wrap (a
     # step lasts far less than 2^31 ns); then ns since the first stamp
     ref = int(stamps[:, :, 0][ran][0])
-    t = (stamps[:, :, :4] - ref + (1 << 31)) % (1 << 32) - (1 << 31)
-    t = t - int(t[:, :, 0][ran].min())
+
+    def unwrap(words):
+        return (words - ref + (1 << 31)) % (1 << 32) - (1 << 31)
+    t = unwrap(stamps[:, :, :4])
+    origin = int(t[:, :, 0][ran].min())
+    t = t - origin
     rows: dict[str, list[dict]] = {}
+    done_max: dict[int, float] = {}
+    went_median: dict[int, float] = {}
     prev_done = None
     for k in range(stamps.shape[0]):
         kind, layer = op_kind(k, layers)
@@ -62,11 +71,27 @@ def analyse(stamps, layers: int) -> dict:
         if prev_done is not None:
             row["span"] = float(done.max() - prev_done)
             row["latency"] = float(np.median(went - prev_done))
-        prev_done = float(done.max())
+        prev_done = done_max[k] = float(done.max())
+        went_median[k] = float(np.median(went))
         rows.setdefault(kind, []).append(row)
+    if attn is not None:  # dec_attn_split.cu: begins, went, ready, scored, merged, released, chunks, merger
+        at = unwrap(attn[:, :, :6]) - origin
+        for layer in range(layers):
+            m = attn[layer, :, 6] > 0
+            kq = 1 + 5 * layer
+            if not m.any() or kq not in done_max or kq + 2 not in went_median:
+                continue
+            begin, went, ready, scored, merged, released = (at[layer, m, f].astype(np.float64) for f in range(6))
+            rows.setdefault("ATTN", []).append({
+                "window": went_median[kq + 2] - done_max[kq], "wake": float(np.median(went)) - done_max[kq],
+                "prologue": float(np.median(ready - went)), "blocks": float(np.median(scored - ready)),
+                "merge": float(np.median(merged - scored)), "merge_max": float((merged - scored).max()),
+                "release": float(np.median(released - merged)), "handoff": went_median[kq + 2] - float(released.max()),
+                "tasks": float(m.sum()), "chunks": float(attn[layer, m, 6].max())})
     out = {}
     for kind, rs in rows.items():
-        out[kind] = {f: statistics.mean(r[f] for r in rs if f in r) / 1e3 for f in rs[-1] if any(f in r for r in rs)}
+        out[kind] = {f: statistics.mean(r[f] for r in rs if f in r) / (1 if f in COUNTS else 1e3)
+                     for f in rs[-1] if any(f in r for r in rs)}
     first = t[1, ran[1], 0].min() if ran[1].any() else 0
     out["total"] = float(prev_done - first) / 1e3
     return out
@@ -91,15 +116,15 @@ def main(argv=None) -> int:
     G = torch.cuda.get_device_properties(0).multi_processor_count  # grid = resident CTAs: one a SM
     ops = 2 + 5 * cfg.layers
     s = MegakernelStep(cfg, _weights(cfg, seed=5), max_seq=a.context + 1, kernel_files=files,
-                       state_words=TRACE_BASE + ops * G * TRACE_WORDS)
+                       state_words=TRACE_BASE + (ops + cfg.layers) * G * TRACE_WORDS)
     run = _at_context(s, a.context)
     for _ in range(a.warmup):
         run()
     s.state[TRACE_BASE:].zero_()
     run()
     torch.cuda.synchronize()
-    words = s.state[TRACE_BASE:].cpu().view(ops, G, TRACE_WORDS).numpy().astype("int64") % (1 << 32)
-    r = analyse(words, cfg.layers)
+    words = s.state[TRACE_BASE:].cpu().view(ops + cfg.layers, G, TRACE_WORDS).numpy().astype("int64") % (1 << 32)
+    r = analyse(words[:ops], cfg.layers, words[ops:])
     print(f"{torch.cuda.get_device_name()}: {a.build} at context {a.context}, grid {G}: "
           f"{r.pop('total'):.1f} us from the first QKV wait to the HEAD's last CTA (us, mean over layers)")
     print(f"{'op':<5} {'span':>7} {'latency':>8} {'input':>7} {'tiles':>7} {'tiles max':>9} {'stream wait':>11} {'skew':>6}")
@@ -108,6 +133,12 @@ def main(argv=None) -> int:
         if v:
             print(f"{kind:<5} {v.get('span', float('nan')):7.2f} {v.get('latency', float('nan')):8.2f} {v['input']:7.2f} "
                   f"{v['tiles']:7.2f} {v['tiles_max']:9.2f} {v['stream_wait']:11.2f} {v['skew']:6.2f}")
+    v = r.get("ATTN")
+    if v:  # the attention op's window: the QKV op's last CTA done to the O op's median CTA going on
+        print(f"attention window {v['window']:.2f} us ({v['tasks']:.0f} tasks, {v['chunks']:.0f} chunks a head): "
+              f"wake {v['wake']:.2f}, prologue {v['prologue']:.2f}, blocks {v['blocks']:.2f}, "
+              f"merge {v['merge']:.2f} (slowest {v['merge_max']:.2f}), release {v['release']:.2f}, "
+              f"handoff to O {v['handoff']:.2f}")
     return 0
 
 

@@ -191,6 +191,20 @@ __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned need) 
       : "memory");
 }
 
+// The timeline builds (DEC_TRACE, benchmarks/llama_decode_timeline.py): stamps of the global
+// timer (ns, low 32 bits) in the caller's state buffer past its first TRACE_BASE words. The step
+// role writes record [k][cta] of op k, then the attention role record [l][cta] of layer l after
+// all of them; each record is TRACE_WORDS u32 (dec_step.cu, dec_attn_split.cu say which).
+constexpr unsigned TRACE_BASE = 16, TRACE_WORDS = 8;
+__device__ __forceinline__ unsigned* trace_record(int* state, unsigned record) {
+  return reinterpret_cast<unsigned*>(state) + TRACE_BASE + record * TRACE_WORDS;
+}
+__device__ __forceinline__ unsigned now_ns() {
+  unsigned long long v;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+  return (unsigned)v;
+}
+
 // ordered key of a float for an unsigned max: larger floats give larger keys
 __device__ __forceinline__ unsigned long long argmax_key(float v, unsigned idx) {
   unsigned b = __float_as_uint(v);

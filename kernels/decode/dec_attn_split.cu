@@ -20,6 +20,15 @@ PL_DECLARE_SMEM(red);
 PL_DECLARE_WORKSPACE(part);
 PL_DECLARE_WORKSPACE(arr);
 
+// 1: the timeline build (dec_attn_split_trace, linked as llama3_1b_trace): thread 0 of a CTA
+// with a task stamps its layer (dec.h trace_record [ops G + l G + cta]): the wait begins, the
+// wait ends, the task's queries and new key are ready (after RoPE and the cache append), its
+// blocks are scored, its partial is merged or handed on, the role releases the layer; then the
+// number of chunks a head and whether this CTA merged. The default build has none of it.
+#ifndef DEC_TRACE
+#define DEC_TRACE 0
+#endif
+
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
@@ -64,13 +73,26 @@ PL_ENTRY(run) {
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;  // softmax in base 2
   const unsigned DCH = hd / 8, NSETS = THREADS / DCH, dch = t % DCH, pset = t / DCH;
 
+  unsigned* rec = nullptr;
+  // (a macro: with DEC_TRACE 0 its value is not even evaluated, so the default build's code is
+  // the same as without the stamps)
+#define DEC_ATTN_STAMP(field, v)          \
+  do {                                    \
+    if (DEC_TRACE && t == 0) rec[field] = (v); \
+  } while (0)
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
     if (!range.runs(kq + 1)) continue;
+    if (DEC_TRACE) rec = dec::trace_record(p.state, (m.ops() + l) * G + cta);
+    if (cta < tasks) {
+      DEC_ATTN_STAMP(0, dec::now_ns());
+      DEC_ATTN_STAMP(6, nch);
+    }
     if (cta < tasks && range.waits_for(kq)) {
       if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
       sync_role();
     }
+    if (cta < tasks) DEC_ATTN_STAMP(1, dec::now_ns());
     for (unsigned j = cta; j < tasks; j += G) {
       const unsigned kvh = j / nch, c = j % nch, c0 = c * cs, c1 = min(len, c0 + cs);
       load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
@@ -85,6 +107,7 @@ PL_ENTRY(run) {
         for (unsigned i = t; i < hd; i += THREADS) kc[(size_t)pos * hd + i] = to_bf16(kn[i]), vc[(size_t)pos * hd + i] = to_bf16(vn[i]);
       for (unsigned i = t; i < g * hd; i += THREADS) q[i] *= scale;
       sync_role();
+      DEC_ATTN_STAMP(2, dec::now_ns());
 
       float mrun[MAX_GROUP], lrun[MAX_GROUP], acc[MAX_GROUP][8];
 #pragma unroll
@@ -185,6 +208,7 @@ PL_ENTRY(run) {
         }
         sync_role();  // pr and red are rewritten by the next block
       }
+      DEC_ATTN_STAMP(3, dec::now_ns());
       // the position sets' sums into o: lanes of one column chunk within a warp, then across warps
       for (unsigned i = t; i < g * hd; i += THREADS) o[i] = 0.f;
 #pragma unroll
@@ -209,6 +233,8 @@ PL_ENTRY(run) {
       sync_role();
       if (nch == 1) {
         for (unsigned i = t; i < g * hd; i += THREADS) ao[kvh * g * hd + i] = to_bf16(o[i] / red[i / hd]);
+        DEC_ATTN_STAMP(4, dec::now_ns());
+        DEC_ATTN_STAMP(7, 1);
         continue;  // o is zeroed behind a barrier by the next task
       }
       // a chunk's slot: o [g][hd], then (max, sum) per head
@@ -241,9 +267,12 @@ PL_ENTRY(run) {
         }
         if (t == 0) arr[kvh] = 0;
       }
+      DEC_ATTN_STAMP(4, dec::now_ns());
+      DEC_ATTN_STAMP(7, *last_flag);
       sync_role();
     }
     if (cta < tasks) sync_role();  // every thread's writes of this layer, then one release
     if (t == 0) pl::red_release(sync + dec::OPS + kq + 1, 1);
+    if (cta < tasks) DEC_ATTN_STAMP(5, dec::now_ns());
   }
 }

@@ -16,10 +16,9 @@
 #include "dec.h"
 
 // 1: the timeline build (//kernels/decode:dec_step_trace, linked as llama3_1b_trace): thread 0
-// stamps each op with the global timer into the caller's state buffer past its first 16 words,
-// record [k][cta] of 8 u32: the wait begins, the wait ends, the input is built, the last tile is
-// done (ns, low 32 bits), the ns spent waiting for ring stages, the loads taken.
-// benchmarks/llama_decode_timeline.py reads them; the default build has none of it.
+// stamps each op (dec.h trace_record [k][cta]): the wait begins, the wait ends, the input is
+// built, the last tile is done (ns, low 32 bits), the ns spent waiting for ring stages, the loads
+// taken. benchmarks/llama_decode_timeline.py reads them; the default build has none of it.
 #ifndef DEC_TRACE
 #define DEC_TRACE 0
 #endif
@@ -41,12 +40,6 @@ PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
 PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
 
 namespace dec_step {
-constexpr unsigned TRACE_BASE = 16, TRACE_WORDS = 8;
-__device__ __forceinline__ unsigned now_ns() {
-  unsigned long long v;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-  return (unsigned)v;
-}
 struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32", op_begin, op_end = "u32"
   const float* norms;
   const uint16_t* embed;
@@ -95,9 +88,8 @@ PL_ENTRY(run) {
     signal(dec::OPS + 0, 1);
   }
   unsigned k = 1, prev_need = 1, rot = 0, stage = 0, phase = 0, ny = 0;
-  unsigned* trace = reinterpret_cast<unsigned*>(p.state) + TRACE_BASE;
   const auto stamp = [&](unsigned field, unsigned v) {
-    if (DEC_TRACE && t == 0) trace[(k * G + cta) * TRACE_WORDS + field] = v;
+    if (DEC_TRACE && t == 0) dec::trace_record(p.state, k * G + cta)[field] = v;
   };
   // One matvec op: `input()` builds xin once (after the wait), `epilogue(i, op, y)` takes the
   // rows of tile i. O and DOWN add their rows to the residual: right after the wait, thread
@@ -107,9 +99,9 @@ PL_ENTRY(run) {
     const dec::MatOp op = dec::mat_op(m, kind, layer);
     const unsigned first = dec::first_tile(cta, rot, G);
     if (first < op.tiles && range.runs(k)) {
-      stamp(0, now_ns());
+      stamp(0, dec::now_ns());
       if (range.waits_for(k - 1)) wait(dec::OPS + k - 1, prev_need);
-      stamp(1, now_ns());
+      stamp(1, dec::now_ns());
       const bool residual = kind == dec::O || kind == dec::DOWN;
       const unsigned mine = (op.tiles - first + G - 1) / G;
       const bool held = residual && mine * op.r <= dec::THREADS;
@@ -117,14 +109,14 @@ PL_ENTRY(run) {
       if (held && t < mine * op.r) held_x = __ldcg(x + (first + t / op.r * G) * op.r + t % op.r);
       input();
       pl::named_barrier_sync(bar, dec::THREADS);
-      stamp(2, now_ns());
+      stamp(2, dec::now_ns());
       unsigned j = 0, loads = 0, data_wait = 0;
       for (unsigned i = first; i < op.tiles; i += G, ++j) {
         float* yb = y + (ny++ & 1u) * m.y_floats();
         for (unsigned hl = 0; hl < dec::loads_per_tile(op); ++hl) {  // GU: gate rows, then up rows
-          const unsigned t0 = DEC_TRACE ? now_ns() : 0u;
+          const unsigned t0 = DEC_TRACE ? dec::now_ns() : 0u;
           pl::mbar_wait(full + stage, phase);
-          if (DEC_TRACE) data_wait += now_ns() - t0, ++loads;
+          if (DEC_TRACE) data_wait += dec::now_ns() - t0, ++loads;
           PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r);
           if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
           if (++stage == depth) stage = 0, phase ^= 1u;
@@ -137,7 +129,7 @@ PL_ENTRY(run) {
           epilogue(i, op, yb);
         }
       }
-      stamp(3, now_ns()), stamp(4, data_wait), stamp(5, loads);
+      stamp(3, dec::now_ns()), stamp(4, data_wait), stamp(5, loads);
       signal(dec::OPS + k, j);
     }
     rot += op.tiles, prev_need = op.tiles, ++k;

@@ -56,3 +56,24 @@ def test_the_timers_wrap_is_undone():
     for kind in ("QKV", "O", "GU", "DOWN", "HEAD"):
         assert wrapped[kind] == pytest.approx(plain[kind])
     assert wrapped["total"] == pytest.approx(plain["total"])
+
+
+def test_the_attention_window_taken_apart():
+    """The attention role's records (layer-major after the step's): wake-up after the QKV op's last
+    CTA, prologue, blocks, merge, release, and the handoff to the O op's median CTA."""
+    step = stamps(10_000)
+    attn = np.zeros((LAYERS, GRID, tl.TRACE_WORDS), dtype=np.int64)
+    for layer in range(LAYERS):
+        kq = 1 + 5 * layer
+        qkv_done = int(step[kq, :, 3].max())
+        for c in range(2):  # two CTAs have tasks (one chunk a head), the others none
+            attn[layer, c] = [qkv_done - 100, qkv_done + 300, qkv_done + 800, qkv_done + 1800, qkv_done + 2000,
+                              qkv_done + 2100 + 50 * c, 1, 1]
+    r = tl.analyse(step, LAYERS, attn % (1 << 32))["ATTN"]
+    assert r["tasks"] == 2 and r["chunks"] == 1
+    assert r["wake"] == pytest.approx(0.3) and r["prologue"] == pytest.approx(0.5)
+    assert r["blocks"] == pytest.approx(1.0) and r["merge"] == pytest.approx(0.2)
+    assert r["release"] == pytest.approx(0.125)  # the median of 0.1 and 0.15
+    # the O op's median CTA went on 5.0 (attention) + 0.4 (gap) + 1.015 after the QKV op's last done
+    assert r["window"] == pytest.approx(6.415)
+    assert r["handoff"] == pytest.approx(6.415 - 2.15)
