@@ -97,16 +97,40 @@ def analyse(stamps, layers: int, attn=None) -> dict:
     return out
 
 
+def _count(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{v} is below {lo}")
+        return v
+    return parse
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--context", type=int, default=1024)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--context", type=_count(0), default=1024, help="cached positions (0 .. max_positions - 1)")
+    ap.add_argument("--warmup", type=_count(0), default=5)
     ap.add_argument("--build", default="llama3_1b_trace", help="a link with the step's stamps (decode_models.bzl)")
     a = ap.parse_args(argv)
+    from pipelink.runtime import LaunchError
+    try:
+        return _run(a)
+    except LaunchError as e:  # a refused build or argument: its code and hint, not a traceback
+        print(f"FAIL {e.code}: {e.diagnostics[0].message} (hint: {e.hint})")
+        return 1
+
+
+def _run(a) -> int:
     import torch
     import llama_models as lm
     from llama_decode_bench import _at_context, _weights
     from llama_megakernel import MegakernelStep, default_kernel_dir
+    if not torch.cuda.is_available():
+        print("FAIL R-DEVICE: no CUDA device (hint: run on the GPU machine; the timeline build needs an sm_90a GPU)")
+        return 1
     d = default_kernel_dir()
     files = (d / f"{a.build}.cubin", d / f"{a.build}.manifest.json")
     if not files[0].is_file():
