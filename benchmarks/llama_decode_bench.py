@@ -303,6 +303,11 @@ def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool, mode: str = 
 
 
 def cmd_bench(a) -> int:
+    missing = [str(f) for c in a.also or () for f in (Path(c), Path(c).with_suffix(".manifest.json")) if not f.is_file()]
+    if missing:  # before anything is loaded
+        print(f"FAIL R-MANIFEST: --also: no {', '.join(missing)} (hint: pass an earlier build's llama3_1b cubin "
+              "with its .manifest.json beside it)")
+        return 1
     import torch
     import llama_models as lm
     from gpu_bench import interleaved
