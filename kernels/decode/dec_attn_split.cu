@@ -28,10 +28,20 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_TRACE
 #define DEC_TRACE 0
 #endif
+// 1: a task first asks L2 to prefetch its chunk's keys and values (cp.async.bulk.prefetch), so a
+// chunk of several blocks reads them from L2 block after block instead of waiting on HBM each
+// time (the package dec_attn_split_kvpf, linked as llama3_1b_kvpf; not measured yet).
+#ifndef DEC_ATTN_KV_PREFETCH
+#define DEC_ATTN_KV_PREFETCH 0
+#endif
 
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
+constexpr unsigned PREFETCH_PIECE = 16384;  // bytes a bulk L2 prefetch asks for at once
+__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 // Each thread's first VPRE value chunks of a block (all of them at head_dim 64) are loaded with
 // its key row, before the scores, so a block costs one round trip to memory, not two.
 constexpr unsigned VPRE = 8;
@@ -95,6 +105,15 @@ PL_ENTRY(run) {
     if (cta < tasks) DEC_ATTN_STAMP(1, dec::now_ns());
     for (unsigned j = cta; j < tasks; j += G) {
       const unsigned kvh = j / nch, c = j % nch, c0 = c * cs, c1 = min(len, c0 + cs);
+      if (DEC_ATTN_KV_PREFETCH && t == 0) {  // (positions c0 .. c1: whole 64s from c0, 16-byte aligned)
+        const size_t first = ((size_t)(l * m.kv_heads + kvh) * p.max_seq + c0) * hd;
+        const unsigned bytes = (c1 - c0) * hd * 2;
+        for (unsigned off = 0; off < bytes; off += PREFETCH_PIECE) {
+          const unsigned n = min(PREFETCH_PIECE, bytes - off);
+          prefetch_l2(reinterpret_cast<const uint8_t*>(p.kcache + first) + off, n);
+          prefetch_l2(reinterpret_cast<const uint8_t*>(p.vcache + first) + off, n);
+        }
+      }
       load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
                  [&](float* v, unsigned n, unsigned which) {
                    PL_CALL(headnorm, v, n, p.qk_norms + (size_t)(2 * l + which) * hd, p.eps);
