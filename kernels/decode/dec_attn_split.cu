@@ -6,7 +6,10 @@
 // key and value to the cache and uses them from shared memory. A chunk's partial (max, sum,
 // unnormalised output) goes to workspace `part`; the last chunk of a head to finish (counter
 // `arr`, acquire-release) merges them into `ao` and zeroes its counter. Every CTA's role counts
-// once on the ATTN op's counter per layer, with or without tasks.
+// once on the ATTN op's counter per layer, with or without tasks. Memory round trips are what a
+// task's time goes to, so the loads of a block go out together, the first block's before the
+// wait on the QKV op (the cached positions do not depend on it), the next block's while the
+// current one is reduced, and the merge loads the partials in batches.
 #define PL_COMPONENT dec_attn
 #include <pipelink.h>
 
@@ -28,23 +31,39 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_TRACE
 #define DEC_TRACE 0
 #endif
-// 1: a task first asks L2 to prefetch its chunk's keys and values (cp.async.bulk.prefetch), so a
-// chunk of several blocks reads them from L2 block after block instead of waiting on HBM each
-// time (the package dec_attn_split_kvpf, linked as llama3_1b_kvpf; not measured yet).
-#ifndef DEC_ATTN_KV_PREFETCH
-#define DEC_ATTN_KV_PREFETCH 0
-#endif
-
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
-constexpr unsigned PREFETCH_PIECE = 16384;  // bytes a bulk L2 prefetch asks for at once
-__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
+constexpr unsigned MAX_HD = 128;     // [fact.head_dim] accept
 // Each thread's first VPRE value chunks of a block (all of them at head_dim 64) are loaded with
 // its key row, before the scores, so a block costs one round trip to memory, not two.
 constexpr unsigned VPRE = 8;
+constexpr unsigned MERGE_BATCH = 16;  // partials the merging task loads at once (one round trip a batch)
+
+// One block's loads, all issued together: thread t's key row (position b + t; its first KPRE
+// chunks, the whole row at head_dim 64) and its first VPRE value chunks. A row at `pos` is read as
+// it is (stale: its new key and value come from shared memory), so the loads can be issued before
+// this step's QKV op is done.
+constexpr unsigned KPRE = 8;
+struct BlockRows {
+  uint4 k[KPRE];
+  uint4 v[VPRE];
+};
+__device__ __forceinline__ void load_keys(BlockRows& r, const uint16_t* kc, unsigned b, unsigned n, unsigned hd,
+                                          unsigned t) {
+  if (t < n)
+#pragma unroll
+    for (unsigned d = 0; d < KPRE; ++d)
+      if (d * 8 < hd) r.k[d] = *reinterpret_cast<const uint4*>(kc + (size_t)(b + t) * hd + d * 8);
+}
+__device__ __forceinline__ void load_values(BlockRows& r, const uint16_t* vc, unsigned b, unsigned n, unsigned hd,
+                                            unsigned pset, unsigned nsets, unsigned dch) {
+#pragma unroll
+  for (unsigned u = 0; u < VPRE; ++u) {
+    const unsigned i = pset + u * nsets;
+    if (i < n) r.v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8);
+  }
+}
 }  // namespace dec_attn
 
 PL_ENTRY(run) {
@@ -90,6 +109,11 @@ PL_ENTRY(run) {
   do {                                    \
     if (DEC_TRACE && t == 0) rec[field] = (v); \
   } while (0)
+  // a task's chunk: KV head and positions c0 .. c1 (the same before and after the wait)
+  const auto chunk = [&](unsigned j, unsigned& kvh, unsigned& c, unsigned& c0, unsigned& c1) {
+    kvh = j / nch, c = j % nch, c0 = c * cs, c1 = min(len, c0 + cs);
+  };
+  BlockRows rows;
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
     if (!range.runs(kq + 1)) continue;
@@ -97,6 +121,13 @@ PL_ENTRY(run) {
     if (cta < tasks) {
       DEC_ATTN_STAMP(0, dec::now_ns());
       DEC_ATTN_STAMP(6, nch);
+      // The first block of this CTA's first task needs nothing of this step: its loads go out
+      // before the wait, so they arrive while the QKV op finishes.
+      unsigned kvh, c, c0, c1;
+      chunk(cta, kvh, c, c0, c1);
+      const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;
+      load_keys(rows, p.kcache + head_off, c0, min(BLOCK, c1 - c0), hd, t);
+      load_values(rows, p.vcache + head_off, c0, min(BLOCK, c1 - c0), hd, pset, NSETS, dch);
     }
     if (cta < tasks && range.waits_for(kq)) {
       if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
@@ -104,24 +135,20 @@ PL_ENTRY(run) {
     }
     if (cta < tasks) DEC_ATTN_STAMP(1, dec::now_ns());
     for (unsigned j = cta; j < tasks; j += G) {
-      const unsigned kvh = j / nch, c = j % nch, c0 = c * cs, c1 = min(len, c0 + cs);
-      if (DEC_ATTN_KV_PREFETCH && t == 0) {  // (positions c0 .. c1: whole 64s from c0, 16-byte aligned)
-        const size_t first = ((size_t)(l * m.kv_heads + kvh) * p.max_seq + c0) * hd;
-        const unsigned bytes = (c1 - c0) * hd * 2;
-        for (unsigned off = 0; off < bytes; off += PREFETCH_PIECE) {
-          const unsigned n = min(PREFETCH_PIECE, bytes - off);
-          prefetch_l2(reinterpret_cast<const uint8_t*>(p.kcache + first) + off, n);
-          prefetch_l2(reinterpret_cast<const uint8_t*>(p.vcache + first) + off, n);
-        }
+      unsigned kvh, c, c0, c1;
+      chunk(j, kvh, c, c0, c1);
+      const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;
+      uint16_t* kc = p.kcache + head_off;
+      uint16_t* vc = p.vcache + head_off;
+      if (j != cta) {  // a later task of this CTA (only with more tasks than CTAs): its first block now
+        load_keys(rows, kc, c0, min(BLOCK, c1 - c0), hd, t);
+        load_values(rows, vc, c0, min(BLOCK, c1 - c0), hd, pset, NSETS, dch);
       }
       load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
                  [&](float* v, unsigned n, unsigned which) {
                    PL_CALL(headnorm, v, n, p.qk_norms + (size_t)(2 * l + which) * hd, p.eps);
                  },
                  [&](float* v, unsigned n) { PL_CALL(rope, v, n, pos, p.inv_freq); });
-      const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;
-      uint16_t* kc = p.kcache + head_off;
-      uint16_t* vc = p.vcache + head_off;
       if (c1 == len)  // this chunk holds pos: the new key and value into the cache
         for (unsigned i = t; i < hd; i += THREADS) kc[(size_t)pos * hd + i] = to_bf16(kn[i]), vc[(size_t)pos * hd + i] = to_bf16(vn[i]);
       for (unsigned i = t; i < g * hd; i += THREADS) q[i] *= scale;
@@ -135,26 +162,28 @@ PL_ENTRY(run) {
 #pragma unroll
         for (unsigned e = 0; e < 8; ++e) acc[hh][e] = 0.f;
       }
+      // Block b's rows are in `rows` when it begins: the next block's keys are loaded once the
+      // scores are taken, its values once the sums are, so each block's round trip overlaps the
+      // one before it.
       for (unsigned b = c0; b < c1; b += BLOCK) {
-        const unsigned n = min(BLOCK, c1 - b), pp = b + t;
-        uint4 vpre[VPRE];
-#pragma unroll
-        for (unsigned u = 0; u < VPRE; ++u) {
-          const unsigned i = pset + u * NSETS;
-          vpre[u] = i < n && b + i != pos ? *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8)
-                                          : make_uint4(0, 0, 0, 0);
-        }
+        const unsigned n = min(BLOCK, c1 - b), pp = b + t, nb = b + BLOCK, nn = nb < c1 ? min(BLOCK, c1 - nb) : 0;
         float s[MAX_GROUP];
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh) s[hh] = t < n ? 0.f : -INFINITY;
         if (t < n) {
-          for (unsigned d = 0; d < hd; d += 8) {
+          uint4 krest[MAX_HD / 8 - KPRE];  // the rest of a longer row (head_dim 128), all at once
+#pragma unroll
+          for (unsigned dd = KPRE; dd < MAX_HD / 8; ++dd)
+            if (dd * 8 < hd) krest[dd - KPRE] = *reinterpret_cast<const uint4*>(kc + (size_t)pp * hd + dd * 8);
+#pragma unroll
+          for (unsigned dd = 0; dd < MAX_HD / 8; ++dd) {
+            if (dd * 8 >= hd) break;
             float kf[8];
             if (pp == pos) {
 #pragma unroll
-              for (unsigned e = 0; e < 8; ++e) kf[e] = kn[d + e];
+              for (unsigned e = 0; e < 8; ++e) kf[e] = kn[dd * 8 + e];
             } else {
-              const uint4 w = *reinterpret_cast<const uint4*>(kc + (size_t)pp * hd + d);
+              const uint4 w = dd < KPRE ? rows.k[dd] : krest[dd - KPRE];
               const unsigned ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
               for (unsigned e = 0; e < 4; ++e) kf[2 * e] = bf16_lo(ws[e]), kf[2 * e + 1] = bf16_hi(ws[e]);
@@ -163,9 +192,10 @@ PL_ENTRY(run) {
             for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
               if (hh < g)
 #pragma unroll
-                for (unsigned e = 0; e < 8; ++e) s[hh] += q[hh * hd + d + e] * kf[e];
+                for (unsigned e = 0; e < 8; ++e) s[hh] += q[hh * hd + dd * 8 + e] * kf[e];
           }
         }
+        if (nn) load_keys(rows, kc, nb, nn, hd, t);
         // the block's max per head, then the probabilities and their sum
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
@@ -198,21 +228,13 @@ PL_ENTRY(run) {
 #pragma unroll
           for (unsigned e = 0; e < 8; ++e) acc[hh][e] *= alpha[hh];
         }
-        for (unsigned i = pset, u = 0; i < n; i += NSETS, ++u) {
-          const unsigned vp = b + i;
+        // value position i of this thread's set: w holds its chunk (unless it is pos)
+        const auto accumulate = [&](unsigned i, const uint4& w) {
           float vf[8];
-          if (vp == pos) {
+          if (b + i == pos) {
 #pragma unroll
             for (unsigned e = 0; e < 8; ++e) vf[e] = vn[dch * 8 + e];
           } else {
-            uint4 w;
-            if (u < VPRE) {
-#pragma unroll
-              for (unsigned v = 0; v < VPRE; ++v)  // (a register, not a local array indexed at run time)
-                if (v == u) w = vpre[v];
-            } else {
-              w = *reinterpret_cast<const uint4*>(vc + (size_t)vp * hd + dch * 8);
-            }
             const unsigned ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (unsigned e = 0; e < 4; ++e) vf[2 * e] = bf16_lo(ws[e]), vf[2 * e + 1] = bf16_hi(ws[e]);
@@ -224,7 +246,13 @@ PL_ENTRY(run) {
 #pragma unroll
             for (unsigned e = 0; e < 8; ++e) acc[hh][e] += pv * vf[e];
           }
-        }
+        };
+#pragma unroll
+        for (unsigned u = 0; u < VPRE; ++u)  // the preloaded ones: registers named at compile time
+          if (pset + u * NSETS < n) accumulate(pset + u * NSETS, rows.v[u]);
+        for (unsigned i = pset + VPRE * NSETS; i < n; i += NSETS)  // (head_dim 128: the rest, loaded here)
+          accumulate(i, *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8));
+        if (nn) load_values(rows, vc, nb, nn, hd, pset, NSETS, dch);
         sync_role();  // pr and red are rewritten by the next block
       }
       DEC_ATTN_STAMP(3, dec::now_ns());
@@ -257,7 +285,8 @@ PL_ENTRY(run) {
         continue;  // o is zeroed behind a barrier by the next task
       }
       // a chunk's slot: o [g][hd], then (max, sum) per head
-      float* slot = part + (size_t)(kvh * MAX_CHUNKS + c) * g * (hd + 2);
+      const unsigned stride = g * (hd + 2);
+      float* slot = part + (size_t)(kvh * MAX_CHUNKS + c) * stride;
       for (unsigned i = t; i < g * hd; i += THREADS) slot[i] = o[i];
       if (t == 0)
 #pragma unroll
@@ -265,22 +294,34 @@ PL_ENTRY(run) {
           if (hh < g) slot[g * hd + 2 * hh] = mrun[hh], slot[g * hd + 2 * hh + 1] = lrun[hh];
       sync_role();
       unsigned* last_flag = reinterpret_cast<unsigned*>(red + 8 * MAX_GROUP);
-      if (t == 0) {
-        __threadfence();
+      if (t == 0)  // (the barrier, then a release: every thread's slot writes go before the count)
         *last_flag = pl::atom_acq_rel(arr + kvh, 1) == nch - 1;
-      }
       sync_role();
-      if (*last_flag) {
-        const float* head_slots = part + (size_t)kvh * MAX_CHUNKS * g * (hd + 2);
+      if (*last_flag) {  // the head's chunks, MERGE_BATCH at a time: their loads go out together
+        const float* head_slots = part + (size_t)kvh * MAX_CHUNKS * stride;
         for (unsigned i = t; i < g * hd; i += THREADS) {
-          const unsigned hh = i / hd, stride = g * (hd + 2);
-          float M = -INFINITY;
-          for (unsigned cc = 0; cc < nch; ++cc) M = fmaxf(M, __ldcg(head_slots + cc * stride + g * hd + 2 * hh));
-          float L = 0.f, O = 0.f;
-          for (unsigned cc = 0; cc < nch; ++cc) {
-            const float e = exp2f(__ldcg(head_slots + cc * stride + g * hd + 2 * hh) - M);
-            L += __ldcg(head_slots + cc * stride + g * hd + 2 * hh + 1) * e;
-            O += __ldcg(head_slots + cc * stride + i) * e;
+          const float* stats = head_slots + g * hd + 2 * (i / hd);
+          float M = -INFINITY, L = 0.f, O = 0.f;
+          for (unsigned cb = 0; cb < nch; cb += MERGE_BATCH) {
+            float mv[MERGE_BATCH], lv[MERGE_BATCH], ov[MERGE_BATCH];
+#pragma unroll
+            for (unsigned u = 0; u < MERGE_BATCH; ++u) {
+              const bool in = cb + u < nch;
+              mv[u] = in ? __ldcg(stats + (cb + u) * stride) : -INFINITY;
+              lv[u] = in ? __ldcg(stats + (cb + u) * stride + 1) : 0.f;
+              ov[u] = in ? __ldcg(head_slots + (cb + u) * stride + i) : 0.f;
+            }
+            float mb = M;  // finite: every chunk scores at least one position
+#pragma unroll
+            for (unsigned u = 0; u < MERGE_BATCH; ++u) mb = fmaxf(mb, mv[u]);
+            const float a = exp2f(M - mb);
+            L *= a, O *= a;
+#pragma unroll
+            for (unsigned u = 0; u < MERGE_BATCH; ++u) {
+              const float e = exp2f(mv[u] - mb);
+              L += lv[u] * e, O += ov[u] * e;
+            }
+            M = mb;
           }
           ao[kvh * g * hd + i] = to_bf16(O / L);
         }

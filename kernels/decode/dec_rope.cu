@@ -19,9 +19,9 @@ PL_CALLABLE(rope)(unsigned pl_inst, float* v, unsigned n, unsigned pos, const fl
     // The f32 angle, as transformers computes it, reduced to [-pi, pi] in f64 (exact enough for
     // any position: sincosf's own reduction of large angles needs a local-memory table).
     const double a = (double)((float)pos * __ldg(inv_freq + j));
-    const double two_pi = 6.283185307179586;
+    const double two_pi = 6.283185307179586, turns = 0.15915494309189535;  // 1 / (2 pi)
     float s, c;
-    __sincosf((float)(a - two_pi * rint(a / two_pi)), &s, &c);
+    __sincosf((float)(a - two_pi * rint(a * turns)), &s, &c);
     float* x = v + head * 2 * half;
     const float x1 = x[j], x2 = x[j + half];
     x[j] = x1 * c - x2 * s;
