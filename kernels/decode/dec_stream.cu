@@ -16,6 +16,16 @@
 #ifndef DEC_INFLIGHT
 #define DEC_INFLIGHT 1
 #endif
+// While the ring is full (the step role waits for its input, as in a layer's attention), ask L2
+// for the loads the ring takes next, up to DEC_L2_AHEAD of them, one every DEC_L2_PACE_NS, so
+// HBM keeps streaming through the wait without queueing much more than the cap's bytes at once
+// (0: none, llama3_1b_no_l2ahead; docs/DECISIONS.md has 3 against 0 and 6).
+#ifndef DEC_L2_AHEAD
+#define DEC_L2_AHEAD 3
+#endif
+#ifndef DEC_L2_PACE_NS
+#define DEC_L2_PACE_NS 1200
+#endif
 #ifndef DEC_TILE_ELEMS
 #define DEC_TILE_ELEMS 16384  // the contract's [fact.tile_elems] own (cuda_component facts sets both)
 #endif
@@ -37,6 +47,20 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
           pl::smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(pl::smem_addr(bar)), "l"(policy)
       : "memory");
+}
+
+__device__ __forceinline__ bool mbar_test(uint64_t* bar, unsigned phase) {  // mbar_wait's test, once
+  unsigned done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(pl::smem_addr(bar)), "r"(phase)
+      : "memory");
+  return done;
+}
+__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 // This CTA's loads of the step in schedule order (dec.h: tile i of matvec op n when
@@ -93,10 +117,23 @@ PL_ENTRY(run) {
   const Walk walk{m, p, range, blockIdx.x, gridDim.x};
   Cursor load{0, 0, 0, 0};
   unsigned stage = 0, phase = 0, issued = 0;
+  Cursor ahead{0, 0, 0, 0};  // DEC_L2_AHEAD: the next load L2 is asked for (load number ahead_n)
+  unsigned ahead_n = 0, last = 0;
   for (walk.enter(load); walk.more(load); walk.next(load), ++issued) {
     if (DEC_INFLIGHT && issued >= DEC_INFLIGHT) {  // load n - DEC_INFLIGHT has landed (stage n mod depth, phase n / depth)
       const unsigned old = issued - DEC_INFLIGHT;
       pl::mbar_wait(full + old % depth, (old / depth) & 1u);
+    }
+    if (DEC_L2_AHEAD) {
+      if (ahead_n <= issued) ahead = load, ahead_n = issued;
+      while (!mbar_test(empty + stage, phase ^ 1u)) {
+        const unsigned now = dec::now_ns();
+        if (ahead_n < issued + DEC_L2_AHEAD && walk.more(ahead) && now - last >= DEC_L2_PACE_NS) {
+          prefetch_l2(walk.src(ahead), walk.bytes(ahead));
+          walk.next(ahead), ++ahead_n, last = now;
+        }
+        __nanosleep(64);
+      }
     }
     pl::mbar_wait(empty + stage, phase ^ 1u);
     const unsigned bytes = walk.bytes(load);

@@ -63,7 +63,6 @@ def decode_models():
     # Llama-3.2-1B with the stream's loads in flight uncapped (dec_stream.cu DEC_INFLIGHT; the
     # default is 1): what the cap buys, timed beside llama3_1b
     llama_decode(name = "llama3_1b_uncapped", model = "llama3_2_1b", stream = ":dec_stream_inflight0")
-    # Llama-3.2-1B (and llama_tiny, for the sanitizers) with the attention prefetching each task's
-    # keys and values into L2 (dec_attn_split.cu DEC_ATTN_KV_PREFETCH): built, not yet timed
-    llama_decode(name = "llama3_1b_kvpf", model = "llama3_2_1b", attention = ":dec_attn_split_kvpf")
-    llama_decode(name = "llama_tiny_kvpf", model = "llama_tiny", attention = ":dec_attn_split_kvpf")
+    # Llama-3.2-1B with the stream's L2 lookahead off (dec_stream.cu DEC_L2_AHEAD; the default
+    # is 3): what it buys, timed beside llama3_1b
+    llama_decode(name = "llama3_1b_no_l2ahead", model = "llama3_2_1b", stream = ":dec_stream_no_l2ahead")
