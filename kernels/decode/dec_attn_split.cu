@@ -151,9 +151,7 @@ PL_ENTRY(run) {
                  [&](float* v, unsigned n) { PL_CALL(rope, v, n, pos, p.inv_freq); });
       if (c1 == len)  // this chunk holds pos: the new key and value into the cache
         for (unsigned i = t; i < hd; i += THREADS) kc[(size_t)pos * hd + i] = to_bf16(kn[i]), vc[(size_t)pos * hd + i] = to_bf16(vn[i]);
-      for (unsigned i = t; i < g * hd; i += THREADS) q[i] *= scale;
-      sync_role();
-      DEC_ATTN_STAMP(2, dec::now_ns());
+      DEC_ATTN_STAMP(2, dec::now_ns());  // (rope ends with a barrier: q and the new key are ready)
 
       float mrun[MAX_GROUP], lrun[MAX_GROUP], acc[MAX_GROUP][8];
 #pragma unroll
@@ -194,6 +192,8 @@ PL_ENTRY(run) {
 #pragma unroll
                 for (unsigned e = 0; e < 8; ++e) s[hh] += q[hh * hd + dd * 8 + e] * kf[e];
           }
+#pragma unroll
+          for (unsigned hh = 0; hh < MAX_GROUP; ++hh) s[hh] *= scale;  // (once a score, not a pass over q)
         }
         if (nn) load_keys(rows, kc, nb, nn, hd, t);
         // the block's max per head, then the probabilities and their sum
@@ -256,8 +256,9 @@ PL_ENTRY(run) {
         sync_role();  // pr and red are rewritten by the next block
       }
       DEC_ATTN_STAMP(3, dec::now_ns());
-      // the position sets' sums into o: lanes of one column chunk within a warp, then across warps
-      for (unsigned i = t; i < g * hd; i += THREADS) o[i] = 0.f;
+      // the position sets' sums into o: lanes of one column chunk within a warp (shuffles), then
+      // the four warps' in two rounds through o and pr (free after the last block): plain stores
+      // and adds, no shared float atomics (a compare-and-swap loop each on sm_90)
 #pragma unroll
       for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
         if (hh >= g) break;
@@ -269,20 +270,27 @@ PL_ENTRY(run) {
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
           if (hh < g) red[hh] = lrun[hh];
-      sync_role();
-      if (lane < DCH)
+      float* half = warp % 2 ? pr : o;  // warps 0, 2 into o; 1, 3 into pr
+      for (unsigned round = 0; round < 2; ++round) {
+        if (lane < DCH && warp / 2 == round)
 #pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-          if (hh >= g) break;
+          for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
+            if (hh >= g) break;
 #pragma unroll
-          for (unsigned e = 0; e < 8; ++e) atomicAdd(o + hh * hd + dch * 8 + e, acc[hh][e]);
-        }
+            for (unsigned e = 0; e < 8; ++e) {
+              float* d = half + hh * hd + dch * 8 + e;
+              *d = round ? *d + acc[hh][e] : acc[hh][e];
+            }
+          }
+        sync_role();
+      }
+      for (unsigned i = t; i < g * hd; i += THREADS) o[i] += pr[i];
       sync_role();
       if (nch == 1) {
         for (unsigned i = t; i < g * hd; i += THREADS) ao[kvh * g * hd + i] = to_bf16(o[i] / red[i / hd]);
         DEC_ATTN_STAMP(4, dec::now_ns());
         DEC_ATTN_STAMP(7, 1);
-        continue;  // o is zeroed behind a barrier by the next task
+        continue;  // (the next task writes o after its own barriers)
       }
       // a chunk's slot: o [g][hd], then (max, sum) per head
       const unsigned stride = g * (hd + 2);
