@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "decode"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-TRACE_BASE, TRACE_WORDS = 16, 8  # dec_step.cu
+TRACE_BASE, TRACE_WORDS = 16, 8  # kernels/decode/dec.h
 KINDS = ("QKV", "O", "GU", "DOWN")
 COUNTS = {"tasks", "chunks"}  # measures that are counts, not ns
 

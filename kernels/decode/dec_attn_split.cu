@@ -109,11 +109,21 @@ PL_ENTRY(run) {
   do {                                    \
     if (DEC_TRACE && t == 0) rec[field] = (v); \
   } while (0)
-  // a task's chunk: KV head and positions c0 .. c1 (the same before and after the wait)
-  const auto chunk = [&](unsigned j, unsigned& kvh, unsigned& c, unsigned& c0, unsigned& c1) {
-    kvh = j / nch, c = j % nch, c0 = c * cs, c1 = min(len, c0 + cs);
+  // task j's chunk: KV head kvh, chunk c of it, positions c0 .. c1 (the same before and after the wait)
+  struct Chunk {
+    unsigned kvh, c, c0, c1;
   };
+  const auto chunk = [&](unsigned j) {
+    const unsigned c = j % nch;
+    return Chunk{j / nch, c, c * cs, min(len, c * cs + cs)};
+  };
+  const auto head_off = [&](unsigned l, unsigned kvh) { return (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd; };
   BlockRows rows;
+  const auto load_first_block = [&](unsigned l, const Chunk& ch) {
+    const size_t off = head_off(l, ch.kvh);
+    load_keys(rows, p.kcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
+    load_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, pset, NSETS, dch);
+  };
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
     if (!range.runs(kq + 1)) continue;
@@ -123,11 +133,7 @@ PL_ENTRY(run) {
       DEC_ATTN_STAMP(6, nch);
       // The first block of this CTA's first task needs nothing of this step: its loads go out
       // before the wait, so they arrive while the QKV op finishes.
-      unsigned kvh, c, c0, c1;
-      chunk(cta, kvh, c, c0, c1);
-      const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;
-      load_keys(rows, p.kcache + head_off, c0, min(BLOCK, c1 - c0), hd, t);
-      load_values(rows, p.vcache + head_off, c0, min(BLOCK, c1 - c0), hd, pset, NSETS, dch);
+      load_first_block(l, chunk(cta));
     }
     if (cta < tasks && range.waits_for(kq)) {
       if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
@@ -135,15 +141,11 @@ PL_ENTRY(run) {
     }
     if (cta < tasks) DEC_ATTN_STAMP(1, dec::now_ns());
     for (unsigned j = cta; j < tasks; j += G) {
-      unsigned kvh, c, c0, c1;
-      chunk(j, kvh, c, c0, c1);
-      const size_t head_off = (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd;
-      uint16_t* kc = p.kcache + head_off;
-      uint16_t* vc = p.vcache + head_off;
-      if (j != cta) {  // a later task of this CTA (only with more tasks than CTAs): its first block now
-        load_keys(rows, kc, c0, min(BLOCK, c1 - c0), hd, t);
-        load_values(rows, vc, c0, min(BLOCK, c1 - c0), hd, pset, NSETS, dch);
-      }
+      const Chunk ch = chunk(j);
+      const unsigned kvh = ch.kvh, c = ch.c, c0 = ch.c0, c1 = ch.c1;
+      uint16_t* kc = p.kcache + head_off(l, kvh);
+      uint16_t* vc = p.vcache + head_off(l, kvh);
+      if (j != cta) load_first_block(l, ch);  // a later task of this CTA (only with more tasks than CTAs)
       load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
                  [&](float* v, unsigned n, unsigned which) {
                    PL_CALL(headnorm, v, n, p.qk_norms + (size_t)(2 * l + which) * hd, p.eps);
