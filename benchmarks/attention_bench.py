@@ -227,9 +227,9 @@ def cmd_bench(a) -> int:
         for ps in a.paged:  # the same cache in FlashInfer HND pages (shuffled): columns pipelink_paged<ps>
             kp, vp, pages = paged_cache(k, v, ps, seed=KV + ps)
             lens = torch.full((B,), KV, dtype=torch.int32, device=q.device)
-            fns[f"pipelink_paged{ps}"] = (lambda o=torch.empty_like(q), kp=kp, vp=vp, pages=pages, lens=lens:
-                                          attention(q, kp, vp, "decode", out=o, block_table=pages, seq_lens=lens,
-                                                    kernel_dir=BIN))
+            for col, bdir in ((f"pipelink_paged{ps}", BIN), *((f"pipelink_{n}_paged{ps}", d) for n, d in a.builds)):
+                fns[col] = (lambda o=torch.empty_like(q), kp=kp, vp=vp, pages=pages, lens=lens, d=bdir:
+                            attention(q, kp, vp, "decode", out=o, block_table=pages, seq_lens=lens, kernel_dir=d))
         fns.update(sdpa_fns(q, k, v, False))
         if a.flex_decode:
             try:

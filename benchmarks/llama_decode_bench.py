@@ -349,20 +349,28 @@ def cmd_bench(a) -> int:
 
 
 def cmd_pair(a) -> int:
+    """llama3_1b linked / control on the same weights, cache and state, each kernel on its own
+    workspaces and then on the other's (gpu_bench.both_ways_ratio: where a workspace lies moves one
+    cubin against itself), both orders of each pair."""
     import llama_models as lm
-    from gpu_bench import paired_ratio
+    from gpu_bench import both_ways_ratio
     from llama_megakernel import MegakernelStep, default_kernel_dir
     cfg = lm.MODELS["llama3_2_1b"]
     w = _weights(cfg, seed=2)
     lk = MegakernelStep(cfg, w, max_seq=1100)
-    ct = lk.sharing_buffers(default_kernel_dir() / f"{lk.target}.control.cubin")  # the same buffers: code alone differs
-    fa, fb = _at_context(lk, 1024), _at_context(ct, 1024)
-    r1, q1, ta, tb = paired_ratio(fa, fb, 300, a.rounds)
-    r2, q2, _, _ = paired_ratio(fb, fa, 300, a.rounds)
+    linked_cubin, control_cubin = (default_kernel_dir() / f"{lk.target}{s}.cubin" for s in ("", ".control"))
+    ct = lk.sharing_buffers(control_cubin)
+    lk_x = lk.sharing_buffers(linked_cubin, workspaces=ct.kernel.workspace_buffers())
+    ct_x = lk.sharing_buffers(control_cubin, workspaces=lk.kernel.workspace_buffers())
+    own = (_at_context(lk, 1024), _at_context(ct, 1024))
+    swapped = (_at_context(lk_x, 1024), _at_context(ct_x, 1024))
+    r1, q1, ta, tb, o1, x1 = both_ways_ratio(own, swapped, 300, a.rounds)
+    r2, q2, _, _, o2, x2 = both_ways_ratio(own[::-1], swapped[::-1], 300, a.rounds)
     r = (r1 / r2) ** 0.5
     ok = abs(r - 1) <= 0.002
     print(f"{'PASS' if ok else 'FAIL'}  llama3_1b linked / control at context 1024: {r:.4f} (orders {r1:.4f}, "
-          f"1/{r2:.4f}; IQR {max(q1, q2):.4f}; {ta:.1f} vs {tb:.1f} us)")
+          f"1/{r2:.4f}; own workspaces {(o1 / o2) ** 0.5:.4f}, exchanged {(x1 / x2) ** 0.5:.4f}; IQR {max(q1, q2):.4f}; "
+          f"{ta:.1f} vs {tb:.1f} us)")
     return 0 if ok else 1
 
 

@@ -137,19 +137,20 @@ class MegakernelStep:
         self.prefill_pass = (llama_prefill.AttentionPrefill(cfg, weights, dev, adir)
                              if prefill == "attention" else None)
 
-    def _open(self, kernel) -> list:
-        return [kernel.open(**p) for p in launch_params(self.cfg, self.bufs, self.logits, self.state, self.kcache,
+    def _open(self, kernel, workspaces=None) -> list:
+        return [kernel.open(workspaces=workspaces, **p) for p in launch_params(self.cfg, self.bufs, self.logits, self.state, self.kcache,
                                                          self.vcache, self.max_seq, self.unfused)]
 
-    def sharing_buffers(self, cubin) -> "MegakernelStep":
+    def sharing_buffers(self, cubin, workspaces=None) -> "MegakernelStep":
         """This step with another cubin of the same link (its single-unit control) launched on the
         same weights, cache, logits and state: a comparison of the two differs in code alone, not
-        in where the 2.5 GB of weights landed in memory."""
+        in where the 2.5 GB of weights landed in memory. `workspaces` (another kernel's
+        `workspace_buffers()`) lends that kernel's workspaces too, else the new one has its own."""
         cubin = Path(cubin)
         expect_cubin(cubin, hint=f"tools/bazel build //kernels/decode:{self.target} --output_groups=+control")
         other = copy.copy(self)
         other.kernel = Kernel.load(cubin, self.manifest_path, self.device)
-        other.sessions = other._open(other.kernel)
+        other.sessions = other._open(other.kernel, workspaces)
         return other
 
     def launch(self, stream=None) -> None:
