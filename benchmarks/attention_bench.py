@@ -165,6 +165,36 @@ def flex_fn(q, k, v, mask_mod, score_mod=None):
     return f
 
 
+def flex_paged_fn(q, kp, vp, table, kv_len):
+    """FlexAttention's paged decode (torch.nn.attention.experimental._paged_attention) over the same
+    pages in the same shuffled order as ours: its physical layout [1, Hkv, pages * page_size, d] holds
+    our pool's bytes, its page table is our block table, and the logical block mask (blocks of a
+    page) is converted to physical pages as PagedAttention does it. -> a function, or raises."""
+    import torch
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+    from torch.nn.attention.flex_attention import create_block_mask as fcbm
+    from torch.nn.attention.flex_attention import flex_attention
+    global _flex
+    if _flex is None:
+        _flex = torch.compile(flex_attention, dynamic=False)
+    n_pages, hkv, ps, d = kp.shape
+    B, per = table.shape
+    pa = PagedAttention(n_pages, ps, B, device=str(q.device))
+    pages = table.long()
+    pa.page_table[:, :per] = pages
+    pa.physical_to_logical[torch.arange(B, device=q.device)[:, None], pages] = torch.arange(per, device=q.device)
+    if hasattr(pa, "seq_lens"):  # (newer torch: lengths below the capacity; 2.11 masks by pages alone)
+        pa.seq_lens[:] = kv_len
+    pa.capacity[:] = per * ps
+    pa.empty_pages = []
+    kc, vc = (t.permute(1, 0, 2, 3).reshape(1, hkv, n_pages * ps, d) for t in (kp, vp))
+    logical = fcbm(lambda b, h, q_idx, kv_idx: kv_idx >= 0, B, None, 1, kv_len, device=str(q.device), BLOCK_SIZE=ps)
+    bm = pa.convert_logical_block_mask(logical)
+    f = lambda: _flex(q, kc, vc, block_mask=bm, enable_gqa=True)  # noqa: E731
+    f()
+    return f
+
+
 def cmd_bench(a) -> int:
     import torch
     table = []
@@ -231,6 +261,20 @@ def cmd_bench(a) -> int:
                 fns[col] = (lambda o=torch.empty_like(q), kp=kp, vp=vp, pages=pages, lens=lens, d=bdir:
                             attention(q, kp, vp, "decode", out=o, block_table=pages, seq_lens=lens, kernel_dir=d))
         fns.update(sdpa_fns(q, k, v, False))
+        for ps in a.flex_paged:  # FlexAttention's paged decode on the same pages, checked against SDPA first
+            kp, vp, pages = paged_cache(k, v, ps, seed=KV + ps)
+            try:
+                t0 = time.time()
+                f = flex_paged_fn(q, kp, vp, pages, KV)
+                ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+                err = ((f().float() - ref).abs() - (ATOL + RTOL * ref.abs())).max().item()
+                if err > 0:
+                    print(f"    (flex paged {ps}: wrong by {err:.3g} past the tolerance; left out)")
+                else:
+                    fns[f"flex_paged{ps}"] = f
+                    print(f"    (flex paged {ps}: compiled and checked in {time.time() - t0:.1f} s)", flush=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"    (flex paged {ps} unavailable: {type(e).__name__}: {str(e).splitlines()[0][:160]})")
         if a.flex_decode:
             try:
                 fns["flex_compiled"] = flex_fn(q, k, v, None)
@@ -246,14 +290,17 @@ def cmd_bench(a) -> int:
         row = {"kind": "decode", "variant": "decode", "B": B, "KV": KV, "Hkv": Hkv, **t, "best_baseline": best,
                "speedup": base[best] / t["pipelink"] if best else float("nan"),
                "tbs": kv_bytes / t["pipelink"] / 1e6}
+        for ps in a.flex_paged:  # our paged decode over Flex's, the same pages (x > 1: ours faster)
+            if f"flex_paged{ps}" in t and f"pipelink_paged{ps}" in t:
+                row[f"paged{ps}_x_flex"] = t[f"flex_paged{ps}"] / t[f"pipelink_paged{ps}"]
         table.append(row)
         print(json.dumps(row), flush=True)
     print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (prefill B={a.batch}, "
           f"H=32, Hkv={a.kv_heads}, d=128, bf16)")
     for r in table:
         shape = f"S={r['S']}" if r["kind"] == "prefill" else f"B={r['B']} KV={r['KV']} Hkv={r['Hkv']}"
-        others = "  ".join(f"{n} {r[n]:.1f}" for n in r if isinstance(r[n], float) and n not in
-                           ("pipelink", "speedup", "tflops", "tbs"))
+        others = "  ".join(f"{n} {r[n]:.3f}x" if "_x_" in n else f"{n} {r[n]:.1f}" for n in r
+                           if isinstance(r[n], float) and n not in ("pipelink", "speedup", "tflops", "tbs"))
         extra = f" {r['tflops']:.0f} TFLOP/s" if "tflops" in r else (f" {r['tbs']:.2f} TB/s" if "tbs" in r else "")
         print(f"  {r['variant']:<13} {shape:<16} pipelink {r['pipelink']:9.1f}{extra}  | {others}  | "
               f"vs {r['best_baseline']}: {r['speedup']:.3f}x")
@@ -402,6 +449,7 @@ def main() -> int:
     ap.add_argument("--paged", default="", help="bench: decode page sizes to time beside contiguous (16,64)")
     ap.add_argument("--flex-causal", action="store_true")
     ap.add_argument("--flex-decode", action="store_true")
+    ap.add_argument("--flex-paged", default="", help="bench: FlexAttention's paged decode at these page sizes (16,64)")
     ap.add_argument("--build-schedule", choices=["uniform", "streamk"], help="bench: decode schedule of --builds")
     ap.add_argument("--decode-splits", default="", help="bench: split counts to time beside the default (1,2,4)")
     ap.add_argument("--rounds", type=int, default=20)
@@ -419,8 +467,10 @@ def main() -> int:
     a.decode = parse_shapes(ap, "--decode", a.decode)
     a.decode_splits = parse_counts(ap, "--decode-splits", a.decode_splits)
     a.paged = parse_counts(ap, "--paged", a.paged, minimum=16)
-    if any(ps not in (16, 32, 64, 128) for ps in a.paged):
-        ap.error(f"--paged {a.paged}: page sizes of 16, 32, 64 or 128 tokens")
+    a.flex_paged = parse_counts(ap, "--flex-paged", a.flex_paged, minimum=16)
+    for flag, sizes in (("--paged", a.paged), ("--flex-paged", a.flex_paged)):
+        if any(ps not in (16, 32, 64, 128) for ps in sizes):
+            ap.error(f"{flag} {sizes}: page sizes of 16, 32, 64 or 128 tokens")
     if a.cmd == "one":
         return cmd_one(a)
     if a.cmd == "prof":

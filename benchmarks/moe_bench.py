@@ -25,8 +25,8 @@ Columns:
                               after the same torch router; LIGER_FUSED_MOE_AUTOTUNE=0 (one pinned
                               config: its autotuner would compile 32 configs per kernel). It calls
                               .item() once per step, so it cannot be captured: timed eagerly.
-  sglang, sglang:kernels      SGLang 0.5.23's Triton fused MoE with the H200 config SGLang picks for
-                              this E and N (its Triton's folder, else another shipped one, else
+  sglang, sglang:kernels      SGLang 0.5.23's Triton fused MoE with the config SGLang picks for the
+                              GPU, E and N (its Triton's folder, else another shipped one, else
                               its default tiles; the pick is printed)
                               (kernels/moe/moe_sglang.py; PIPELINK_SGLANG_DIR = the unpacked wheel):
                               the whole step, and its four kernels alone on routing made beforehand.

@@ -77,16 +77,18 @@ def _stand_ins(torch) -> dict[str, types.ModuleType]:
     return mods
 
 
-def config_name(experts: int, inter: int) -> str:
-    """SGLang's file name for a bf16 layer's tuned config on the H200 (N is the expert's inter)."""
-    return f"E={experts},N={inter},device_name=NVIDIA_H200.json"
+def config_name(experts: int, inter: int, device: str = "NVIDIA H200") -> str:
+    """SGLang's file name for a bf16 layer's tuned config on `device` (torch.cuda.get_device_name(),
+    spaces as underscores, as SGLang's get_device_name gives it; N is the expert's inter)."""
+    return f"E={experts},N={inter},device_name={device.replace(' ', '_')}.json"
 
 
-def find_config(root: Path, experts: int, inter: int, triton_version: str) -> Path | None:
-    """SGLang 0.5.23's lookup (fused_moe_triton_config.get_moe_configs), restated: the file in this
-    Triton's folder, else in the other shipped Triton folders, newest first; None: its default."""
+def find_config(root: Path, experts: int, inter: int, triton_version: str, device: str = "NVIDIA H200") -> Path | None:
+    """SGLang 0.5.23's lookup (fused_moe_triton_config.get_moe_configs), restated: the file for this
+    GPU in this Triton's folder, else in the other shipped Triton folders, newest first; None: its
+    default."""
     base = root / CONFIGS
-    name = config_name(experts, inter)
+    name = config_name(experts, inter, device)
     own = base / f"triton_{triton_version.replace('.', '_')}" / name
     if own.is_file():
         return own
@@ -118,7 +120,7 @@ def load(root: str | Path, experts: int = 128, inter: int = 768):
     src = root / KERNELS
     if not src.is_file():
         raise Unavailable(f"{src} not found: unpack the sglang 0.5.23 wheel there (kernels/moe/moe_sglang.py)")
-    cfg = find_config(root, experts, inter, triton.__version__)
+    cfg = find_config(root, experts, inter, triton.__version__, torch.cuda.get_device_name())
     stand_ins = _stand_ins(torch)
     saved = {n: sys.modules.get(n) for n in stand_ins}
     sys.modules.update(stand_ins)

@@ -61,6 +61,16 @@ def test_config_lookup_follows_sglang(tmp_path):
     assert moe_sglang.find_config(tmp_path, 64, 1024, "3.6.0") is None
 
 
+def test_config_lookup_takes_the_running_gpus_file(tmp_path):
+    base = tmp_path / moe_sglang.CONFIGS / "triton_3_6_0"
+    base.mkdir(parents=True)
+    for device in ("NVIDIA_H200", "NVIDIA_H100_80GB_HBM3"):
+        (base / f"E=128,N=768,device_name={device}.json").write_text("{}")
+    h100 = moe_sglang.find_config(tmp_path, 128, 768, "3.6.0", "NVIDIA H100 80GB HBM3")
+    assert h100.name == "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json"
+    assert moe_sglang.find_config(tmp_path, 128, 768, "3.6.0", "NVIDIA H20") is None  # no file: SGLang's default
+
+
 def test_default_config_is_sglangs_bf16_default():
     d = moe_sglang.default_configs(64)
     assert moe_sglang.config_for(d, 64)["BLOCK_SIZE_M"] == 16

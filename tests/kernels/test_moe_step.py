@@ -91,7 +91,8 @@ def test_matches_f64_reference(name, T, control, weights):
     torch.cuda.synchronize()
     ref, gap = ms.reference(x, rw, w13, w2)
     ok = gap > 1e-4
-    assert ok.float().mean() > 0.9
+    tied = int((~ok).sum())  # near-ties below bf16 resolution route either way: left out, counted
+    assert tied <= max(2, T // 10), f"{name} T={T}: {tied} of {T} tokens near-tied"
     err = (out.double() - ref).abs()
     tol = 2e-2 + 2e-2 * ref.abs()
     bad = (err > tol)[ok]
@@ -175,7 +176,8 @@ def test_linked_model_matches_its_f64_reference(model, T):
     torch.cuda.synchronize()
     ref, gap = moe_reference.reference(m, x, w)
     ok = gap > 1e-4  # near-ties below bf16 resolution may route either way: left out, counted
-    assert ok.float().mean() > 0.9, f"{int((~ok).sum())} of {T} tokens near-tied"
+    tied = int((~ok).sum())  # counted, not failed: a few ties at small T are 10% of the tokens
+    assert tied <= max(2, T // 10), f"{model} T={T}: {tied} of {T} tokens near-tied"
     assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) output"
     err = (out.double() - ref).abs()
     rms = ref[ok].pow(2).mean().sqrt()
