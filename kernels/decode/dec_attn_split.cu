@@ -31,6 +31,11 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_TRACE
 #define DEC_TRACE 0
 #endif
+// 1: the scores by tensor cores (dec_attn_split_mma, linked as llama3_1b_mma; below); 0: by
+// each thread's dot products of its position's key row with the group's queries.
+#ifndef DEC_MMA_SCORES
+#define DEC_MMA_SCORES 0
+#endif
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
@@ -40,6 +45,50 @@ constexpr unsigned MAX_HD = 128;     // [fact.head_dim] accept
 constexpr unsigned VPRE = 8;
 constexpr unsigned MERGE_BATCH = 16;  // partials the merging task loads at once (one round trip a batch)
 
+#if DEC_MMA_SCORES
+// The scores by mma.sync m16n8k16 (bf16 operands, f32 sums): rows are the group's query heads
+// (rows from g on zero), columns the block's positions, warp w taking positions 32 w .. 32 w + 31
+// as TILES n8 tiles. Lane (gid, qd) = (lane / 4, lane % 4) loads position 32 w + 8 i + gid of
+// tile i, dims [qd hd / 4, (qd + 1) hd / 4) of its key row, and holds the queries' same dims: the
+// mma's k order is a permutation of the head's dims that both operands share, so a lane's keys are
+// whole 16-byte runs of the row, as the per-thread rows were. Each f32 query is the sum of two
+// bf16 halves (two mmas), so the scores keep the f32 queries' precision.
+constexpr unsigned TILES = 4;              // n8 tiles a warp: 32 positions
+constexpr unsigned KPRE_CH = 2;            // a lane's 16-byte runs of a row preloaded (all of them at head_dim 64)
+constexpr unsigned MAX_CH = MAX_HD / 32;   // its runs at head_dim 128
+struct BlockRows {
+  uint4 k[TILES][KPRE_CH];
+  uint4 v[VPRE];
+};
+__device__ __forceinline__ void load_keys(BlockRows& r, const uint16_t* kc, unsigned b, unsigned n, unsigned hd,
+                                          unsigned t) {
+  const unsigned lane = t % 32, gid = lane / 4, qd = lane % 4;
+#pragma unroll
+  for (unsigned i = 0; i < TILES; ++i) {
+    const unsigned pp = t / 32 * 32 + 8 * i + gid;
+#pragma unroll
+    for (unsigned c = 0; c < KPRE_CH; ++c)
+      if (c * 32 < hd)
+        r.k[i][c] = pp < n ? *reinterpret_cast<const uint4*>(kc + (size_t)(b + pp) * hd + qd * (hd / 4) + 8 * c)
+                           : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  return (unsigned)to_bf16(lo) | (unsigned)to_bf16(hi) << 16;
+}
+__device__ __forceinline__ unsigned word_of(const uint4& w, unsigned j) {
+  return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
+}
+// c += A · B for one k16 step: a_lo, a_hi the lane's query words of row gid (row gid + 8: zero),
+// b_lo, b_hi its key words
+__device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a_hi, unsigned b_lo, unsigned b_hi) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b_lo), "r"(b_hi));
+}
+#else
 // One block's loads, all issued together: thread t's key row (position b + t; its first KPRE
 // chunks, the whole row at head_dim 64) and its first VPRE value chunks. A row at `pos` is read as
 // it is (stale: its new key and value come from shared memory), so the loads can be issued before
@@ -56,6 +105,7 @@ __device__ __forceinline__ void load_keys(BlockRows& r, const uint16_t* kc, unsi
     for (unsigned d = 0; d < KPRE; ++d)
       if (d * 8 < hd) r.k[d] = *reinterpret_cast<const uint4*>(kc + (size_t)(b + t) * hd + d * 8);
 }
+#endif
 __device__ __forceinline__ void load_values(BlockRows& r, const uint16_t* vc, unsigned b, unsigned n, unsigned hd,
                                             unsigned pset, unsigned nsets, unsigned dch) {
 #pragma unroll
@@ -154,6 +204,28 @@ PL_ENTRY(run) {
       if (c1 == len)  // this chunk holds pos: the new key and value into the cache
         for (unsigned i = t; i < hd; i += THREADS) kc[(size_t)pos * hd + i] = to_bf16(kn[i]), vc[(size_t)pos * hd + i] = to_bf16(vn[i]);
       DEC_ATTN_STAMP(2, dec::now_ns());  // (rope ends with a barrier: q and the new key are ready)
+#if DEC_MMA_SCORES
+      // The queries as the mma's A words, once a task, in `o` (free until the blocks' sums):
+      // word f = ks * 32 + lane holds {hi, hi, lo, lo} halves of the lane's row-gid dims
+      // qd hd / 4 + 4 ks .. + 3 (32 hd bytes: o's size).
+      uint4* qa = reinterpret_cast<uint4*>(o);
+      for (unsigned f = t; f < hd / 16 * 32; f += THREADS) {
+        const unsigned ks = f / 32, gq = f % 32 / 4, qq = f % 4;
+        uint4 w = make_uint4(0u, 0u, 0u, 0u);
+        if (gq < g) {
+          const float* x = q + gq * hd + qq * (hd / 4) + 4 * ks;
+          float rest[4];
+#pragma unroll
+          for (unsigned e = 0; e < 4; ++e) rest[e] = x[e] - __uint_as_float((unsigned)to_bf16(x[e]) << 16);
+          w = make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(rest[0], rest[1]),
+                         pack_bf16(rest[2], rest[3]));
+        }
+        qa[f] = w;
+      }
+      sync_role();
+      const unsigned gid = lane / 4, qd = lane % 4;
+      float mrun_mine = -INFINITY;  // mrun[gid]: the running max of the head whose scores this lane holds
+#endif
 
       float mrun[MAX_GROUP], lrun[MAX_GROUP], acc[MAX_GROUP][8];
 #pragma unroll
@@ -166,7 +238,95 @@ PL_ENTRY(run) {
       // scores are taken, its values once the sums are, so each block's round trip overlaps the
       // one before it.
       for (unsigned b = c0; b < c1; b += BLOCK) {
-        const unsigned n = min(BLOCK, c1 - b), pp = b + t, nb = b + BLOCK, nn = nb < c1 ? min(BLOCK, c1 - nb) : 0;
+        const unsigned n = min(BLOCK, c1 - b), nb = b + BLOCK, nn = nb < c1 ? min(BLOCK, c1 - nb) : 0;
+#if DEC_MMA_SCORES
+        // head gid's scores at positions 32 warp + 8 i + 2 qd + j (mma's C layout)
+        float sc[TILES][2];
+        {
+          uint4 krest[TILES][MAX_CH - KPRE_CH];  // the rest of a longer row (head_dim 128), all at once
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i) {
+            const unsigned row = warp * 32 + 8 * i + gid;
+#pragma unroll
+            for (unsigned c = KPRE_CH; c < MAX_CH; ++c)
+              if (c * 32 < hd)
+                krest[i][c - KPRE_CH] =
+                    row < n ? *reinterpret_cast<const uint4*>(kc + (size_t)(b + row) * hd + qd * (hd / 4) + 8 * c)
+                            : make_uint4(0u, 0u, 0u, 0u);
+            if (b + row == pos)  // the stale row at pos: the new key, as the cache now holds it
+#pragma unroll
+              for (unsigned c = 0; c < MAX_CH; ++c) {
+                if (c * 32 >= hd) break;
+                const float* x = kn + qd * (hd / 4) + 8 * c;
+                const uint4 w = make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
+                                           pack_bf16(x[6], x[7]));
+                if (c < KPRE_CH) rows.k[i][c] = w;
+                else krest[i][c - KPRE_CH] = w;
+              }
+          }
+          float cacc[TILES][4];
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i)
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) cacc[i][e] = 0.f;
+#pragma unroll
+          for (unsigned ks = 0; ks < MAX_HD / 16; ++ks) {
+            if (ks * 16 >= hd) break;
+            const uint4 a = qa[ks * 32 + lane];
+#pragma unroll
+            for (unsigned i = 0; i < TILES; ++i) {
+              const unsigned c = ks / 2;
+              const uint4& w = c < KPRE_CH ? rows.k[i][c] : krest[i][c - KPRE_CH];
+              const unsigned b_lo = word_of(w, 2 * (ks % 2)), b_hi = word_of(w, 2 * (ks % 2) + 1);
+              mma_k16(cacc[i], a.x, a.y, b_lo, b_hi);  // the queries' high halves
+              mma_k16(cacc[i], a.z, a.w, b_lo, b_hi);  // and their low halves
+            }
+          }
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i)
+#pragma unroll
+            for (unsigned j = 0; j < 2; ++j)
+              sc[i][j] = gid < g && warp * 32 + 8 * i + 2 * qd + j < n ? cacc[i][j] * scale : -INFINITY;
+        }
+        if (nn) load_keys(rows, kc, nb, nn, hd, t);
+        {  // the block's max of head gid: the lane's eight, its quad's, then the warps' through red
+          float v = -INFINITY;
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i) v = fmaxf(v, fmaxf(sc[i][0], sc[i][1]));
+          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+          if (qd == 0 && gid < g) red[gid * 4 + warp] = v;
+        }
+        sync_role();
+        float alpha[MAX_GROUP];
+#pragma unroll
+        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
+          if (hh >= g) break;
+          const float mb = fmaxf(fmaxf(red[hh * 4], red[hh * 4 + 1]), fmaxf(red[hh * 4 + 2], red[hh * 4 + 3]));
+          const float mnew = fmaxf(mrun[hh], mb);
+          alpha[hh] = exp2f(mrun[hh] - mnew);
+          mrun[hh] = mnew;
+        }
+        {  // head gid's probabilities (mrun_mine: the same max as mrun[gid], by the same fmaxf steps);
+           // lanes past the group hold no scores and add nothing
+          const float* rm = red + min(gid, g - 1) * 4;
+          mrun_mine = fmaxf(mrun_mine, fmaxf(fmaxf(rm[0], rm[1]), fmaxf(rm[2], rm[3])));
+          float v = 0.f;
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i)
+#pragma unroll
+            for (unsigned j = 0; j < 2; ++j) {
+              const float ph = sc[i][j] == -INFINITY ? 0.f : exp2f(sc[i][j] - mrun_mine);
+              if (gid < g) pr[gid * BLOCK + warp * 32 + 8 * i + 2 * qd + j] = ph;
+              v += ph;
+            }
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          if (qd == 0 && gid < g) red[4 * MAX_GROUP + gid * 4 + warp] = v;
+        }
+        sync_role();
+#else
+        const unsigned pp = b + t;
         float s[MAX_GROUP];
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh) s[hh] = t < n ? 0.f : -INFINITY;
@@ -222,6 +382,7 @@ PL_ENTRY(run) {
           mrun[hh] = mnew;
         }
         sync_role();
+#endif
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
           if (hh >= g) break;
