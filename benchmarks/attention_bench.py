@@ -42,7 +42,7 @@ from attention import VARIANTS, attention, create_block_mask  # noqa: E402
 from attention_varlen import VARLEN_VARIANTS  # noqa: E402
 from attention_check import ATOL, RTOL, docs_for, entry_variant, paged_cache, rand_qkv, variant_kwargs  # noqa: E402
 from gpu_bench import (both_ways_ratio, expect, interleaved, parse_builds, parse_counts, parse_shapes,  # noqa: E402
-                       run_gates, sanitizer)
+                       require_gpu, run_gates, sanitizer)
 
 BIN = Path(os.environ.get("PIPELINK_ATTENTION_DIR") or ROOT / "bazel-bin" / "kernels" / "attention")
 WINDOW = 1024
@@ -471,6 +471,8 @@ def main() -> int:
     for flag, sizes in (("--paged", a.paged), ("--flex-paged", a.flex_paged)):
         if any(ps not in (16, 32, 64, 128) for ps in sizes):
             ap.error(f"{flag} {sizes}: page sizes of 16, 32, 64 or 128 tokens")
+    if not require_gpu(f"attention_bench.py {a.cmd}"):
+        return 1
     if a.cmd == "one":
         return cmd_one(a)
     if a.cmd == "prof":

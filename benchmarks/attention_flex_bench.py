@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import attention_bench as ab  # noqa: E402  (puts tools/ and kernels/attention on sys.path)
 from attention import attention, create_block_mask  # noqa: E402
-from gpu_bench import interleaved, parse_builds, parse_counts  # noqa: E402
+from gpu_bench import interleaved, parse_builds, parse_counts, require_gpu  # noqa: E402
 
 WINDOW = 1024
 VARIANTS = ("sliding", "document", "block_sparse")
@@ -262,6 +262,8 @@ def main() -> int:
     a.variants = [v for v in a.variants.split(",") if v]
     a.seqs = parse_counts(ap, "--seqs", a.seqs, 128)
     a.builds = parse_builds(ap, a.builds, "attn_*.manifest.json")
+    if not require_gpu(f"attention_flex_bench.py {a.cmd}"):
+        return 1
     return {"warm": cmd_warm, "compile": cmd_compile, "bench": cmd_bench}[a.cmd](a)
 
 

@@ -32,7 +32,7 @@ from attention import attention, kernel_dir_default  # noqa: E402
 from attention_check import ATOL, RTOL  # noqa: E402
 from attention_reference import varlen_reference  # noqa: E402
 from attention_varlen import VARLEN_VARIANTS  # noqa: E402
-from gpu_bench import both_ways_ratio, interleaved  # noqa: E402
+from gpu_bench import both_ways_ratio, interleaved, require_gpu  # noqa: E402
 
 BIN = kernel_dir_default()
 
@@ -157,6 +157,8 @@ def main(argv=None) -> int:
             ap.error(f"{flag} {value}: at least {lo}")
     if 32 % a.kv_heads:
         ap.error(f"--kv-heads {a.kv_heads}: a divisor of the 32 query heads")
+    if not require_gpu("attention_ragged_bench.py"):
+        return 1
     lens = lengths(a.sequences, a.max_len, a.spread)
     rows, failed = [], []
     for variant in variants:

@@ -8,6 +8,7 @@ kernel. Speed of N > 1 ranks needs one GPU per rank: not measured here.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import uuid
@@ -16,10 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "attention"), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
+from gpu_bench import require_gpu, whole  # noqa: E402
 
 
 def sanitize(tool: str = "memcheck") -> int:
-    from cp_worker import run_ranks
+    from helpers.cp_worker import run_ranks
     bad = 0
     for world, S, H in ((1, 1024, 2), (2, 1024, 2)):
         prefix = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "7", "--report-api-errors", "no"]
@@ -78,8 +80,22 @@ def interleaved_ms(fa, fb, rounds: int = 10, reps: int = 10):
     return sorted(ta)[len(ta) // 2], sorted(tb)[len(tb) // 2]
 
 
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    sz = sub.add_parser("sanitize", help="compute-sanitizer over 1 and 2 ranks")
+    sz.add_argument("tool", nargs="?", default="memcheck", choices=["memcheck", "racecheck", "synccheck", "initcheck"])
+    b1 = sub.add_parser("bench1", help="world 1: attn_cp against attn_causal")
+    b1.add_argument("S", nargs="?", type=whole(256), default=8192, help="sequence length (default %(default)s)")
+    b1.add_argument("H", nargs="?", type=whole(1), default=32, help="heads (default %(default)s)")
+    a = ap.parse_args(argv)
+    cmd = a.cmd or "sanitize"
+    if cmd == "bench1" and a.S % 256:
+        ap.error(f"S {a.S}: a multiple of 256 (two 128-row zigzag chunks a rank)")
+    if not require_gpu(f"cp_attention_check.py {cmd}"):
+        return 1
+    return sanitize(getattr(a, "tool", "memcheck")) if cmd == "sanitize" else bench1(a.S, a.H)
+
+
 if __name__ == "__main__":
-    cmd, *rest = sys.argv[1:] or ["sanitize"]
-    if cmd == "sanitize":
-        sys.exit(sanitize(*rest))
-    sys.exit(bench1(*map(int, rest)))
+    sys.exit(main())

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gemm_swiglu import GemmSwiglu, reference  # noqa: E402
-from gpu_bench import both_ways_ratio, expect, interleaved, parse_counts, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
+from gpu_bench import both_ways_ratio, expect, interleaved, parse_counts, require_gpu, run_gates, sanitizer  # noqa: E402  (ABBA rounds of graph replays)
 
 HIDDEN, INTER = 5120, 25600  # Qwen3-32B: x [M, 5120] @ w[51200, 5120]^T -> [M, 25600]
 BENCH_M = [128, 512, 1024, 2048, 4096, 8192]
@@ -270,6 +270,8 @@ def main() -> int:
     if missing:
         ap.error(f"--kernels: not built: {', '.join(missing)} (hint: tools/bazel build //kernels/... "
                  "--output_groups=+control, or point PIPELINK_KERNELS_DIR at a directory of builds)")
+    if not require_gpu(f"gemm_swiglu_bench.py {a.cmd}"):
+        return 1
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench})
 
 

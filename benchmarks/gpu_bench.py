@@ -17,6 +17,9 @@
                 out, m, n, k; facts block_m/n/k).
 
   builds        a benchmark's --builds value checked (parse_builds), on the CPU machine before a GPU run.
+  whole         an argparse type: a whole number >= a minimum (the positional counts of the multi-rank scripts).
+  require_gpu   a benchmark's refusal to run where no CUDA GPU is usable: one FAIL R-DEVICE line with
+                a hint, after its arguments are checked and before any CUDA work (not a traceback).
 
   python3 benchmarks/gpu_bench.py target --kernel gemm_swiglu --cubin bazel-bin/kernels/gemm_swiglu.cubin
   python3 benchmarks/gpu_bench.py builds before=.xfer/before --needs moe_step.manifest.json moe_step.cubin
@@ -34,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from pipelink.runtime import Kernel, LaunchError  # noqa: E402
+from pipelink.runtime import Kernel, LaunchError, gpu_unavailable_reason  # noqa: E402
 
 GSW_TOL = 2e-2
 # Kernel families with the gemm_swiglu interface (the `target` check).
@@ -68,13 +71,51 @@ def expect(fn, code) -> tuple[bool, str]:
 GATES = ("check", "sanitize", "pair", "bench")  # what `all` runs, in this order
 
 
+def require_gpu(tool: str) -> bool:
+    """True where a CUDA GPU is usable here (the driver API, and torch's CUDA where torch is
+    installed); else False, after one FAIL R-DEVICE line that names `tool` and says why."""
+    why = gpu_unavailable_reason()
+    if why is None:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None and not torch.cuda.is_available():
+            why = f"torch {torch.__version__} has no CUDA"
+    if why is None:
+        return True
+    print(f"FAIL R-DEVICE: {tool} needs a CUDA GPU: {why} (hint: run it on the GPU machine, e.g. through "
+          "the device tool; BENCHMARKS.md, \"How a device run works\")", flush=True)
+    return False
+
+
 def run_gates(a, gates: dict) -> int:
-    """Runs a.cmd (or every gate of GATES for `all`), each under a ==== header; ORs their exits."""
+    """Runs a.cmd (or every gate of GATES for `all`), each under a ==== header; ORs their exits. A
+    refused launch (a build missing or stale, a bad argument) ends its gate with its code and hint."""
     rc = 0
     for cmd in (GATES if a.cmd == "all" else [a.cmd]):
         print(f"==== {cmd}", flush=True)
-        rc |= gates[cmd](a)
+        rc |= refused_as_fail(gates[cmd], a)
     return rc
+
+
+def refused_as_fail(fn, *args) -> int:
+    """fn(*args), or 1 after one FAIL line with the code and hint where the runtime refused a launch."""
+    try:
+        return fn(*args)
+    except LaunchError as e:
+        print(f"FAIL {e.code}: {e.diagnostics[0].message} (hint: {e.hint})", flush=True)
+        return 1
+
+
+def whole(minimum: int = 1):
+    """An argparse type: a whole number >= minimum (a usage error naming the argument otherwise)."""
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit() and int(text) >= minimum):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}")
+        return int(text)
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
 
 
 def parse_counts(ap: argparse.ArgumentParser, flag: str, text: str, minimum: int = 1) -> list[int]:
@@ -328,7 +369,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("target")
-    t.add_argument("--kernel", required=True, help="toy or " + ", ".join(GSW_KERNELS))
+    t.add_argument("--kernel", required=True, choices=("toy", *GSW_KERNELS), help="the kernel interface to drive")
     t.add_argument("--cubin", required=True)
     t.add_argument("--manifest")
     b = sub.add_parser("builds", help="check a --builds value; print the builds it names as JSON")
@@ -338,7 +379,7 @@ def main(argv=None) -> int:
     if a.cmd == "builds":
         print(json.dumps(parse_builds(b, a.builds, *a.needs)))
         return 0
-    return cmd_target(a)
+    return refused_as_fail(cmd_target, a)
 
 
 if __name__ == "__main__":

@@ -396,6 +396,13 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-mode", default="default",
                     help="bench: torch.compile's mode for the baseline (max-autotune-no-cudagraphs tunes for minutes)")
     a = ap.parse_args(argv)
+    from gpu_bench import refused_as_fail, require_gpu
+    if not require_gpu(f"llama_decode_bench.py {a.cmd}"):
+        return 1
+    return refused_as_fail(_dispatch, a)
+
+
+def _dispatch(a) -> int:
     if a.cmd == "worker":
         return worker(a.attention, tuple(a.files) if a.files else None, a.steps, a.unfused)
     if a.cmd == "worker-check":

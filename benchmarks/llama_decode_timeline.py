@@ -115,7 +115,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=_count(0), default=5)
     ap.add_argument("--build", default="llama3_1b_trace", help="a link with the step's stamps (decode_models.bzl)")
     a = ap.parse_args(argv)
+    from gpu_bench import require_gpu
     from pipelink.runtime import LaunchError
+    if not require_gpu("llama_decode_timeline.py"):
+        return 1
     try:
         return _run(a)
     except LaunchError as e:  # a refused build or argument: its code and hint, not a traceback
@@ -128,9 +131,6 @@ def _run(a) -> int:
     import llama_models as lm
     from llama_decode_bench import _at_context, _weights
     from llama_megakernel import MegakernelStep, default_kernel_dir
-    if not torch.cuda.is_available():
-        print("FAIL R-DEVICE: no CUDA device (hint: run on the GPU machine; the timeline build needs an sm_90a GPU)")
-        return 1
     d = default_kernel_dir()
     files = (d / f"{a.build}.cubin", d / f"{a.build}.manifest.json")
     if not files[0].is_file():

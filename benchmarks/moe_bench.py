@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 os.environ.setdefault("LIGER_FUSED_MOE_AUTOTUNE", "0")
 
 import moe_sglang  # noqa: E402
-from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, run_gates, sanitizer  # noqa: E402
+from gpu_bench import both_ways_ratio, interleaved, parse_builds, parse_counts, require_gpu, run_gates, sanitizer  # noqa: E402
 
 import moe_models  # noqa: E402
 
@@ -537,6 +537,8 @@ def main() -> int:
         a.sanitize_tokens = "1,37" if E * 3 * H * I * 2 <= 2 << 30 else "1,3"  # w13 + w2 bytes
     a.sanitize_tokens = parse_counts(ap, "--sanitize-tokens", a.sanitize_tokens)
     a.builds = parse_builds(ap, a.builds, f"{TARGET}.manifest.json", f"{TARGET}.cubin")
+    if not require_gpu(f"moe_bench.py {a.cmd}"):
+        return 1
     return run_gates(a, {"check": cmd_check, "sanitize": cmd_sanitize, "pair": cmd_pair, "bench": cmd_bench,
                          "bound": cmd_bound, "profile": cmd_profile})
 

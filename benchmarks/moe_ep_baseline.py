@@ -18,6 +18,7 @@ NVSHMEM_DISABLE_NVLS=1 are set for every rank).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ from pathlib import Path
 for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}.items():
     os.environ[_k] = _v
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "moe")]
+sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "moe"), str(ROOT / "benchmarks")]
+from gpu_bench import require_gpu, whole  # noqa: E402
 E, H, I, TOP_K = 128, 2048, 768, 8
 
 
@@ -111,16 +113,24 @@ def _rank_main(rank, world, T, iters, port):
     dist.destroy_process_group()
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("world", nargs="?", type=whole(1), help="ranks, one GPU each (default: every visible GPU)")
+    ap.add_argument("T", nargs="?", type=whole(1), default=4096, help="tokens a rank (default %(default)s)")
+    ap.add_argument("iters", nargs="?", type=whole(1), default=20, help="timed steps (default %(default)s)")
+    a = ap.parse_args(argv)
+    if not require_gpu("moe_ep_baseline.py"):
+        return 1
     import torch
     import torch.multiprocessing as mp
-    world = int(sys.argv[1]) if len(sys.argv) > 1 else torch.cuda.device_count()
-    T = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
-    iters = int(sys.argv[3]) if len(sys.argv) > 3 else 20
-    if world > torch.cuda.device_count():
-        print(f"world {world} needs {world} GPUs; {torch.cuda.device_count()} visible")
+    gpus = torch.cuda.device_count()
+    world = a.world or gpus
+    if world > gpus:
+        print(f"FAIL R-DEVICE: world {world} needs {world} GPUs; {gpus} visible (hint: a multi-GPU machine kind)")
         return 1
-    mp.spawn(_rank_main, args=(world, T, iters, 29600 + os.getpid() % 1000), nprocs=world, join=True)
+    if E % world:
+        ap.error(f"world {world}: a divisor of the {E} experts")
+    mp.spawn(_rank_main, args=(world, a.T, a.iters, 29600 + os.getpid() % 1000), nprocs=world, join=True)
     return 0
 
 

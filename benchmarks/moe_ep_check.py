@@ -9,6 +9,7 @@ the two processes' persistent kernels are time-sliced). Speed needs a multi-GPU 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tools")]
 BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")
 
-from cp_worker import run_ranks  # noqa: E402
+from helpers.cp_worker import run_ranks  # noqa: E402
+from gpu_bench import require_gpu, whole  # noqa: E402
 
 
 def _summary(res):
@@ -62,10 +64,23 @@ def sanitize(tool: str = "memcheck", T: int = 16, *worlds: int) -> int:
     return 1 if bad else 0
 
 
-if __name__ == "__main__":
-    cmd, *args = sys.argv[1:] or ["check"]
-    if cmd == "check":
-        sys.exit(check(*map(int, args)))
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    c = sub.add_parser("check", help="world 1 and 2 against the reference")
+    c.add_argument("T", nargs="*", type=whole(1), help="token counts (default 16 300 2048)")
+    sz = sub.add_parser("sanitize", help="compute-sanitizer on every rank")
+    sz.add_argument("tool", nargs="?", default="memcheck", choices=["memcheck", "racecheck", "synccheck", "initcheck"])
+    sz.add_argument("T", nargs="?", type=whole(1), default=16, help="tokens a rank (default %(default)s)")
+    sz.add_argument("world", nargs="*", type=int, choices=[1, 2], help="ranks (default 1 2)")
+    a = ap.parse_args(argv)
+    cmd = a.cmd or "check"
+    if not require_gpu(f"moe_ep_check.py {cmd}"):
+        return 1
     if cmd == "sanitize":
-        sys.exit(sanitize(*args[:1], *map(int, args[1:])))
-    sys.exit(f"unknown command {cmd!r}: check | sanitize")
+        return sanitize(a.tool, a.T, *a.world)
+    return check(*(getattr(a, "T", None) or ()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

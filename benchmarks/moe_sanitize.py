@@ -56,9 +56,11 @@ def main() -> int:
     ap.add_argument("--kernels", default="moe_step,moe_step_swiglu2,moe_step_team")
     ap.add_argument("--name", default="moe_step")
     a = ap.parse_args()
+    from gpu_bench import require_gpu, sanitize_jobs  # (here: the worker runs under the sanitizer, torch-only)
+    if not require_gpu(f"moe_sanitize.py {a.cmd}"):
+        return 1
     if a.cmd == "worker":
         return worker(a.name, a.tokens)
-    from gpu_bench import sanitize_jobs  # (here: the worker runs under the sanitizer, torch-only)
     return sanitize_jobs([(name, [sys.executable, __file__, "worker", "--name", name, "--tokens", str(a.tokens)])
                           for name in a.kernels.split(",")])
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_bench import parse_counts  # noqa: E402
+from gpu_bench import parse_counts, refused_as_fail, require_gpu  # noqa: E402
 
 TRACE_WORD, SLOTS = 6144, 20  # moe_shapes.h: moe::TRACE, moe::TRACE_SLOTS
 # the last three: the router's tile finishers (latest stamps only, moe::Stamp): partial sums
@@ -66,6 +66,12 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="moe_step_trace")
     a = ap.parse_args(argv)
     a.tokens = parse_counts(ap, "--tokens", a.tokens)
+    if not require_gpu("moe_trace.py"):
+        return 1
+    return refused_as_fail(_run, a)
+
+
+def _run(a) -> int:
     import torch
     from cuda.bindings import driver as drv
 

@@ -12,11 +12,15 @@ NVSHMEM_DISABLE_NVLS=1 are set for every rank).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}.items():
     os.environ[_k] = _v
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_bench import require_gpu, whole  # noqa: E402
 
 
 def _flash(q, k, v, causal):
@@ -96,12 +100,26 @@ def _rank_main(rank, world, S, H, port):
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("world", nargs="?", type=whole(1), help="ranks, one GPU each (default: every visible GPU)")
+    ap.add_argument("S", nargs="?", type=whole(1), default=32768, help="sequence length (default %(default)s)")
+    ap.add_argument("H", nargs="?", type=whole(1), default=32, help="heads (default %(default)s)")
+    a = ap.parse_args(argv)
+    if not require_gpu("ring_attention_baseline.py"):
+        return 1
     import torch
     import torch.multiprocessing as mp
-    world = int(sys.argv[1]) if len(sys.argv) > 1 else torch.cuda.device_count()
-    S = int(sys.argv[2]) if len(sys.argv) > 2 else 32768
-    H = int(sys.argv[3]) if len(sys.argv) > 3 else 32
-    if world > torch.cuda.device_count():
-        sys.exit(f"world {world} needs {world} GPUs; {torch.cuda.device_count()} visible")
-    mp.spawn(_rank_main, args=(world, S, H, 29500 + os.getpid() % 1000), nprocs=world, join=True)
+    gpus = torch.cuda.device_count()
+    world = a.world or gpus
+    if world > gpus:
+        print(f"FAIL R-DEVICE: world {world} needs {world} GPUs; {gpus} visible (hint: a multi-GPU machine kind)")
+        return 1
+    if a.S % (2 * world):
+        ap.error(f"S {a.S}: a multiple of 2 x world = {2 * world} (the zigzag shards' chunks)")
+    mp.spawn(_rank_main, args=(world, a.S, a.H, 29500 + os.getpid() % 1000), nprocs=world, join=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,7 +46,7 @@ from pipelink.linker.toolkit import find_toolkit  # noqa: E402
 # Helpers in tests/helpers/ that tests also import from here (conftest keeps the fixtures and the
 # packing/diagnostic helpers, which import pipelink).
 from helpers.cutlass import cutlass_include, require_cutlass  # noqa: E402,F401
-from helpers.gpu import gpu_unavailable_reason  # noqa: E402,F401
+from pipelink.runtime.device import gpu_unavailable_reason  # noqa: E402,F401
 
 INCLUDE = TOOLS / "pipelink" / "include"
 TOY = ROOT / "examples" / "toy"

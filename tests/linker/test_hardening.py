@@ -624,6 +624,45 @@ def test_bench_number_lists_are_checked(args):
     assert r.returncode == 2 and "Traceback" not in r.stderr and rest[-2] in r.stderr, r.stderr
 
 
+# One command of every benchmark that needs a GPU, with valid arguments.
+GPU_BENCH_COMMANDS = [
+    ("attention_bench.py", "bench"), ("attention_flex_bench.py", "warm"), ("attention_ragged_bench.py",),
+    ("cp_attention_check.py", "sanitize"), ("gemm_swiglu_bench.py", "pair"), ("llama_decode_bench.py", "pair"),
+    ("llama_decode_timeline.py",), ("moe_bench.py", "check"), ("moe_ep_baseline.py", "1"), ("moe_ep_check.py", "check"),
+    ("moe_sanitize.py",), ("moe_trace.py",), ("profile_one.py", "gemm_swiglu_tma", "16"), ("ring_attention_baseline.py", "1")]
+
+
+@pytest.mark.parametrize("args", GPU_BENCH_COMMANDS, ids=lambda a: " ".join(a))
+def test_gpu_benchmarks_refuse_a_machine_without_a_gpu(args):
+    """Where no CUDA GPU is usable, a GPU benchmark with good arguments says so, FAIL R-DEVICE
+    naming the tool with a hint, and exits 1: no traceback from torch or the driver."""
+    from conftest import gpu_unavailable_reason
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is usable here")
+    script, *rest = args
+    if script == "profile_one.py" and not (ROOT / "bazel-bin" / "kernels" / "gemm_swiglu_tma.manifest.json").is_file():
+        pytest.skip("needs //kernels:gemm_swiglu_tma built (its argument check comes first)")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *rest], capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "Traceback" not in out, out[-2000:]
+    assert f"FAIL R-DEVICE: {script}" in out and "hint:" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("args", [
+    ("moe_ep_baseline.py", "0"), ("moe_ep_baseline.py", "2", "x"), ("ring_attention_baseline.py", "1", "-3"),
+    ("cp_attention_check.py", "bench1", "100"), ("cp_attention_check.py", "sanitize", "bogus"),
+    ("moe_ep_check.py", "check", "0"), ("moe_ep_check.py", "sanitize", "memcheck", "16", "3"),
+    ("profile_one.py", "gemm_swiglu_tma", "0"), ("profile_one.py", "gemm_swiglu_nope", "16"), ("profile_one.py",)])
+def test_multi_rank_and_profile_scripts_check_their_arguments(args):
+    """The positional arguments of the multi-rank checks and baselines and of profile_one.py
+    (counts, sanitizer tools, world sizes, kernel builds): a usage error (exit 2), no traceback."""
+    script, *rest = args
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *rest], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "error:" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("kernels", ["gemm_swiglu_nope", ","])
 def test_gemm_bench_refuses_kernels_it_cannot_find(kernels, tmp_path):
     """A --kernels name with no build there (bazel-bin, or PIPELINK_KERNELS_DIR), or none at all:

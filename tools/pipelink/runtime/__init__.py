@@ -14,6 +14,7 @@ What this package offers callers:
   expect_tensor             the tensor checks of per-kernel wrappers (entry; the other argument
                             checks are in pipelink.runtime.entry)
   BUILTIN_GRID_NAMES        the grid names the runtime supplies (pipelink.common.manifest_schema)
+  gpu_unavailable_reason    None where a CUDA GPU is usable here, else why not (device; no torch)
 
 Peer buffers for several ranks are pipelink.runtime.peers (the exchange) and
 pipelink.runtime.peers_cuda (the mappings); host providers and workspaces, which the manifest
@@ -24,6 +25,7 @@ package: the two halves share only pipelink.common.
 
 from pipelink.common.manifest_schema import BUILTIN_GRID_NAMES
 from pipelink.runtime.entry import expect_tensor
+from pipelink.runtime.device import gpu_unavailable_reason
 from pipelink.runtime.kernel import Kernel, Session, load
 from pipelink.runtime.launch_error import RUNTIME_CODES, LaunchError
 from pipelink.runtime.launch_plan import LaunchPlan, Packer, coerce_params, grid_dims, pack_params, plan_launch
@@ -36,4 +38,5 @@ __all__ = [
     "plan_launch", "LaunchPlan", "coerce_params", "pack_params", "Packer", "grid_dims",
     "expect_tensor",
     "BUILTIN_GRID_NAMES",
+    "gpu_unavailable_reason",
 ]

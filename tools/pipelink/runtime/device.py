@@ -1,4 +1,5 @@
-"""Whether a CUDA GPU is usable here: the one check behind the `requires_gpu` marker."""
+"""Whether a CUDA GPU is usable here, by the driver API alone (no torch): the one check behind the
+tests' `requires_gpu` marker and the GPU benchmarks' refusal (benchmarks/gpu_bench.require_gpu)."""
 
 from __future__ import annotations
 
