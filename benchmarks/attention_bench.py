@@ -150,17 +150,23 @@ def sdpa_fns(q, k, v, causal):
 _flex = None
 
 
-def flex_fn(q, k, v, mask_mod, score_mod=None):
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask as fcbm
-    from torch.nn.attention.flex_attention import flex_attention
+def compiled_flex():
+    """torch.compile of flex_attention, compiled once for every Flex column."""
     global _flex
     if _flex is None:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
         _flex = torch.compile(flex_attention, dynamic=False)
+    return _flex
+
+
+def flex_fn(q, k, v, mask_mod, score_mod=None):
+    from torch.nn.attention.flex_attention import create_block_mask as fcbm
+    flex = compiled_flex()
     B, H, Lq, _ = q.shape
     bm = fcbm(mask_mod, None, None, Lq, k.shape[2], device="cuda", _compile=True) if mask_mod else None
     gqa = k.shape[1] != H
-    f = lambda: _flex(q, k, v, block_mask=bm, score_mod=score_mod, enable_gqa=gqa)  # noqa: E731
+    f = lambda: flex(q, k, v, block_mask=bm, score_mod=score_mod, enable_gqa=gqa)  # noqa: E731
     f()
     return f
 
@@ -173,10 +179,7 @@ def flex_paged_fn(q, kp, vp, table, kv_len):
     import torch
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask as fcbm
-    from torch.nn.attention.flex_attention import flex_attention
-    global _flex
-    if _flex is None:
-        _flex = torch.compile(flex_attention, dynamic=False)
+    flex = compiled_flex()
     n_pages, hkv, ps, d = kp.shape
     B, per = table.shape
     pa = PagedAttention(n_pages, ps, B, device=str(q.device))
@@ -190,7 +193,7 @@ def flex_paged_fn(q, kp, vp, table, kv_len):
     kc, vc = (t.permute(1, 0, 2, 3).reshape(1, hkv, n_pages * ps, d) for t in (kp, vp))
     logical = fcbm(lambda b, h, q_idx, kv_idx: kv_idx >= 0, B, None, 1, kv_len, device=str(q.device), BLOCK_SIZE=ps)
     bm = pa.convert_logical_block_mask(logical)
-    f = lambda: _flex(q, kc, vc, block_mask=bm, enable_gqa=True)  # noqa: E731
+    f = lambda: flex(q, kc, vc, block_mask=bm, enable_gqa=True)  # noqa: E731
     f()
     return f
 

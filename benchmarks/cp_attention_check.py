@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "attention"), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 BIN = ROOT / "bazel-bin" / "kernels" / "attention"
-from gpu_bench import require_gpu, whole  # noqa: E402
+from gpu_bench import COMPUTE_SANITIZER_TOOLS, require_gpu, whole  # noqa: E402
 
 
 def sanitize(tool: str = "memcheck") -> int:
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
     sz = sub.add_parser("sanitize", help="compute-sanitizer over 1 and 2 ranks")
-    sz.add_argument("tool", nargs="?", default="memcheck", choices=["memcheck", "racecheck", "synccheck", "initcheck"])
+    sz.add_argument("tool", nargs="?", default="memcheck", choices=COMPUTE_SANITIZER_TOOLS)
     b1 = sub.add_parser("bench1", help="world 1: attn_cp against attn_causal")
     b1.add_argument("S", nargs="?", type=whole(256), default=8192, help="sequence length (default %(default)s)")
     b1.add_argument("H", nargs="?", type=whole(1), default=32, help="heads (default %(default)s)")

@@ -18,6 +18,7 @@
 
   builds        a benchmark's --builds value checked (parse_builds), on the CPU machine before a GPU run.
   whole         an argparse type: a whole number >= a minimum (the positional counts of the multi-rank scripts).
+  gpu_world     the ranks of a one-process-per-GPU script: its world, or every visible GPU; too few: FAIL R-DEVICE.
   require_gpu   a benchmark's refusal to run where no CUDA GPU is usable: one FAIL R-DEVICE line with
                 a hint, after its arguments are checked and before any CUDA work (not a traceback).
 
@@ -99,6 +100,19 @@ def run_gates(a, gates: dict) -> int:
     return rc
 
 
+def gpu_world(world: int | None, tool: str) -> int | None:
+    """The ranks of a one-process-per-GPU script: `world`, or every visible GPU where it is None;
+    None after one FAIL R-DEVICE line where fewer GPUs are visible (after require_gpu)."""
+    import torch
+    gpus = torch.cuda.device_count()
+    world = world or gpus
+    if world > gpus:
+        print(f"FAIL R-DEVICE: {tool}: world {world} needs {world} GPUs; {gpus} visible "
+              "(hint: a multi-GPU machine kind)", flush=True)
+        return None
+    return world
+
+
 def refused_as_fail(fn, *args) -> int:
     """fn(*args), or 1 after one FAIL line with the code and hint where the runtime refused a launch."""
     try:
@@ -161,6 +175,8 @@ def sanitizer() -> str | None:
 # compute-sanitizer's tools as the gates run them: memcheck without API-error reports (PyTorch's
 # own driver calls, e.g. probing primary contexts, return errors by design).
 SANITIZER_TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "synccheck": []}
+# every tool compute-sanitizer has, for scripts that take one by name (the multi-rank checks)
+COMPUTE_SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 
 def sanitize_jobs(jobs: list[tuple[str, list[str]]], timeout: float = 900.0) -> int:

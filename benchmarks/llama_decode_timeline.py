@@ -115,15 +115,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=_count(0), default=5)
     ap.add_argument("--build", default="llama3_1b_trace", help="a link with the step's stamps (decode_models.bzl)")
     a = ap.parse_args(argv)
-    from gpu_bench import require_gpu
-    from pipelink.runtime import LaunchError
+    from gpu_bench import refused_as_fail, require_gpu
     if not require_gpu("llama_decode_timeline.py"):
         return 1
-    try:
-        return _run(a)
-    except LaunchError as e:  # a refused build or argument: its code and hint, not a traceback
-        print(f"FAIL {e.code}: {e.diagnostics[0].message} (hint: {e.hint})")
-        return 1
+    return refused_as_fail(_run, a)  # a refused build or argument: its code and hint, not a traceback
 
 
 def _run(a) -> int:

@@ -27,7 +27,7 @@ for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     os.environ[_k] = _v
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "moe"), str(ROOT / "benchmarks")]
-from gpu_bench import require_gpu, whole  # noqa: E402
+from gpu_bench import gpu_world, require_gpu, whole  # noqa: E402
 E, H, I, TOP_K = 128, 2048, 768, 8
 
 
@@ -121,12 +121,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not require_gpu("moe_ep_baseline.py"):
         return 1
-    import torch
     import torch.multiprocessing as mp
-    gpus = torch.cuda.device_count()
-    world = a.world or gpus
-    if world > gpus:
-        print(f"FAIL R-DEVICE: world {world} needs {world} GPUs; {gpus} visible (hint: a multi-GPU machine kind)")
+    world = gpu_world(a.world, "moe_ep_baseline.py")
+    if world is None:
         return 1
     if E % world:
         ap.error(f"world {world}: a divisor of the {E} experts")

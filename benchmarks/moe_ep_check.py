@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tools")]
 BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")
 
 from helpers.cp_worker import run_ranks  # noqa: E402
-from gpu_bench import require_gpu, whole  # noqa: E402
+from gpu_bench import COMPUTE_SANITIZER_TOOLS, require_gpu, whole  # noqa: E402
 
 
 def _summary(res):
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="world 1 and 2 against the reference")
     c.add_argument("T", nargs="*", type=whole(1), help="token counts (default 16 300 2048)")
     sz = sub.add_parser("sanitize", help="compute-sanitizer on every rank")
-    sz.add_argument("tool", nargs="?", default="memcheck", choices=["memcheck", "racecheck", "synccheck", "initcheck"])
+    sz.add_argument("tool", nargs="?", default="memcheck", choices=COMPUTE_SANITIZER_TOOLS)
     sz.add_argument("T", nargs="?", type=whole(1), default=16, help="tokens a rank (default %(default)s)")
     sz.add_argument("world", nargs="*", type=int, choices=[1, 2], help="ranks (default 1 2)")
     a = ap.parse_args(argv)

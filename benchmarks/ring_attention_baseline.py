@@ -20,7 +20,7 @@ for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     os.environ[_k] = _v
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_bench import require_gpu, whole  # noqa: E402
+from gpu_bench import gpu_world, require_gpu, whole  # noqa: E402
 
 
 def _flash(q, k, v, causal):
@@ -108,12 +108,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not require_gpu("ring_attention_baseline.py"):
         return 1
-    import torch
     import torch.multiprocessing as mp
-    gpus = torch.cuda.device_count()
-    world = a.world or gpus
-    if world > gpus:
-        print(f"FAIL R-DEVICE: world {world} needs {world} GPUs; {gpus} visible (hint: a multi-GPU machine kind)")
+    world = gpu_world(a.world, "ring_attention_baseline.py")
+    if world is None:
         return 1
     if a.S % (2 * world):
         ap.error(f"S {a.S}: a multiple of 2 x world = {2 * world} (the zigzag shards' chunks)")

@@ -138,8 +138,9 @@ class MegakernelStep:
                              if prefill == "attention" else None)
 
     def _open(self, kernel, workspaces=None) -> list:
-        return [kernel.open(workspaces=workspaces, **p) for p in launch_params(self.cfg, self.bufs, self.logits, self.state, self.kcache,
-                                                         self.vcache, self.max_seq, self.unfused)]
+        return [kernel.open(workspaces=workspaces, **p)
+                for p in launch_params(self.cfg, self.bufs, self.logits, self.state, self.kcache, self.vcache,
+                                       self.max_seq, self.unfused)]
 
     def sharing_buffers(self, cubin, workspaces=None) -> "MegakernelStep":
         """This step with another cubin of the same link (its single-unit control) launched on the
