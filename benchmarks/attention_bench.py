@@ -408,14 +408,16 @@ def cmd_one(a) -> int:
 
 
 def cmd_prof(a) -> int:
-    """Three launches of one variant at the bench's shape (B=1, H=32, S=--seqs[0]; decode: B=8),
-    then three of cuDNN's SDPA on the same inputs (when it runs there), for ncu:
+    """Three launches of one variant at the bench's shape (B=1, H=32, S=--seqs[0]; decode: the
+    first --decode shape B x KV with --kv-heads), then three of cuDNN's SDPA on the same inputs
+    (when it runs there), for ncu:
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats -k regex:attn_
         --launch-skip 2 --launch-count 1 python3 benchmarks/attention_bench.py prof --variant causal"""
     import torch
-    S = a.seqs[0]
-    B, H, Lq = (8, 32, 1) if entry_variant(a.variant) == "decode" else (1, 32, S)
-    q, k, v = rand_qkv(B, H, Lq, S, seed=3)
+    decode = entry_variant(a.variant) == "decode"
+    B, S = a.decode[0] if decode else (1, a.seqs[0])
+    H, Lq = 32, 1 if decode else S
+    q, k, v = rand_qkv(B, H, Lq, S, seed=3, Hkv=a.kv_heads if decode else H)
     kw, _ = variant_kwargs(a.variant, B, H, S, q.device)
     variant = entry_variant(a.variant)
     if a.variant == "sliding":  # the masks of the benches (attention_flex_bench.py)
@@ -431,7 +433,7 @@ def cmd_prof(a) -> int:
     for _ in range(3 if base else 0):
         base()
     torch.cuda.synchronize()
-    print(f"prof: {a.variant} B={B} H={H} Lq={Lq} Lkv={S}: 3 launches" + (", then 3 of cuDNN's SDPA" if base else ""))
+    print(f"prof: {a.variant} B={B} H={H} Hkv={k.shape[1]} Lq={Lq} Lkv={S}: 3 launches" + (", then 3 of cuDNN's SDPA" if base else ""))
     return 0
 
 

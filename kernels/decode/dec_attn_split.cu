@@ -31,11 +31,6 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_TRACE
 #define DEC_TRACE 0
 #endif
-// 1: the scores by tensor cores (dec_attn_split_mma, linked as llama3_1b_mma; below); 0: by
-// each thread's dot products of its position's key row with the group's queries.
-#ifndef DEC_MMA_SCORES
-#define DEC_MMA_SCORES 0
-#endif
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
@@ -45,7 +40,6 @@ constexpr unsigned MAX_HD = 128;     // [fact.head_dim] accept
 constexpr unsigned VPRE = 8;
 constexpr unsigned MERGE_BATCH = 16;  // partials the merging task loads at once (one round trip a batch)
 
-#if DEC_MMA_SCORES
 // The scores by mma.sync m16n8k16 (bf16 operands, f32 sums): rows are the group's query heads
 // (rows from g on zero), columns the block's positions, warp w taking positions 32 w .. 32 w + 31
 // as TILES n8 tiles. Lane (gid, qd) = (lane / 4, lane % 4) loads position 32 w + 8 i + gid of
@@ -88,24 +82,6 @@ __device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b_lo), "r"(b_hi));
 }
-#else
-// One block's loads, all issued together: thread t's key row (position b + t; its first KPRE
-// chunks, the whole row at head_dim 64) and its first VPRE value chunks. A row at `pos` is read as
-// it is (stale: its new key and value come from shared memory), so the loads can be issued before
-// this step's QKV op is done.
-constexpr unsigned KPRE = 8;
-struct BlockRows {
-  uint4 k[KPRE];
-  uint4 v[VPRE];
-};
-__device__ __forceinline__ void load_keys(BlockRows& r, const uint16_t* kc, unsigned b, unsigned n, unsigned hd,
-                                          unsigned t) {
-  if (t < n)
-#pragma unroll
-    for (unsigned d = 0; d < KPRE; ++d)
-      if (d * 8 < hd) r.k[d] = *reinterpret_cast<const uint4*>(kc + (size_t)(b + t) * hd + d * 8);
-}
-#endif
 __device__ __forceinline__ void load_values(BlockRows& r, const uint16_t* vc, unsigned b, unsigned n, unsigned hd,
                                             unsigned pset, unsigned nsets, unsigned dch) {
 #pragma unroll
@@ -204,7 +180,6 @@ PL_ENTRY(run) {
       if (c1 == len)  // this chunk holds pos: the new key and value into the cache
         for (unsigned i = t; i < hd; i += THREADS) kc[(size_t)pos * hd + i] = to_bf16(kn[i]), vc[(size_t)pos * hd + i] = to_bf16(vn[i]);
       DEC_ATTN_STAMP(2, dec::now_ns());  // (rope ends with a barrier: q and the new key are ready)
-#if DEC_MMA_SCORES
       // The queries as the mma's A words, once a task, in `o` (free until the blocks' sums):
       // word f = ks * 32 + lane holds {hi, hi, lo, lo} halves of the lane's row-gid dims
       // qd hd / 4 + 4 ks .. + 3 (32 hd bytes: o's size).
@@ -225,7 +200,6 @@ PL_ENTRY(run) {
       sync_role();
       const unsigned gid = lane / 4, qd = lane % 4;
       float mrun_mine = -INFINITY;  // mrun[gid]: the running max of the head whose scores this lane holds
-#endif
 
       float mrun[MAX_GROUP], lrun[MAX_GROUP], acc[MAX_GROUP][8];
 #pragma unroll
@@ -239,7 +213,6 @@ PL_ENTRY(run) {
       // one before it.
       for (unsigned b = c0; b < c1; b += BLOCK) {
         const unsigned n = min(BLOCK, c1 - b), nb = b + BLOCK, nn = nb < c1 ? min(BLOCK, c1 - nb) : 0;
-#if DEC_MMA_SCORES
         // head gid's scores at positions 32 warp + 8 i + 2 qd + j (mma's C layout)
         float sc[TILES][2];
         {
@@ -325,64 +298,6 @@ PL_ENTRY(run) {
           if (qd == 0 && gid < g) red[4 * MAX_GROUP + gid * 4 + warp] = v;
         }
         sync_role();
-#else
-        const unsigned pp = b + t;
-        float s[MAX_GROUP];
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) s[hh] = t < n ? 0.f : -INFINITY;
-        if (t < n) {
-          uint4 krest[MAX_HD / 8 - KPRE];  // the rest of a longer row (head_dim 128), all at once
-#pragma unroll
-          for (unsigned dd = KPRE; dd < MAX_HD / 8; ++dd)
-            if (dd * 8 < hd) krest[dd - KPRE] = *reinterpret_cast<const uint4*>(kc + (size_t)pp * hd + dd * 8);
-#pragma unroll
-          for (unsigned dd = 0; dd < MAX_HD / 8; ++dd) {
-            if (dd * 8 >= hd) break;
-            float kf[8];
-            if (pp == pos) {
-#pragma unroll
-              for (unsigned e = 0; e < 8; ++e) kf[e] = kn[dd * 8 + e];
-            } else {
-              const uint4 w = dd < KPRE ? rows.k[dd] : krest[dd - KPRE];
-              const unsigned ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-              for (unsigned e = 0; e < 4; ++e) kf[2 * e] = bf16_lo(ws[e]), kf[2 * e + 1] = bf16_hi(ws[e]);
-            }
-#pragma unroll
-            for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
-              if (hh < g)
-#pragma unroll
-                for (unsigned e = 0; e < 8; ++e) s[hh] += q[hh * hd + dd * 8 + e] * kf[e];
-          }
-#pragma unroll
-          for (unsigned hh = 0; hh < MAX_GROUP; ++hh) s[hh] *= scale;  // (once a score, not a pass over q)
-        }
-        if (nn) load_keys(rows, kc, nb, nn, hd, t);
-        // the block's max per head, then the probabilities and their sum
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-          if (hh >= g) break;
-          float v = s[hh];
-          for (unsigned off = 16; off; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-          if (lane == 0) red[hh * 4 + warp] = v;
-        }
-        sync_role();
-        float alpha[MAX_GROUP];
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-          if (hh >= g) break;
-          const float mb = fmaxf(fmaxf(red[hh * 4], red[hh * 4 + 1]), fmaxf(red[hh * 4 + 2], red[hh * 4 + 3]));
-          const float mnew = fmaxf(mrun[hh], mb);
-          alpha[hh] = exp2f(mrun[hh] - mnew);
-          const float ph = t < n ? exp2f(s[hh] - mnew) : 0.f;
-          pr[hh * BLOCK + t] = ph;
-          float v = ph;
-          for (unsigned off = 16; off; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-          if (lane == 0) red[4 * MAX_GROUP + hh * 4 + warp] = v;
-          mrun[hh] = mnew;
-        }
-        sync_role();
-#endif
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
           if (hh >= g) break;

@@ -66,8 +66,3 @@ def decode_models():
     # Llama-3.2-1B with the stream's L2 lookahead off (dec_stream.cu DEC_L2_AHEAD; the default
     # is 3): what it buys, timed beside llama3_1b
     llama_decode(name = "llama3_1b_no_l2ahead", model = "llama3_2_1b", stream = ":dec_stream_no_l2ahead")
-    # The split-KV attention scoring a block by mma.sync instead of per-thread dot products
-    # (dec_attn_split.cu DEC_MMA_SCORES), timed beside the default; llama_tiny's for the
-    # sanitizers, Qwen3-1.7B's for head dim 128
-    for model, target in (("llama3_2_1b", "llama3_1b"), ("llama_tiny", "llama_tiny"), ("qwen3_1_7b", "qwen3_1_7b")):
-        llama_decode(name = target + "_mma", model = model, attention = ":dec_attn_split_mma")
