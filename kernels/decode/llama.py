@@ -34,7 +34,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 
 import llama_reference as ref
 from llama_models import MODELS, LlamaConfig, config_from_hf
-from llama_weights import load_safetensors, random_weights
+from llama_weights import FLOAT_DTYPES, load_safetensors, random_weights
 
 SEED_MAX = 2**63 - 1
 
@@ -81,20 +81,29 @@ class Llama:
                               hint="pass dtype=torch.float32 (the default) or torch.float64")
         if weights is None:
             seed = _seed(seed)
-            return cls(cfg, random_weights(cfg, seed, dtype), dtype)
+            try:
+                return cls(cfg, random_weights(cfg, seed, dtype), dtype)
+            except (RuntimeError, MemoryError) as e:  # torch's allocator refuses a size past memory
+                raise LaunchError("R-CONFIG", f"random weights of {cfg.describe()} do not fit in memory "
+                                  f"({type(e).__name__}: {str(e)[:100]})",
+                                  hint="random weights are for tests: use a small config") from None
         if isinstance(weights, (str, os.PathLike)):
             return cls(cfg, load_safetensors(Path(weights), cfg, dtype=dtype), dtype)
         if isinstance(weights, dict):
             want = cfg.tensors()
             for name, shape in want.items():
                 t = weights.get(name)
-                if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or not t.is_floating_point():
+                if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype not in FLOAT_DTYPES:
                     got = f"shape {list(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-                    raise LaunchError("R-SHAPE" if isinstance(t, torch.Tensor) else "R-CONFIG",
-                                      f"weights[{name!r}] is {got}, expected a float tensor of shape {list(shape)}",
+                    code = ("R-CONFIG" if not isinstance(t, torch.Tensor) else
+                            "R-SHAPE" if tuple(t.shape) != shape else "R-DTYPE")
+                    raise LaunchError(code, f"weights[{name!r}] is {got}, expected a float tensor of shape {list(shape)}",
                                       hint="pass llama_weights.load_safetensors(...)'s dict (LlamaConfig.tensors() "
-                                           "lists names and shapes)")
-            extra = sorted(set(weights) - set(want))
+                                           "lists names and shapes; dtypes bf16, fp16, fp32, fp64)")
+                if t.is_meta:  # no data: the first step would raise deep inside torch
+                    raise LaunchError("R-DEVICE", f"weights[{name!r}] is a meta tensor (no data)",
+                                      hint="load the weights onto the CPU (or a GPU) first")
+            extra = sorted(set(weights) - set(want), key=repr)
             if extra:
                 raise LaunchError("R-CONFIG", f"weights holds {extra[0]}, which {cfg.name} has no use for",
                                   hint="pass the weights of this very config")
@@ -144,7 +153,7 @@ class Llama:
         chosen_from = []
         gen = torch.Generator().manual_seed(seed) if (not greedy and seed is not None) else None
         if n:
-            logits, state = step.prefill(ids)
+            logits, state = _prefilled(step.prefill(ids))
             for i in range(n):
                 logits = _checked_logits(logits, B, self.cfg.vocab, "prefill" if i == 0 else "decode")
                 chosen_from.append(logits)
@@ -165,6 +174,8 @@ class Llama:
                     or prompt_ids.dim() not in (1, 2):
                 raise LaunchError("R-PARAM", f"prompt_ids is a {prompt_ids.dim()}-D {prompt_ids.dtype} tensor, not a "
                                   "1-D or 2-D integer tensor", hint=hint)
+            if prompt_ids.is_meta:
+                raise LaunchError("R-PARAM", "prompt_ids is a meta tensor (no data)", hint=hint)
             ids = prompt_ids.detach().to("cpu", torch.int64)
         elif isinstance(prompt_ids, (list, tuple)):
             nested = bool(prompt_ids) and all(isinstance(r, (list, tuple)) for r in prompt_ids)
@@ -178,8 +189,8 @@ class Llama:
                         raise LaunchError("R-PARAM", f"prompt_ids holds {v!r} ({type(v).__name__}), not an int", hint=hint)
             try:
                 ids = torch.tensor([[operator.index(v) for v in r] for r in rows], dtype=torch.int64)
-            except (OverflowError, RuntimeError, ValueError) as e:
-                raise LaunchError("R-PARAM", f"prompt_ids holds an id that fits no int64: {e}", hint=hint) from None
+            except (OverflowError, RuntimeError, ValueError, TypeError) as e:  # TypeError: a tensor of many ids
+                raise LaunchError("R-PARAM", f"prompt_ids holds an id that fits no int64 (or is no single id): {e}", hint=hint) from None
             if not nested:
                 ids = ids.reshape(1, -1)
             prompt_ids = ids if nested else ids[0]
@@ -212,7 +223,7 @@ def forced_logits(model: Llama, prompt_ids, tokens, *, step=None) -> torch.Tenso
         raise LaunchError("R-PARAM", f"prompt ({T}) + tokens ({N}) pass max_positions = {model.cfg.max_positions}",
                           hint="compare fewer steps")
     step = model.reference_step() if step is None else _step(step)
-    logits, state = step.prefill(ids)
+    logits, state = _prefilled(step.prefill(ids))
     out = []
     for i in range(N):
         out.append(_checked_logits(logits, B, model.cfg.vocab, "prefill" if i == 0 else "decode"))
@@ -243,8 +254,12 @@ def _flag(name, v) -> bool:
 
 
 def _temperature(v) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
-        raise LaunchError("R-PARAM", f"temperature = {v!r} must be a finite number > 0 when sampling",
+    try:  # float(): an int past float's range is no finite number (math.isfinite would raise)
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v)) and v > 0
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise LaunchError("R-PARAM", f"temperature = {v!r:.40} must be a finite number > 0 when sampling",
                           hint="pass e.g. temperature=0.7, or greedy=True for the argmax (temperature 0)")
     return float(v)
 
@@ -258,18 +273,35 @@ def _step(step):
     return step
 
 
+def _prefilled(result):
+    """(logits, state) of a step's prefill; R-SHAPE for anything else (not unpacked blindly)."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
+        raise LaunchError("R-SHAPE", f"the decode step's prefill returned {got}, expected (logits [B, vocab], state)",
+                          hint="the step backend breaks the interface llama.ReferenceStep documents")
+    return result
+
+
 def _checked_logits(logits, B: int, vocab: int, what: str) -> torch.Tensor:
-    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (B, vocab) or not logits.is_floating_point():
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (B, vocab) or not logits.is_floating_point() \
+            or logits.is_meta:
         got = f"shape {list(logits.shape)} {logits.dtype}" if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise LaunchError("R-SHAPE", f"the decode step's {what} returned {got}, expected float logits [{B}, {vocab}]",
                           hint="the step backend breaks the interface llama.ReferenceStep documents")
-    return logits.detach().to("cpu")
+    out = logits.detach().to("cpu")
+    # NaN or +inf has no argmax or probability; -inf masks a token, but not every token of a row
+    if out.isnan().any() or out.isposinf().any() or out.isneginf().all(-1).any():
+        raise LaunchError("R-SHAPE", f"the decode step's {what} returned logits with NaN, +inf or a row of only -inf",
+                          hint="the step backend computed garbage (check its weights and its dtype's range)")
+    return out
 
 
 def _choose(logits: torch.Tensor, greedy: bool, temperature: float, top_k: int, gen) -> torch.Tensor:
     if greedy:
         return logits.argmax(-1)
-    scaled = logits.double() / temperature
+    # shifted by the row's max first: softmax is unchanged, and a tiny temperature cannot turn the
+    # logits into inf - inf = NaN (the max becomes 0, the others fall to -inf at worst)
+    scaled = (logits.double() - logits.double().amax(-1, keepdim=True)) / temperature
     if top_k < scaled.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[:, -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))  # ties at the k-th value all stay

@@ -26,9 +26,13 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
-from pipelink.runtime.entry import hf_field, read_hf_config
+from pipelink.runtime.entry import I32_MAX, hf_field, read_hf_config
 
 _DAMAGED = "the config.json is damaged or not a transformers config; re-download it"
+# Bounds past every published model: shapes are int32 facts of a kernel, and tensors() lists
+# each layer's weights, so a damaged layer count must not make it loop for hours.
+MAX_DIM = I32_MAX
+MAX_LAYERS = 1024
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,13 @@ class LlamaConfig:
         if not isinstance(self.name, str) or not self.name:
             raise LaunchError("R-CONFIG", f"name = {self.name!r} must be a non-empty string",
                               hint="name the model (e.g. the MODELS key)")
-        for f in ("vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "max_positions"):
+        for f in ("vocab", "hidden", "heads", "kv_heads", "head_dim", "inter", "max_positions"):
             _positive_int(f, getattr(self, f))
+        _positive_int("layers", self.layers, MAX_LAYERS)
+        for f in ("heads", "kv_heads"):  # the q / k / v projections' rows
+            if getattr(self, f) * self.head_dim > MAX_DIM:
+                raise LaunchError("R-CONFIG", f"{f} × head_dim = {getattr(self, f)} × {self.head_dim} passes "
+                                  f"{MAX_DIM}", hint=_DAMAGED)
         if self.heads % self.kv_heads:
             raise LaunchError("R-CONFIG", f"heads = {self.heads} is not a multiple of kv_heads = {self.kv_heads}",
                               hint="grouped-query attention shares each kv head among heads / kv_heads query heads")
@@ -128,13 +137,19 @@ class LlamaConfig:
                 f"{self.heads}/{self.kv_heads} heads of {self.head_dim}, inter {self.inter}")
 
 
-def _positive_int(field: str, v) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise LaunchError("R-CONFIG", f"{field} = {v!r} ({type(v).__name__}) must be a positive int", hint=_DAMAGED)
+def _positive_int(field: str, v, most: int = MAX_DIM) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        raise LaunchError("R-CONFIG", f"{field} = {shown} ({type(v).__name__}) must be an int in [1, {most}]",
+                          hint=_DAMAGED)
 
 
 def _positive_real(field: str, v, at_least: float = 0.0) -> None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 and v >= at_least
+    try:  # float(): an int past float's range is no finite number (math.isfinite would raise)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)) and v > 0 \
+            and v >= at_least
+    except OverflowError:
+        ok = False
     if not ok:
         bound = f">= {at_least}" if at_least else "> 0"
         raise LaunchError("R-CONFIG", f"{field} = {v!r} must be a finite number {bound}", hint=_DAMAGED)
@@ -194,7 +209,8 @@ _FIELDS = {"llama": _COMMON + [("max_position_embeddings", "max_positions", int,
                                ("head_dim", "head_dim", int, 128)]}
 # An absent num_key_value_heads: LlamaConfig takes num_attention_heads, Qwen3Config its default 32.
 _KV_DEFAULT = {"llama": None, "qwen3": 32}
-# Fields whose other values change the computation in ways the reference does not model.
+# Fields whose other values change the computation in ways the reference does not model (read
+# with their transformers type first, so 0 is no attention_bias = false and true no pretraining_tp = 1).
 _MUST = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "use_sliding_window": False,
          "pretraining_tp": 1, "partial_rotary_factor": 1.0}
 
@@ -202,7 +218,10 @@ _MUST = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "use_
 def _rope(where: str, cfg: dict) -> tuple[float, Llama3RopeScaling | None]:
     """(rope_theta, scaling) from rope_theta + rope_scaling, or from transformers 5's rope_parameters."""
     params = cfg.get("rope_parameters")
-    scaling = params if isinstance(params, dict) else cfg.get("rope_scaling")
+    if params is not None and not isinstance(params, dict):  # else it would be skipped for rope_scaling
+        raise LaunchError("R-CONFIG", f"{where}: rope_parameters = {params!r:.60} is not an object or null",
+                          hint=_DAMAGED)
+    scaling = params if params is not None else cfg.get("rope_scaling")
     theta = cfg.get("rope_theta", scaling.get("rope_theta") if isinstance(scaling, dict) else None)
     theta = 10000.0 if theta is None else hf_field(where, "rope_theta", theta, float)
     if scaling is None:
@@ -229,10 +248,13 @@ def _rope(where: str, cfg: dict) -> tuple[float, Llama3RopeScaling | None]:
 def config_from_hf(path_or_dict, name: str | None = None) -> LlamaConfig:
     """The LlamaConfig a config.json (model_type llama or qwen3) describes. Named after the
     served model it equals, else `name`, else "<model_type>_custom"."""
+    if name is not None and (not isinstance(name, str) or not name):
+        raise LaunchError("R-PARAM", f"name = {name!r:.60} is not a non-empty string",
+                          hint="name= names a config that no served model equals (None: '<model_type>_custom')")
     cfg, where = read_hf_config(path_or_dict)
     mt = cfg.get("model_type")
-    if mt not in _FIELDS:
-        raise LaunchError("R-CONFIG", f"{where}: model_type = {mt!r} is not a dense Llama-family model",
+    if not isinstance(mt, str) or mt not in _FIELDS:  # a list or object is no model type (nor hashable)
+        raise LaunchError("R-CONFIG", f"{where}: model_type = {mt!r:.60} is not a dense Llama-family model",
                           hint=f"model types read: {', '.join(_FIELDS)}; " + _SERVED_HINT)
     got: dict[str, Any] = {}
     for key, ours, kind, default in _FIELDS[mt]:
@@ -255,7 +277,7 @@ def config_from_hf(path_or_dict, name: str | None = None) -> LlamaConfig:
             hd = got["hidden"] // got["heads"]
         got["head_dim"] = hf_field(where, "head_dim", hd, int)
     for key, want in _MUST.items():
-        if cfg.get(key) is not None and cfg[key] != want:
+        if cfg.get(key) is not None and hf_field(where, key, cfg[key], type(want)) != want:
             raise LaunchError("R-CONFIG", f"{where}: {key} = {cfg[key]!r} is not modelled (only {want!r})",
                               hint="the reference implements SiLU-gated MLPs without biases or sliding windows")
     got["rope_theta"], got["rope_scaling"] = _rope(where, cfg)

@@ -20,7 +20,9 @@ R-CONFIG / R-SHAPE / R-DTYPE naming the tensor; a missing safetensors package is
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -33,12 +35,14 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     from pipelink.runtime import LaunchError
 
 from llama_models import LlamaConfig, expect_config
+from pipelink.common.files import read_regular, why_unreadable
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 # Older Llama checkpoints carry RoPE's inv_freq buffers; they are derived, and we compute our own.
 _DERIVED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+INDEX_MAX_BYTES = 64 << 20  # the largest published indexes (DeepSeek-V3: ~9 MB) with room to spare
 
 
 def safetensors_module():
@@ -51,23 +55,37 @@ def safetensors_module():
     return safe_open, SafetensorError
 
 
+def _kind(path: Path) -> str:
+    """"file", "dir" or "" (missing, special, or a path that cannot be probed: too long, a NUL,
+    a loop of links), without the OSError Path.is_file raises for some of them."""
+    try:
+        st = path.stat()
+    except (OSError, ValueError):
+        return ""
+    return "file" if stat.S_ISREG(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else ""
+
+
 def _shards(path: Path) -> tuple[dict[str, Path], str]:
     """(tensor name -> file holding it, where); names are only known for an index here, else
     filled from the single file by the caller ({})."""
-    if path.is_file():
+    kind = _kind(path)
+    if kind == "file":
         return {}, str(path)
-    if not path.is_dir():
+    if kind != "dir":
         raise LaunchError("R-CONFIG", f"{path} is neither a .safetensors file nor a checkpoint directory",
                           hint="pass the checkpoint directory (with model.safetensors or its index) or one file")
     index = path / INDEX
-    if not index.exists():
-        if (path / SINGLE).is_file():
+    if not os.path.lexists(index):
+        if _kind(path / SINGLE) == "file":
             return {}, str(path / SINGLE)
         raise LaunchError("R-CONFIG", f"{path} holds neither {SINGLE} nor {INDEX}",
                           hint="download the checkpoint's *.safetensors files and its index")
-    try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+    try:  # read_regular: an index that is a FIFO or a device is refused, not waited on
+        doc = json.loads(read_regular(index, INDEX_MAX_BYTES).decode("utf-8"))
+    except OSError as e:
+        raise LaunchError("R-CONFIG", f"cannot read {index}: {why_unreadable(e)}",
+                          hint="re-download the index file") from None
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON
         raise LaunchError("R-CONFIG", f"cannot read {index}: {e}", hint="re-download the index file") from None
     wmap = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wmap, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wmap.items()):
@@ -83,6 +101,9 @@ def _shards(path: Path) -> tuple[dict[str, Path], str]:
 
 
 def _open(safe_open, error, file: Path):
+    if _kind(file) != "file":  # opening a FIFO shard would wait forever for a writer
+        raise LaunchError("R-CONFIG", f"cannot read {file} as safetensors: it is missing or not a regular file",
+                          hint="the index names a shard that is not there: download every *.safetensors file")
     try:
         return safe_open(str(file), framework="pt", device="cpu")
     except (OSError, error, ValueError, RuntimeError) as e:
@@ -93,7 +114,7 @@ def _open(safe_open, error, file: Path):
 def load_safetensors(path, cfg: LlamaConfig, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
     """Every tensor cfg.tensors() names, checked and converted to `dtype` (see the module doc)."""
     expect_config(cfg)
-    if dtype not in _FLOATS:
+    if dtype not in FLOAT_DTYPES:
         raise LaunchError("R-PARAM", f"dtype = {dtype!r} is not a float dtype",
                           hint="pass torch.bfloat16 (the default), torch.float16, torch.float32 or torch.float64")
     if not isinstance(path, (str, Path)) or not str(path):
@@ -134,7 +155,7 @@ def load_safetensors(path, cfg: LlamaConfig, dtype: torch.dtype = torch.bfloat16
         if tuple(t.shape) != shape:
             raise LaunchError("R-SHAPE", f"{name} in {f.name} has shape {list(t.shape)}, expected {list(shape)} "
                               f"for {cfg.name}", hint="the checkpoint is of another model size: load it with its own config.json")
-        if t.dtype not in _FLOATS:
+        if t.dtype not in FLOAT_DTYPES:
             raise LaunchError("R-DTYPE", f"{name} in {f.name} has dtype {t.dtype}, not a float dtype",
                               hint="quantized checkpoints are not read; use the bf16 / fp16 / fp32 release")
         out[name] = t.to(dtype).contiguous()

@@ -29,6 +29,7 @@ import torch
 
 from moe_models import FAMILY, MoeModel, resolve_model
 from pipelink.runtime import LaunchError  # importable once moe_models has put tools/ on sys.path
+from pipelink.runtime.entry import integer
 
 BF16 = torch.bfloat16
 FP8_BLOCK = 128  # DeepSeek-V3 quantization_config.weight_block_size = [128, 128]
@@ -79,6 +80,10 @@ class _Layer:
             if not isinstance(t, torch.Tensor):
                 raise LaunchError("R-CONFIG", f"{self.prefix}{name} is a {type(t).__name__}, not a tensor",
                                   hint="pass the checkpoint's tensors (e.g. safetensors.torch.load_file)")
+            if t.device.type != "cpu":  # meta: no data; a GPU tensor mixed with CPU ones fails in torch.cat
+                raise LaunchError("R-DEVICE", f"{self.prefix}{name} is on {t.device}, not on the CPU",
+                                  hint="pass CPU tensors (safetensors.torch.load_file(shard) loads to the CPU); "
+                                       "move the converted tensors to the GPU afterwards")
             self.taken.add(name)
         return t
 
@@ -91,10 +96,16 @@ class _Layer:
                                    "kind, e.g. a dense layer) has other tensors")
 
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def _float(t: torch.Tensor, name: str) -> torch.Tensor:
-    if not t.is_floating_point():
-        raise LaunchError("R-CONFIG", f"{name} has dtype {t.dtype}, not a floating-point weight",
-                          hint="a quantized checkpoint needs its own scales (FP8: weight_scale_inv)")
+    """A tensor read as it is: a float that is no FP8 (FP8 is dequantized by _weight only, with its scale)."""
+    if not t.is_floating_point() or t.dtype in FP8:
+        raise LaunchError("R-CONFIG", f"{name} has dtype {t.dtype}, not a floating-point weight" +
+                          (" that is read without a scale" if t.is_floating_point() else ""),
+                          hint="a quantized checkpoint needs its own scales (FP8: weight_scale_inv, on the "
+                               "projections only)")
     return t
 
 
@@ -102,7 +113,7 @@ def _weight(layer: _Layer, name: str, shape: tuple[int, int], fp8_block: int) ->
     """A [out, in] projection as bf16: FP8 with its block scale_inv dequantized, else cast."""
     w = layer.take(name, shape)
     scale_name = name[:-len("weight")] + "weight_scale_inv"
-    fp8 = w.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    fp8 = w.dtype in FP8
     scale = layer.get(scale_name)
     if fp8 != (scale is not None):
         raise LaunchError("R-CONFIG", f"{layer.prefix}{name} is {w.dtype} " +
@@ -111,6 +122,7 @@ def _weight(layer: _Layer, name: str, shape: tuple[int, int], fp8_block: int) ->
     if not fp8:
         return _float(w, layer.prefix + name).to(BF16)
     blocks = tuple(-(-d // fp8_block) for d in shape)
+    _float(scale, layer.prefix + scale_name)
     if tuple(scale.shape) != blocks:
         raise LaunchError("R-SHAPE", f"{layer.prefix}{scale_name} has shape {list(scale.shape)}, expected "
                           f"{list(blocks)} ({fp8_block} × {fp8_block} blocks of {list(shape)})",
@@ -162,6 +174,8 @@ def convert_layer(model, state_dict: Mapping, layer_prefix: str, *, fp8_block: i
     from a checkpoint's state dict (any mapping of HF name -> tensor: e.g. the merged
     safetensors shards). `layer_prefix`: the layer's, e.g. "model.layers.3." (the dot is added)."""
     m = resolve_model(model)
+    fp8_block = integer("fp8_block", fp8_block, 1, 2**16, hint="the checkpoint's quantization_config."
+                        "weight_block_size (128 for DeepSeek-V3)")
     if not isinstance(state_dict, Mapping):
         raise LaunchError("R-CONFIG", f"state_dict is a {type(state_dict).__name__}, not a mapping of name -> tensor",
                           hint="pass e.g. safetensors.torch.load_file(shard) (merged over the layer's shards)")

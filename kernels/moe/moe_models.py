@@ -183,8 +183,8 @@ def model_from_hf_config(path_or_dict) -> MoeModel:
     mt = cfg.get("model_type")
     if mt is None:
         raise _refuse(f"{where} has no model_type field (served model types: {', '.join(FIELDS)})")
-    if mt not in FIELDS:
-        raise _refuse(f"{where}: model_type = {mt!r} is served by no model (served model types: {', '.join(FIELDS)})")
+    if not isinstance(mt, str) or mt not in FIELDS:  # a list or object is no model type (nor hashable)
+        raise _refuse(f"{where}: model_type = {mt!r:.60} is served by no model (served model types: {', '.join(FIELDS)})")
     got = {}
     for field, kind, default, _ in FIELDS[mt]:
         if field in cfg and cfg[field] is not None:

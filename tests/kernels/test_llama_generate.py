@@ -249,3 +249,60 @@ def test_forced_logits_refusals(model):
     assert refused(forced_logits, model, [[1, 2]], [[1], [2]]).code == "R-SHAPE"
     assert refused(forced_logits, model, [1] * 30, [1] * 11).code == "R-PARAM"
     assert refused(forced_logits, model, [1, 2], [64]).code == "R-PARAM"
+
+
+class JunkPrefill:
+    """prefill returns `result` instead of (logits, state)."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def prefill(self, ids):
+        return self.result
+
+    def decode(self, token_ids, state):
+        return torch.zeros(token_ids.shape[0], 64)
+
+
+@pytest.mark.parametrize("result, words", [
+    (None, "prefill returned NoneType"),                       # was a TypeError (unpacking)
+    ((torch.zeros(1, 64),), "prefill returned a tuple of 1"),   # was a ValueError
+    ((torch.full((1, 64), float("nan")), None), "NaN"),        # sampling raised in torch.multinomial
+    ((torch.full((1, 64), float("-inf")), None), "only -inf"),
+    ((torch.zeros(1, 64, device="meta"), None), "returned shape [1, 64]"),
+])
+def test_a_step_returning_junk_is_named(model, result, words):
+    for kw in ({}, {"greedy": False, "seed": 0}):
+        e = refused(model.generate, [1, 2], 3, step=JunkPrefill(result), **kw)
+        assert e.code == "R-SHAPE" and words in str(e), str(e)
+
+
+@pytest.mark.parametrize("args, kw, words", [
+    ((torch.tensor([1, 2], device="meta"), 2), {}, "meta tensor"),   # was a NotImplementedError
+    (([torch.tensor([1, 2])], 2), {}, "no single id"),              # was a TypeError
+    (([1], 2), {"greedy": False, "temperature": 10**400}, "temperature = 1000"),  # was an OverflowError
+])
+def test_prompt_and_sampling_junk_is_coded(model, args, kw, words):
+    e = refused(model.generate, *args, **kw)
+    assert e.code == "R-PARAM" and words in str(e), str(e)
+
+
+def test_a_tiny_temperature_samples_the_argmax(model):
+    # logits / 1e-320 overflowed to inf - inf = NaN inside the softmax (a RuntimeError before)
+    got = model.generate([1, 2], 4, greedy=False, temperature=1e-320, seed=0)
+    assert got.tolist() == model.generate([1, 2], 4).tolist()
+
+
+def test_weights_dict_of_unusable_tensors_is_coded(model):
+    name = "model.layers.0.mlp.up_proj.weight"
+    w = {**model.weights, name: model.weights[name].to(torch.float8_e4m3fn)}
+    assert refused(Llama.from_config, TINY, weights=w).code == "R-DTYPE"  # load_safetensors refuses FP8 too
+    w = {**model.weights, name: model.weights[name].to("meta")}
+    assert refused(Llama.from_config, TINY, weights=w).code == "R-DEVICE"
+    assert refused(Llama.from_config, TINY, weights={**model.weights, 1: torch.zeros(1)}).code == "R-CONFIG"
+
+
+def test_random_weights_past_memory_are_coded():
+    huge = lm.LlamaConfig("huge", 2**31 - 1, 2**20, 1, 8, 8, 64, 64, 1e-5, 1e4, None, True, 64)
+    e = refused(Llama.from_config, huge)  # torch's allocator refuses 2^51 floats at once
+    assert e.code == "R-CONFIG" and "do not fit in memory" in str(e)

@@ -163,3 +163,83 @@ def test_config_dataclass_checks_direct_construction():
         assert e.code == "R-CONFIG"
     with pytest.raises(Exception):
         c.vocab = 1  # frozen
+
+
+# --- damaged config.json files: every field, every wrong value, coded (never a traceback) -----
+_JUNK = [None, "x", "32", 3.0, 3.5, True, False, [], [1], {}, {"a": 1}, -1, 0, 2**70, -2**70, 10**400,
+         float("nan"), float("inf"), -0.0, 1e308]
+_KEYS = sorted({k for d in PUBLISHED.values() for k in d} | {"head_dim", "num_key_value_heads", "rope_parameters",
+                                                              "partial_rotary_factor", "use_sliding_window"})
+
+
+def _accepted_or_coded(fn, *args, **kw):
+    """fn(...) returns, or raises a LaunchError with a code and a hint: never another exception."""
+    try:
+        return fn(*args, **kw)
+    except lm.LaunchError as e:
+        assert e.code.startswith("R-") and e.hint.strip(), str(e)
+
+
+@pytest.mark.parametrize("key", _KEYS)
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_each_field_damaged_is_accepted_or_coded(name, key):
+    _accepted_or_coded(lm.config_from_hf, _with(name, **{key: ...}))
+    for v in _JUNK:
+        _accepted_or_coded(lm.config_from_hf, _with(name, **{key: v}))
+    scaling = {**_L3, "rope_theta": 5e5}
+    for k in scaling:
+        for v in _JUNK:
+            for where in ("rope_scaling", "rope_parameters"):
+                _accepted_or_coded(lm.config_from_hf, _with(name, **{where: {**scaling, k: v}}))
+
+
+@pytest.mark.parametrize("bad, words", [
+    (_with("llama3_2_1b", model_type=["llama"]), "model_type = ['llama']"),  # unhashable: was a TypeError
+    (_with("llama3_2_1b", model_type={}), "model_type = {}"),
+    (_with("llama3_2_1b", rope_theta=10**400), "rope_theta = 1000"),          # past float: was an OverflowError
+    (_with("llama3_2_1b", rms_norm_eps=10**400), "does not fit a float"),
+    (_with("llama3_2_1b", rope_scaling={**_L3, "factor": 10**400}), "does not fit a float"),
+    (_with("llama3_2_1b", vocab_size=2**70), "must be an int in [1, 2147483647]"),  # was accepted
+    (_with("llama3_2_1b", num_hidden_layers=10**6), "layers = 1000000"),   # tensors() would loop for hours
+    (_with("llama3_2_1b", num_attention_heads=2**20, num_key_value_heads=2**20, head_dim=2**12), "heads × head_dim"),
+    (_with("llama3_2_1b", attention_bias=0), "attention_bias = 0 (int) must be a bool"),  # 0 == False: was accepted
+    (_with("llama3_2_1b", pretraining_tp=True), "pretraining_tp = True (bool) must be an int"),
+    (_with("llama3_2_1b", partial_rotary_factor=True), "partial_rotary_factor = True"),
+    (_with("llama3_2_1b", rope_parameters="llama3"), "rope_parameters = 'llama3' is not an object"),  # was ignored
+    (_with("llama3_2_1b", rope_parameters=[1]), "rope_parameters = [1]"),
+])
+def test_damaged_fields_that_crashed_or_passed(bad, words):
+    e = refused(lm.config_from_hf, bad)
+    assert e.code == "R-CONFIG" and words in str(e), str(e)
+
+
+def test_huge_numbers_in_direct_construction_are_coded():
+    c = lm.MODELS["llama3_2_1b"]
+    for field, v in (("rms_eps", 10**400), ("rope_theta", 10**400), ("vocab", 2**70), ("layers", 2**31)):
+        assert refused(lambda: lm.LlamaConfig(**{**c.__dict__, field: v})).code == "R-CONFIG"
+    assert refused(lm.Llama3RopeScaling, 10**400, 1.0, 4.0, 8192).code == "R-CONFIG"
+
+
+def test_name_argument_is_checked():
+    tiny = {**PUBLISHED["llama3_2_1b"], "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 64}
+    for v in (3, "", [], b"x"):
+        assert refused(lm.config_from_hf, tiny, name=v).code == "R-PARAM"
+
+
+def test_unreadable_paths_are_coded_not_raised_or_waited_on(tmp_path):
+    import os
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it would block forever
+    assert "FIFO" in str(refused(lm.config_from_hf, fifo))
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "d" / "config.json")
+    assert "FIFO" in str(refused(lm.config_from_hf, tmp_path / "d"))
+    assert "character device" in str(refused(lm.config_from_hf, "/dev/zero"))  # never ends: was read until OOM
+    assert "too long" in str(refused(lm.config_from_hf, "a" * 5000))       # was an OSError from Path.is_dir
+    (tmp_path / "loop").symlink_to("loop")
+    assert refused(lm.config_from_hf, tmp_path / "loop").code == "R-CONFIG"
+    (tmp_path / "big.json").write_bytes(b" " * (5 << 20) + b"{}")
+    assert "larger than" in str(refused(lm.config_from_hf, tmp_path / "big.json"))
+    (tmp_path / "cfgdir" / "config.json").mkdir(parents=True)
+    assert "directory" in str(refused(lm.config_from_hf, tmp_path / "cfgdir"))
+    assert "NUL" in str(refused(lm.config_from_hf, "con\0fig.json"))

@@ -145,3 +145,21 @@ def test_random_weights_follow_the_layout():
     w = lw.random_weights(TINY_QWEN, seed=0)
     assert {k: tuple(v.shape) for k, v in w.items()} == TINY_QWEN.tensors()
     assert torch.equal(w["model.norm.weight"], lw.random_weights(TINY_QWEN, seed=0)["model.norm.weight"])
+
+
+def test_special_and_unprobeable_paths_are_coded(tmp_path):
+    import os
+    assert refused(lw.load_safetensors, "a" * 5000, TINY).code == "R-CONFIG"  # was an OSError from Path.is_file
+    assert refused(lw.load_safetensors, "x\0y", TINY).code == "R-CONFIG"
+    os.mkfifo(tmp_path / "fifo.safetensors")
+    assert refused(lw.load_safetensors, tmp_path / "fifo.safetensors", TINY).code == "R-CONFIG"
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    os.mkfifo(ck / lw.INDEX)  # reading it would block forever
+    assert "FIFO" in str(refused(lw.load_safetensors, ck, TINY))
+    (ck / lw.INDEX).unlink()
+    os.mkfifo(ck / "a.safetensors")  # a shard the index names, opened by safetensors: would block too
+    (ck / lw.INDEX).write_text(json.dumps({"weight_map": {n: "a.safetensors" for n in TINY.tensors()}}))
+    assert "not a regular file" in str(refused(lw.load_safetensors, ck, TINY))
+    (ck / lw.INDEX).write_bytes(b"\xff\xfe")
+    assert refused(lw.load_safetensors, ck, TINY).code == "R-CONFIG"

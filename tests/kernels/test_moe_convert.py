@@ -182,3 +182,38 @@ def test_bad_checkpoints_are_coded():
     sd[P + "mlp.experts.1.up_proj.weight"] = sd[P + "mlp.experts.1.up_proj.weight"].to(torch.float8_e4m3fn)
     sd[P + "mlp.experts.1.up_proj.weight_scale_inv"] = torch.ones(3, 3)
     assert "expected [1, 1]" in str(refused(mc.convert_layer, d, sd, P))
+
+
+@pytest.mark.parametrize("fp8_block", [0, -1, 1.5, "128", None, True, 2**70])
+def test_fp8_block_is_checked_before_use(fp8_block):
+    # 0 divided by zero, a str or None raised a TypeError, 2^70 overflowed in torch
+    d = small("deepseek_v3")
+    sd = hf_layout(d, ours(d))
+    for k in [k for k in sd if k.endswith("proj.weight") and ".mlp." in k]:
+        w = sd[k].float()
+        sd[k], sd[k + "_scale_inv"] = w.to(torch.float8_e4m3fn), torch.ones(1, 1)
+    assert refused(mc.convert_layer, d, sd, P, fp8_block=fp8_block).code == "R-PARAM"
+    m = small("mixtral_8x7b")  # checked even where no weight is FP8
+    assert refused(mc.convert_layer, m, hf_layout(m, ours(m)), P, fp8_block=fp8_block).code == "R-PARAM"
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_tensors_without_data_or_scale_are_coded(name):
+    m = small(name)
+    sd = hf_layout(m, ours(m))
+    for k in [k for k in sd if k.startswith(P + "mlp.") or k.startswith(P + "block_sparse_moe.")]:
+        meta = {**sd, k: sd[k].to("meta")}  # raised NotImplementedError deep in the copy
+        e = refused(mc.convert_layer, m, meta, P)
+        assert e.code == "R-DEVICE" and k in str(e), str(e)
+        if sd[k].is_floating_point() and ".experts." not in k or "gate_up_proj" in k or "down_proj" in k:
+            fp8 = {**sd, k: sd[k].to(torch.float8_e4m3fn)}  # an FP8 router or bias was cast without its scale
+            assert refused(mc.convert_layer, m, fp8, P).code == "R-CONFIG", k
+
+
+def test_fp8_scale_must_be_a_float():
+    d = small("deepseek_v3")
+    sd = hf_layout(d, ours(d))
+    k = P + "mlp.experts.1.up_proj.weight"
+    sd[k], sd[k + "_scale_inv"] = sd[k].to(torch.float8_e4m3fn), torch.ones(1, 1, dtype=torch.int32)
+    e = refused(mc.convert_layer, d, sd, P)
+    assert e.code == "R-CONFIG" and "weight_scale_inv has dtype torch.int32" in str(e), str(e)

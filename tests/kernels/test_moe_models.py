@@ -155,3 +155,40 @@ def test_resolve_model():
     for bad in ("Mixtral-8x7B", None, 3, "moe_step"):
         e = refused(mm.resolve_model, bad)
         assert e.code == "R-PARAM" and "qwen3_30b_a3b, qwen3_235b_a22b" in e.hint
+
+
+_JUNK = [None, "x", "32", 3.0, 3.5, True, False, [], [1], {}, {"a": 1}, -1, 0, 2**70, 10**400, float("nan"),
+         float("inf"), 1e308]
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_each_field_damaged_is_served_or_coded(name):
+    """Every field of each published config, dropped or set to each wrong value: the served model,
+    or a coded refusal (unhashable model types and ints past float's range raised before)."""
+    keys = set(PUBLISHED[name]) | {f for f, *_ in mm.FIELDS[PUBLISHED[name]["model_type"]]} | {"experts_per_token"}
+    for key in sorted(keys):
+        for v in [...] + _JUNK:
+            cfg = {k: w for k, w in PUBLISHED[name].items() if k != key} if v is ... else _changed(name, **{key: v})
+            try:
+                mm.model_from_hf_config(cfg)
+            except mm.LaunchError as e:
+                assert e.code == "R-CONFIG" and e.hint.strip(), str(e)
+
+
+@pytest.mark.parametrize("cfg, text", [
+    (_changed("mixtral_8x7b", model_type=["mixtral"]), "model_type = ['mixtral'] is served by no model"),
+    (_changed("mixtral_8x7b", model_type={}), "model_type = {}"),
+    (_changed("deepseek_v3", routed_scaling_factor=10**400), "does not fit a float"),
+    (_changed("gpt_oss_120b", swiglu_alpha=10**400), "does not fit a float"),
+])
+def test_fields_that_raised_are_coded(cfg, text):
+    e = refused(mm.model_from_hf_config, cfg)
+    assert e.code == "R-CONFIG" and text in str(e), str(e)
+
+
+def test_unreadable_paths_are_coded_not_raised_or_waited_on(tmp_path):
+    import os
+    assert "too long" in str(refused(mm.model_from_hf_config, "a" * 5000))  # was an OSError from Path.is_dir
+    os.mkfifo(tmp_path / "config.json")  # reading it would block forever
+    assert "FIFO" in str(refused(mm.model_from_hf_config, tmp_path))
+    assert "character device" in str(refused(mm.model_from_hf_config, "/dev/zero"))

@@ -17,7 +17,9 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
                                   kernel the entry expects (read before the cubin is loaded)
   expect_cubin(path)              R-MANIFEST unless the file is a CUDA ELF (not loaded onto the GPU)
   read_hf_config(path_or_dict)    a Hugging Face config.json (or its directory, or its parsed dict)
-                                  as a dict, R-CONFIG for a missing, unreadable or non-object file
+                                  as a dict, R-CONFIG for a missing, unreadable (FIFO, device, over
+                                  4 MiB, not UTF-8) or non-object file
+  is_dir(path)                    Path.is_dir, False where probing the path raises
   hf_field(where, field, v, kind) a config field of transformers' type (int, float, bool, str), else R-CONFIG
 """
 
@@ -32,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelink.common.files import read_regular, why_unreadable
+from pipelink.common.files import MAX_TEXT_BYTES, read_regular, why_unreadable
 from pipelink.runtime.launch_error import LaunchError
 from pipelink.runtime.launch_values import FLT_MAX, dev_index, is_bool, is_tensor
 from pipelink.runtime.manifest import Manifest
@@ -263,19 +265,31 @@ def read_hf_config(path_or_dict) -> tuple[dict, str]:
         raise LaunchError("R-CONFIG", f"{type(path_or_dict).__name__} is not a config.json path or a dict",
                           hint="pass the path of the model's config.json (or its directory, or its parsed dict)")
     p = Path(path_or_dict)
-    if p.is_dir():
+    if is_dir(p):
         p = p / "config.json"
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise LaunchError("R-CONFIG", f"cannot read {p}: {type(e).__name__}: {getattr(e, 'strerror', None) or e}",
+    try:  # read_regular: a FIFO would block forever, /dev/zero never ends, a huge file is no config
+        text = read_regular(p, MAX_TEXT_BYTES).decode("utf-8")
+    except (OSError, ValueError) as e:
+        why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else why_unreadable(e)
+        raise LaunchError("R-CONFIG", f"cannot read {p}: {why}",
                           hint="pass the config.json of a downloaded checkpoint") from None
+    try:
+        cfg = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise LaunchError("R-CONFIG", f"{p} is not JSON: {e}", hint="pass the model's own config.json") from None
     if not isinstance(cfg, dict):
         raise LaunchError("R-CONFIG", f"{p} holds a JSON {type(cfg).__name__}, not an object",
                           hint="pass the model's own config.json (a JSON object of fields)")
     return cfg, str(p)
+
+
+def is_dir(p: Path) -> bool:
+    """Path.is_dir without its OSError (a name too long, a loop of links): False, and reading the
+    path then says why in a coded refusal."""
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def hf_field(where: str, field: str, v, kind: type):
@@ -288,4 +302,10 @@ def hf_field(where: str, field: str, v, kind: type):
         want = {int: "an int", bool: "a bool (true/false)", str: "a string", float: "a number"}[kind]
         raise LaunchError("R-CONFIG", f"{where}: {field} = {v!r} ({type(v).__name__}) must be {want}",
                           hint="the config.json is damaged or not a transformers config; re-download it")
-    return float(v) if kind is float else v
+    if kind is float:
+        try:
+            return float(v)
+        except OverflowError:  # an int past float's range
+            raise LaunchError("R-CONFIG", f"{where}: {field} = {_show(v)} does not fit a float",
+                              hint="the config.json is damaged or not a transformers config; re-download it") from None
+    return v
