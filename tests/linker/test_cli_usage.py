@@ -64,3 +64,21 @@ def test_a_trailing_format_without_value_keeps_the_json_asked_for_before(capsys)
     rc = cli.main(["--format=json", "explain", "L-BIND", "--format"])
     out = capsys.readouterr().out
     assert rc == 2 and '"E-USAGE"' in out and '"hint"' in out
+
+
+@pytest.mark.parametrize("bad", ["--format=xml", "--format=JSON", "--form=yaml"])
+def test_an_invalid_later_format_keeps_the_json_asked_for_before(capsys, bad):
+    """`--format=json ... --format=xml`: the bad value is the usage error, reported in the JSON
+    asked for (it used to switch the error to human text on a JSON consumer's stdout)."""
+    rc = cli.main(["--format=json", "plan", "--kernel", "k.kernel.toml", bad])
+    d = json.loads(capsys.readouterr().out)["diagnostics"][0]
+    assert rc == 2 and d["code"] == "E-USAGE" and d["hint"]
+    assert requested_format(["--format=json", bad]) == "json"
+
+
+@pytest.mark.parametrize("code", ["", " ", "l-bind", "L-BIND ", "E-INTERNAL\n"])
+def test_explain_of_an_empty_or_unknown_code_is_e_usage(capsys, code):
+    """`explain ""` used to list every code and exit 0, as if no code had been given."""
+    rc = cli.main(["--format=json", "explain", code])
+    d = json.loads(capsys.readouterr().out)["diagnostics"][0]
+    assert rc == 2 and d["code"] == "E-USAGE" and d["hint"]

@@ -411,6 +411,22 @@ def test_sass_diff_of_two_kernels_is_e_usage_not_a_difference(tmp_path, capsys, 
     assert rc == 2 and codes(diags) == ["E-USAGE"] and f"only the {toy} has" in diags[0]["message"]
 
 
+@pytest.mark.parametrize("pair", [("gemm_swiglu_sm_100a.cubin", "gemm_swiglu.control.cubin"),
+                                  ("gemm_swiglu.cubin", "gemm_swiglu_sm_120a.control.cubin")])
+def test_sass_diff_of_two_architectures_is_e_usage_not_a_difference(tmp_path, capsys, pair):
+    """A kernel's cubin for sm_100a against its sm_90a control differs in every instruction: a
+    usage error naming both architectures (exit 2), not a 'DIFFERENT' verdict (exit 1)."""
+    built = ROOT / "bazel-bin" / "kernels"
+    if not all((built / f).exists() for f in pair):
+        pytest.skip("no gemm_swiglu cubins of two architectures in bazel-bin (tools/bazel build //kernels/...)")
+    a, b = tmp_path / "a.cubin", tmp_path / "b.cubin"  # copies: a concurrent build may replace bazel-bin's
+    a.write_bytes((built / pair[0]).read_bytes())
+    b.write_bytes((built / pair[1]).read_bytes())
+    rc, diags = run_cli(capsys, "sass-diff", a, b)
+    assert rc == 2 and codes(diags) == ["E-USAGE"] and "different architectures" in diags[0]["message"], diags
+    assert diags[0]["hint"] and {f["text"] for f in diags[0]["facts"]} >= {"sm_90a"}
+
+
 # ---- messages -----------------------------------------------------------------------------------------
 
 def test_export_with_two_importers_gives_no_spurious_l_role(packer, toy):

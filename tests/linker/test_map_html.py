@@ -197,6 +197,82 @@ def test_bad_placement_is_a_coded_error_and_writes_nothing(tmp_path, capsys, con
         assert not out.exists() and not (tmp_path / "o").exists()
 
 
+def _damaged(path: tuple, value) -> dict:
+    p = two_phase_placement()
+    p["rings"] = [{"name": "r", "depth": 4, "range": [2, 8], "stage_bytes": 512,
+                   "owner": {"producer": {"instance": "a", "package": "pa"}, "consumer": {"instance": "a", "package": "pa"}},
+                   "origins": [], "why": "chosen"}]
+    t = p
+    for k in path[:-1]:
+        t = t[k]
+    if value is _DROP:
+        del t[path[-1]]
+    else:
+        t[path[-1]] = value
+    return p
+
+
+_DROP = object()
+# One damage per class the reader let through to the renderer (E-INTERNAL, or a MemoryError or
+# an out-of-memory kill for a count the pages loop over): a name that is not a string, a count
+# beyond what a link writes, a ring range of another shape, a solver that is not an object.
+DAMAGED_FIELDS = {
+    "claim key not a string": (("claims", 0, "key"), -1),
+    "claim key a list": (("claims", 0, "key"), []),
+    "claim offset negative": (("claims", 0, "offset"), -1),
+    "claim bytes beyond u32": (("claims", 0, "bytes"), 2**70),
+    "claim phase not a string": (("claims", 0, "phase"), None),
+    "barrier key null": (("barriers", 0, "key"), None),
+    "barrier id beyond 15": (("barriers", 0, "id"), 16),
+    "role instance a list": (("roles", 0, "instance"), []),
+    "role warps 2^70": (("roles", 0, "warps"), 2**70),
+    "role warps past the block": (("roles", 0, "warp_begin"), 30),
+    "role budget a string": (("roles", 0, "budget"), "232"),
+    "ring name a number": (("rings", 0, "name"), 0),
+    "ring depth 2^70": (("rings", 0, "depth"), 2**70),
+    "ring range null": (("rings", 0, "range"), None),
+    "ring range a string": (("rings", 0, "range"), "x"),
+    "ring range of strings": (("rings", 0, "range"), ["", 8]),
+    "ring range of one": (("rings", 0, "range"), [2]),
+    "ring range 2^70": (("rings", 0, "range"), [2, 2**70]),
+    "workspace key a number": (("workspaces", 0, "key"), 0),
+    "workspace name dropped": (("workspaces", 0, "name"), _DROP),
+    "workspace bytes dropped": (("workspaces", 0, "bytes"), _DROP),
+    "workspace owner instance an object": (("workspaces", 0, "owner"), {"instance": {}}),
+    "owner instance a number": (("claims", 0, "owner"), {"instance": 1}),
+    "origin label a list": (("claims", 0, "origins"), [{"file": "a", "line": 1, "label": []}]),
+    "warps 2^70": (("warps",), 2**70),
+    "threads negative": (("threads",), -1),
+    "budgets of 2^70": (("warp_group_budgets",), [2**70]),
+    "solver a string": (("solver",), "x"),
+    "solver true": (("solver",), True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED_FIELDS))
+def test_damaged_placement_field_is_e_placement(tmp_path, capsys, case):
+    """Every field map/diff-map read is checked by type and bound on reading: E-PLACEMENT naming
+    the field, exit 1, no page written (map, and diff-map on either side)."""
+    path, value = DAMAGED_FIELDS[case]
+    if path[-1] == "name" and path[0] == "workspaces":
+        p = _damaged(("workspaces", 0, "scope"), "kernel")  # a kernel-scope buffer is listed by its name
+        del p["workspaces"][0]["name"]
+    else:
+        p = _damaged(path, value)
+    good = write_json(tmp_path / "good.json", _damaged(("kernel",), "two"))
+    src = write_json(tmp_path / "bad.json", p)
+    out = tmp_path / "o" / "map.html"
+    for argv in (["map", str(src), "--html", str(out)], ["diff-map", str(good), str(src), "--html", str(out)],
+                 ["diff-map", str(src), str(good)]):
+        assert cli.main(["--format=json", *argv]) == 1, argv
+        doc = json.loads(capsys.readouterr().out)
+        assert [d["code"] for d in doc["diagnostics"]] == ["E-PLACEMENT"] and doc["diagnostics"][0]["hint"], doc
+        assert str(path[0]) in doc["diagnostics"][0]["message"]
+        assert not out.exists() and not (tmp_path / "o").exists()
+    assert cli.main(["map", str(good), "--html", str(out)]) == 0  # the undamaged one still renders
+    capsys.readouterr()
+
+
 def test_map_output_errors(tmp_path, capsys):
     p = write_json(tmp_path / "p.json", two_phase_placement())
     assert cli.main(["map", str(p), "--html", str(tmp_path)]) == 1  # a directory

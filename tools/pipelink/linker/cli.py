@@ -186,7 +186,7 @@ def _explain(args, origins: _Origins) -> int:
 
     origins.resolve([])  # explain reads no file, so an --origin names none
     codes = {**CODES, **rule_codes()}  # the linker's, the runtime's and the Bazel rules' codes
-    if args.code:
+    if args.code is not None:  # `explain ""` is a mistake, not "list every code"
         if args.code not in codes:
             raise Rejected(Diagnostic("E-USAGE", f"unknown code {args.code!r}", hint="`pipelink explain` lists them"))
         long = explanation(args.code)  # the long form: meaning, an example, the fix, the docs section

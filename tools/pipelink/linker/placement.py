@@ -15,6 +15,7 @@ import json
 
 from pipelink.common.diagnostics import Fact, reject
 from pipelink.common.files import display, read_text
+from pipelink.linker.arch_limits import MAX_WARPS
 
 PLACEMENT_FORMAT = 1
 PLACEMENT_KIND = "pipelink.linker.placement"
@@ -150,20 +151,23 @@ def placement_bytes(placement: dict) -> bytes:
 # ---- reading ---------------------------------------------------------------------------------------
 
 _HINT = "give the <kernel>.placement.json that `pipelink link --placement` wrote (relink to refresh it)"
-# field -> (type, required keys of each entry)
-_LISTS = {"claims": ("key", "offset", "bytes", "phase", "owner", "origins", "why"),
-          "barriers": ("key", "id", "owner", "origins", "why"),
-          "roles": ("instance", "warp_begin", "warps", "budget", "owner", "origins", "why"),
-          "rings": ("name", "depth", "range", "stage_bytes", "owner", "origins", "why"),
-          "workspaces": ("key", "bytes", "owner", "origins", "why")}
-_INTS = ("threads", "warps", "dynamic_smem")
-_INT_FIELDS = {"claims": ("offset", "bytes"), "barriers": ("id",), "roles": ("warp_begin", "warps", "budget"),
-               "rings": ("depth", "stage_bytes")}
+# What `map` and `diff-map` read, with the bounds a link can write: a file that passes renders
+# (the pages loop over warps, barrier ids and ring stages, so an unbounded count would exhaust
+# memory, and every name is escaped as a string). field -> {key: str or (min, max)} of each entry;
+# every entry also has owner, origins and why.
+_U32 = (0, 2**32 - 1)
+_LISTS = {"claims": {"key": str, "offset": _U32, "bytes": _U32, "phase": str},
+          "barriers": {"key": str, "id": (0, 15)},
+          "roles": {"instance": str, "warp_begin": (0, MAX_WARPS - 1), "warps": (1, MAX_WARPS), "budget": (0, 256)},
+          "rings": {"name": str, "depth": (1, 64), "stage_bytes": _U32},
+          "workspaces": {"key": str, "bytes": object}}  # object: any JSON value (an expression)
+_INTS = {"threads": (0, 32 * MAX_WARPS), "warps": (0, MAX_WARPS), "dynamic_smem": _U32}
 
 
 def read_placement(path) -> dict:
     """A placement file, checked enough that rendering it cannot fail: E-FILE when it cannot be
-    read, E-PLACEMENT when it is not a placement of this format."""
+    read, E-PLACEMENT when it is not a placement of this format (a field of another type, or a
+    count beyond what a link writes)."""
     text = read_text(path, "placement", hint=_HINT)
 
     def bad(why: str):
@@ -180,31 +184,70 @@ def read_placement(path) -> dict:
         raise bad(f"format {data.get('format')!r}; this pipelink reads format {PLACEMENT_FORMAT}")
     if not isinstance(data.get("kernel"), str):
         raise bad("\"kernel\" is not a string")
-    for k in _INTS:
-        if not _is_int(data.get(k)):
-            raise bad(f"\"{k}\" is not an integer")
+    for k, bounds in _INTS.items():
+        why = _wrong(data.get(k), bounds)
+        if why:
+            raise bad(f"\"{k}\" {why}")
     if not isinstance(data.get("phases"), list) or not all(isinstance(p, str) for p in data["phases"]):
         raise bad("\"phases\" is not a list of strings")
-    if not isinstance(data.get("warp_group_budgets"), list) or not all(_is_int(b) for b in data["warp_group_budgets"]):
-        raise bad("\"warp_group_budgets\" is not a list of integers")
-    for field, required in _LISTS.items():
+    budgets = data.get("warp_group_budgets")
+    if not isinstance(budgets, list) or len(budgets) > MAX_WARPS // 4 or any(_wrong(b, (0, 256)) for b in budgets):
+        raise bad(f"\"warp_group_budgets\" is not a list of at most {MAX_WARPS // 4} register counts (0..256)")
+    if not isinstance(data.get("solver", {}), dict):
+        raise bad("\"solver\" is not an object")
+    for field, keys in _LISTS.items():
         items = data.get(field)
         if not isinstance(items, list):
             raise bad(f"\"{field}\" is not a list")
         for n, item in enumerate(items):
-            missing = [k for k in required if not isinstance(item, dict) or k not in item]
+            missing = [k for k in (*keys, "owner", "origins", "why") if not isinstance(item, dict) or k not in item]
             if missing:
                 raise bad(f"{field}[{n}] lacks {', '.join(missing)}")
-            wrong = [k for k in _INT_FIELDS.get(field, ()) if not _is_int(item[k])]
-            if wrong:
-                raise bad(f"{field}[{n}]: {', '.join(wrong)} not integers")
+            for k, want in keys.items():
+                if want is object:
+                    continue
+                why = ("is not a string" if not isinstance(item[k], str) else "") if want is str else _wrong(item[k], want)
+                if why:
+                    raise bad(f"{field}[{n}].{k} {why}")
             if not isinstance(item["origins"], list) or not all(
                     isinstance(o, dict) and isinstance(o.get("file"), str) and _is_int(o.get("line", 0))
-                    for o in item["origins"]):
+                    and isinstance(o.get("label", ""), str) for o in item["origins"]):
                 raise bad(f"{field}[{n}]: origins is not a list of {{file, line}}")
-            if not isinstance(item["owner"], dict):
-                raise bad(f"{field}[{n}]: owner is not an object")
+            if not _owner_ok(item["owner"]):
+                raise bad(f"{field}[{n}]: owner is not an object of names (instance, package) or of such objects")
+        extra = _entry_problem(field, items)
+        if extra:
+            raise bad(extra)
     return data
+
+
+def _wrong(v, bounds: tuple[int, int]) -> str:
+    """'' for an integer within bounds, else what is wrong with it."""
+    if not _is_int(v):
+        return "is not an integer"
+    return "" if bounds[0] <= v <= bounds[1] else f"is {v}, outside {bounds[0]}..{bounds[1]}"
+
+
+def _owner_ok(owner, depth: int = 0) -> bool:
+    """{instance, package} names, or objects of such owners (a ring's producer and consumer)."""
+    return isinstance(owner, dict) and depth < 3 and all(
+        isinstance(v, str) if k in ("instance", "package") else isinstance(v, str) or _owner_ok(v, depth + 1)
+        for k, v in owner.items())
+
+
+def _entry_problem(field: str, items: list[dict]) -> str:
+    """What the per-field schema cannot say: a ring's range, a role's warps within the block,
+    a kernel-scope workspace's buffer name."""
+    for n, item in enumerate(items):
+        if field == "rings":
+            r = item["range"] if "range" in item else None
+            if not (isinstance(r, list) and len(r) == 2 and not any(_wrong(x, (1, 64)) for x in r)):
+                return f"rings[{n}].range is not two depths 1..64"
+        elif field == "roles" and item["warp_begin"] + item["warps"] > MAX_WARPS:
+            return f"roles[{n}]: warps {item['warp_begin']}..{item['warp_begin'] + item['warps'] - 1} are past a block's {MAX_WARPS}"
+        elif field == "workspaces" and ("name" in item or item.get("scope") == "kernel") and not isinstance(item.get("name"), str):
+            return f"workspaces[{n}].name is not a string"
+    return ""
 
 
 def _is_int(v) -> bool:

@@ -15,10 +15,17 @@ from pipelink.linker.scratch import scratch_file
 from pipelink.linker.toolkit import find_toolkit, run_tool
 
 _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_CODE_FOR = re.compile(r"^\s*code for (sm_\w+)")
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;?\s*(/\*.*\*/)?\s*$")
 
 
-def disassemble(cubin: bytes, cuda_home: str | None = None, what: str = "cubin") -> dict[str, list[str]]:
+class Sass(dict):
+    """Function name -> normalized instructions; `arches`: the architectures the cubin holds code for."""
+
+    arches: frozenset[str] = frozenset()
+
+
+def disassemble(cubin: bytes, cuda_home: str | None = None, what: str = "cubin") -> Sass:
     """Function name -> normalized instructions. `what` names the input in diagnostics (the
     bytes go through a temporary file, whose name would mean nothing to the user)."""
     tk = find_toolkit(cuda_home)
@@ -29,16 +36,20 @@ def disassemble(cubin: bytes, cuda_home: str | None = None, what: str = "cubin")
             said = [Fact(x.side, x.text.replace(str(f), what), x.origin) for d in e.diagnostics for x in d.facts]
             raise reject("E-FILE", f"{what}: not a cubin (cuobjdump cannot read it)", facts=said,
                          hint="pass the .cubin files written by pipelink link (--cubin and --control-cubin)") from None
-    funcs: dict[str, list[str]] = {}
+    funcs = Sass()
+    arches: set[str] = set()
     current = None
     for line in text.splitlines():
-        if m := _FUNC.match(line):
+        if m := _CODE_FOR.match(line):
+            arches.add(m.group(1))
+        elif m := _FUNC.match(line):
             current = m.group(1)
             funcs[current] = []
         elif current and (m := _INSN.search(line)):
             insn = m.group(1).strip()
             if insn:
                 funcs[current].append(_normalize(insn))
+    funcs.arches = frozenset(arches)
     return funcs
 
 
@@ -50,9 +61,15 @@ def _normalize(insn: str) -> str:
 
 def compare(linked: bytes, control: bytes, kernel: str | None = None, cuda_home: str | None = None,
             names: tuple[str, str] = ("linked cubin", "control cubin")) -> dict:
-    """Per function: identical or the diff. Two cubins of different kernels are a usage error
-    (E-USAGE), not a difference: a control only means something for its own kernel."""
+    """Per function: identical or the diff. Two cubins of different kernels or architectures are
+    a usage error (E-USAGE), not a difference: a control only means something for its own kernel."""
     a, b = disassemble(linked, cuda_home, names[0]), disassemble(control, cuda_home, names[1])
+    arch_a, arch_b = getattr(a, "arches", frozenset()), getattr(b, "arches", frozenset())
+    if arch_a and arch_b and arch_a != arch_b:  # every instruction would differ: not a kernel and its control
+        raise reject("E-USAGE", f"the two cubins are for different architectures ({', '.join(sorted(arch_a))} and "
+                     f"{', '.join(sorted(arch_b))}): they are not a kernel and its control",
+                     facts=[Fact(names[0], ", ".join(sorted(arch_a))), Fact(names[1], ", ".join(sorted(arch_b)))],
+                     hint="compare <kernel>.cubin with the <kernel>.control.cubin the same link wrote (one --arch)")
     has = [Fact(names[0], ", ".join(sorted(a)) or "no functions"), Fact(names[1], ", ".join(sorted(b)) or "no functions")]
     if kernel is not None and (kernel not in a or kernel not in b):
         which = "neither cubin has" if kernel not in a and kernel not in b else \

@@ -23,7 +23,8 @@ def requested_format(argv: list[str]) -> str:
         if not eq and (i + 1 >= len(argv) or argv[i + 1].startswith("-")):
             continue  # `--format` with no value is the usage error itself; an earlier choice stands
         value = value if eq else argv[i + 1]
-        fmt = "json" if value == "json" else "human"  # the last one given wins, as in argparse
+        if value in ("json", "human"):  # the last valid one wins, as in argparse; an invalid one (the usage
+            fmt = value                 # error itself) does not undo an earlier --format=json
     return fmt
 
 
