@@ -66,7 +66,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
 from pipelink.runtime.entry import (I32_MAX, device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
-                            expect_tensor, flag, integer, optional_dir, real, refuse_unused, tensor_device)
+                            expect_tensor, flag, integer, kernel_file, optional_dir, real, refuse_unused, tensor_device)
 
 from attention_masks import (BLOCK, BlockMask, causal_schedule, check_doc_ids, create_block_mask,  # noqa: E402,F401
                              document_aux)
@@ -137,8 +137,7 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
         k = _cache.get(key)
         if k is None:
             build = f"tools/bazel build //kernels/attention:{name} --output_groups=+control, or pass kernel_dir="
-            if not cubin.is_file():
-                raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
+            kernel_file(cubin, hint=build)
             expect_manifest(manifest, f"attention variant {variant!r} (d = {head_dim})",
                             params=(PAGED_PARAMS if variant == "decode" else PAGED_PREFILL_PARAMS) if paged else
                             VARLEN_PARAMS if varlen else PARAMS | ({"splits"} if variant == "decode" else set()),

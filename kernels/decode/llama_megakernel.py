@@ -37,7 +37,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
 
-from pipelink.runtime.entry import device_index, expect_cubin, expect_manifest, flag, integer, optional_dir
+from pipelink.runtime.entry import device_index, expect_cubin, expect_manifest, flag, integer, kernel_file, optional_dir
 
 import llama_pack
 import llama_prefill
@@ -110,8 +110,7 @@ class MegakernelStep:
                 raise LaunchError("R-PARAM", f"kernel_files = {kernel_files!r} is not (cubin, manifest)",
                                   hint="pass two paths, or leave kernel_files out")
             cubin, manifest_path = (Path(f) for f in kernel_files)
-        if not cubin.is_file():
-            raise LaunchError("R-MANIFEST", f"no kernel at {cubin}", hint=build)
+        kernel_file(cubin, hint=build)
         manifest = expect_manifest(manifest_path, f"//kernels/decode:{target}", params=PARAMS,
                                    facts={**{f: getattr(cfg, f) for f in llama_pack.FACTS}, "unfused": int(unfused)},
                                    hint=build)

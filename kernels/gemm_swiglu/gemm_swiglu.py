@@ -26,7 +26,8 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError, expect_tensor
-from pipelink.runtime.entry import device_index, expect_disjoint, expect_stream, flag, optional_dir, tensor_device
+from pipelink.runtime.entry import (device_index, expect_disjoint, expect_stream, flag, kernel_file, optional_dir,
+                                    tensor_device)
 
 KERNEL = "gemm_swiglu"
 _cache: dict[tuple[str, int], "GemmSwiglu"] = {}
@@ -139,7 +140,8 @@ def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool
                           hint="pass kernel_dir= or set PIPELINK_GEMM_SWIGLU_DIR to where `pipelink link` "
                                "wrote gemm_swiglu.cubin and gemm_swiglu.manifest.json")
     cubin = Path(d) / (f"{KERNEL}.control.cubin" if control else f"{KERNEL}.cubin")
-    key = (str(cubin.resolve()), int(device))
+    key = (str(kernel_file(cubin, hint="pass kernel_dir= (or set PIPELINK_GEMM_SWIGLU_DIR) to where `pipelink link` "
+                                      f"wrote {cubin.name}")), int(device))
     with _lock:
         g = _cache.get(key)
         if g is None:

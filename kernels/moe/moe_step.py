@@ -43,7 +43,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import Kernel, LaunchError
 from pipelink.runtime.entry import (device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
-                            expect_tensor, flag, optional_dir, tensor_device)
+                            expect_tensor, flag, kernel_file, optional_dir, tensor_device)
 
 from moe_models import MODELS, MoeModel, linked_model, model_from_hf_config, resolve_model
 
@@ -184,10 +184,8 @@ def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool
                           "stem in kernel_dir: <name>.cubin, <name>.manifest.json)")
     d = kdir or Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")
     cubin = d / (f"{name}.control.cubin" if control else f"{name}.cubin")
-    if not cubin.is_file():
-        raise LaunchError("R-MANIFEST", f"no kernel at {cubin}",
-                          hint=f"tools/bazel build //kernels:{name} --output_groups=+control")
-    key = (str(cubin.resolve()), int(device), model.name)
+    key = (str(kernel_file(cubin, hint=f"tools/bazel build //kernels:{name} --output_groups=+control")), int(device),
+           model.name)
     with _lock:
         k = _cache.get(key)
         if k is None:

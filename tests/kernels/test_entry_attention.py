@@ -727,3 +727,14 @@ def test_paged_launch_plans_against_the_built_manifest(planning, ps):
     assert plan.grid[1] == B * 2 and plan.grid[0] >= 1
     (plan,) = prefill.plans
     assert plan.grid == (2 * B * 8, 1, 1)  # ceil(200 / 128) Q blocks x 8 heads
+
+
+@pytest.mark.parametrize("via", ["kernel_dir", "env"])
+@pytest.mark.parametrize("kind", ["long", "loop", "file"])
+def test_load_refuses_an_unprobeable_kernel_dir(tmp_path, monkeypatch, kind, via):  # long: was Path.is_file's OSError
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_bytes(b"x")
+    d = {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "file": tmp_path / "file"}[kind]
+    monkeypatch.setenv("PIPELINK_ATTENTION_DIR", str(d))
+    e = refused(A.load, "causal", **({"kernel_dir": d} if via == "kernel_dir" else {}))
+    assert e.code == "R-MANIFEST" and "no kernel at" in str(e)

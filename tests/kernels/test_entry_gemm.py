@@ -33,3 +33,16 @@ def test_out_overlap_stream_and_load_arguments(tmp_path):
         assert refused(gs.load, tmp_path, **kw).code == code if "kernel_dir" not in kw else \
             refused(gs.load, **kw).code == code
     assert refused(gs.gemm_swiglu, [1.0], w, kernel_dir=tmp_path).code == "R-PARAM"
+
+
+@pytest.mark.parametrize("via", ["kernel_dir", "env"])
+@pytest.mark.parametrize("kind", ["long", "loop", "nul"])
+def test_load_refuses_an_unprobeable_kernel_dir(tmp_path, monkeypatch, kind, via):  # loop: was Path.resolve's RuntimeError
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    d = {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "nul": str(tmp_path) + "/a\0b"}[kind]
+    if via == "env":
+        if kind == "nul":
+            pytest.skip("an environment variable holds no NUL")
+        monkeypatch.setenv("PIPELINK_GEMM_SWIGLU_DIR", str(d))
+    e = refused(gs.load, **({"kernel_dir": d} if via == "kernel_dir" else {}))
+    assert e.code == ("R-PARAM" if kind == "nul" else "R-MANIFEST")

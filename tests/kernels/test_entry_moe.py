@@ -339,3 +339,14 @@ def test_each_model_kernel_is_checked_on_load(name, tmp_path, all_linked):
     assert "'inter': None" in str(refused(ms.MoeStep, cubin, manifest, model=name))
     _manifest_of(m, manifest, drop=(m.extras() or ("w2",))[:1])  # a tensor the kernel does not take
     assert "parameters" in str(refused(ms.load, tmp_path, model=name))
+
+
+@pytest.mark.parametrize("via", ["kernel_dir", "env"])
+@pytest.mark.parametrize("kind", ["long", "loop", "file"])
+def test_load_refuses_an_unprobeable_kernel_dir(tmp_path, monkeypatch, kind, via):  # long: was Path.is_file's OSError
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_bytes(b"x")
+    d = {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "file": tmp_path / "file"}[kind]
+    monkeypatch.setenv("PIPELINK_MOE_STEP_DIR", str(d))
+    e = refused(ms.load, **({"kernel_dir": d} if via == "kernel_dir" else {}))
+    assert e.code == "R-MANIFEST" and "no kernel at" in str(e)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import conftest  # noqa: F401  (tools/ on sys.path)
-from pipelink.runtime.entry import expect_stream, flag, integer, optional_dir, real, refuse_unused
+from pipelink.runtime.entry import expect_cubin, expect_stream, flag, integer, kernel_file, optional_dir, real, refuse_unused
 from helpers.manifest_fakes import manifest
 from pipelink.runtime import Kernel, LaunchError, Manifest, plan_launch
 
@@ -160,3 +160,39 @@ def test_damaged_manifest_is_r_manifest(edit):
     with pytest.raises(LaunchError) as e:
         Manifest.from_dict(d, "k.manifest.json")
     assert e.value.code == "R-MANIFEST" and e.value.hint
+
+
+# ---- kernel paths: a probe that raises is a coded refusal (kernel_dir= / $PIPELINK_*_DIR) ----
+
+class _FsPath:
+    def __init__(self, v):
+        self.v = v
+
+    def __fspath__(self):
+        return self.v
+
+
+@pytest.mark.parametrize("v", [_FsPath(b"/tmp"), _FsPath(1), _FsPath(None), _FsPath(""), "/tmp/a\0b", b"/tmp", 3])
+def test_optional_dir_refuses_odd_paths(v):  # _FsPath(1) was a TypeError from os.fspath
+    assert refused(optional_dir, "kernel_dir", v).code == "R-PARAM"
+
+
+def _probe(tmp_path, kind):
+    (tmp_path / "file").write_bytes(b"x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    return {"long": tmp_path / ("a" * 300) / "k.cubin", "deep": Path("/" + "a/" * 3000) / "k.cubin",
+            "loop": tmp_path / "loop" / "k.cubin", "self_loop": tmp_path / "loop", "nul": tmp_path / "a\0b",
+            "under_file": tmp_path / "file" / "k.cubin", "missing": tmp_path / "k.cubin", "dir": tmp_path}[kind]
+
+
+@pytest.mark.parametrize("kind", ["long", "deep", "loop", "self_loop", "nul", "under_file", "missing", "dir"])
+def test_kernel_file_refuses_what_is_no_file(tmp_path, kind):  # long/deep: OSError; loop: RuntimeError (resolve)
+    e = refused(kernel_file, _probe(tmp_path, kind), hint="build it")
+    assert e.code == "R-MANIFEST" and "no kernel at" in str(e) and e.hint == "build it"
+    (tmp_path / "k.cubin").write_bytes(b"\x7fELF")
+    assert kernel_file(tmp_path / "k.cubin") == (tmp_path / "k.cubin").resolve()
+
+
+@pytest.mark.parametrize("v", [3, None, 1.5, ["k.cubin"]])
+def test_expect_cubin_refuses_a_non_path(v):  # 3 was open()'s TypeError
+    assert refused(expect_cubin, v).code == "R-PARAM"

@@ -16,6 +16,8 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
   expect_manifest(path, ...)      R-MANIFEST unless the manifest has the parameters/facts of the
                                   kernel the entry expects (read before the cubin is loaded)
   expect_cubin(path)              R-MANIFEST unless the file is a CUDA ELF (not loaded onto the GPU)
+  kernel_file(path, hint)         the cubin path resolved, R-MANIFEST unless it is a file (a probe that
+                                  raises -- a name too long, a loop of links, a NUL -- is refused too)
   read_hf_config(path_or_dict)    a Hugging Face config.json (or its directory, or its parsed dict)
                                   as a dict, R-CONFIG for a missing, unreadable (FIFO, device, over
                                   4 MiB, not UTF-8) or non-object file
@@ -34,10 +36,10 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipelink.common.files import MAX_TEXT_BYTES, read_regular, why_unreadable
+from pipelink.common.files import MAX_TEXT_BYTES, display, read_regular, why_unreadable
 from pipelink.runtime.launch_error import LaunchError
 from pipelink.runtime.launch_values import FLT_MAX, dev_index, is_bool, is_tensor
-from pipelink.runtime.manifest import Manifest
+from pipelink.runtime.manifest import Manifest, input_path
 
 FLT_MIN = 2.0 ** -126  # the smallest normal float32; the kernels' fast math flushes subnormals to zero
 U32_MAX, I32_MAX = 2**32 - 1, 2**31 - 1
@@ -95,13 +97,18 @@ def flag(name: str, v) -> bool:
 def optional_dir(name: str, v) -> Path | None:
     if v is None:
         return None
-    if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
+    try:  # os.fspath and Path raise TypeError for an os.PathLike whose __fspath__ returns bytes or a non-path
+        s = os.fspath(v) if isinstance(v, (str, os.PathLike)) else None
+        p = Path(s) if isinstance(s, str) and s else None
+    except TypeError:
+        raise LaunchError("R-PARAM", f"{name} = {_show(v)} is not a str path", hint="pass a str or pathlib.Path") from None
+    if p is None:
         raise LaunchError("R-PARAM", f"{name} = {_show(v)} ({type(v).__name__}) is not a directory path",
                           hint=f"pass {name}=None (the default) or the directory the kernel was built into")
-    try:
-        return Path(v)
-    except TypeError:  # an os.PathLike whose __fspath__ returns bytes
-        raise LaunchError("R-PARAM", f"{name} = {_show(v)} is not a str path", hint="pass a str or pathlib.Path") from None
+    if "\0" in s:
+        raise LaunchError("R-PARAM", f"{name} = {_show(v)} has a NUL character: no file system path does",
+                          hint=f"pass {name}=None (the default) or the directory the kernel was built into")
+    return p
 
 
 def device_index(v) -> int:
@@ -247,6 +254,7 @@ def expect_manifest(path: str | Path, what: str, *, params: set[str], facts: Map
 def expect_cubin(path: str | Path, hint: str = "") -> None:
     """R-MANIFEST unless `path` is an ELF file for CUDA (e_machine 190): a truncated or foreign
     file is refused here, not by the driver's module load."""
+    path = input_path(path, "cubin")  # not a str / os.PathLike: R-PARAM, not open()'s TypeError
     try:
         head = read_regular(path)[:20]
     except (OSError, ValueError) as e:
@@ -255,6 +263,23 @@ def expect_cubin(path: str | Path, hint: str = "") -> None:
     if len(head) < 20 or head[:4] != b"\x7fELF" or int.from_bytes(head[18:20], "little") != 190:
         raise LaunchError("R-MANIFEST", f"{path} is not a CUDA cubin (no ELF header for EM_CUDA)",
                           hint=hint or "relink it: `pipelink link` writes the cubin beside its manifest")
+
+
+def kernel_file(path: str | Path, hint: str = "") -> Path:
+    """`path` resolved (an entry's cache key) if it is a regular file, else R-MANIFEST "no kernel at":
+    Path.is_file and Path.resolve raise for a name too long, a loop of links or a NUL (kernel_dir=
+    or a $PIPELINK_*_DIR), and those are refused here with the reason, not as a traceback."""
+    p = Path(path)
+    why = "missing, or not a regular file"
+    try:
+        if p.is_file():
+            return p.resolve()
+    except RuntimeError:  # Path.resolve before Python 3.13: "Symlink loop from ..."
+        why = "a loop of symbolic links"
+    except (OSError, ValueError) as e:
+        why = why_unreadable(e)
+    raise LaunchError("R-MANIFEST", f"no kernel at {display(p)} ({why})",
+                      hint=hint or "point kernel_dir at the directory the kernel was built into")
 
 
 def read_hf_config(path_or_dict) -> tuple[dict, str]:
