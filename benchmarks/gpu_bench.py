@@ -102,7 +102,9 @@ def run_gates(a, gates: dict) -> int:
 
 def gpu_world(world: int | None, tool: str) -> int | None:
     """The ranks of a one-process-per-GPU script: `world`, or every visible GPU where it is None;
-    None after one FAIL R-DEVICE line where fewer GPUs are visible (after require_gpu)."""
+    None after one FAIL R-DEVICE line where no GPU is usable (require_gpu) or fewer are visible."""
+    if not require_gpu(tool):
+        return None
     import torch
     gpus = torch.cuda.device_count()
     world = world or gpus

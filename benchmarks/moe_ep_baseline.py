@@ -27,7 +27,7 @@ for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     os.environ[_k] = _v
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "kernels" / "moe"), str(ROOT / "benchmarks")]
-from gpu_bench import gpu_world, require_gpu, whole  # noqa: E402
+from gpu_bench import gpu_world, whole  # noqa: E402
 E, H, I, TOP_K = 128, 2048, 768, 8
 
 
@@ -119,12 +119,10 @@ def main(argv=None) -> int:
     ap.add_argument("T", nargs="?", type=whole(1), default=4096, help="tokens a rank (default %(default)s)")
     ap.add_argument("iters", nargs="?", type=whole(1), default=20, help="timed steps (default %(default)s)")
     a = ap.parse_args(argv)
-    if not require_gpu("moe_ep_baseline.py"):
-        return 1
-    import torch.multiprocessing as mp
     world = gpu_world(a.world, "moe_ep_baseline.py")
     if world is None:
         return 1
+    import torch.multiprocessing as mp
     if E % world:
         ap.error(f"world {world}: a divisor of the {E} experts")
     mp.spawn(_rank_main, args=(world, a.T, a.iters, 29600 + os.getpid() % 1000), nprocs=world, join=True)

@@ -20,7 +20,7 @@ for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     os.environ[_k] = _v
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_bench import gpu_world, require_gpu, whole  # noqa: E402
+from gpu_bench import gpu_world, whole  # noqa: E402
 
 
 def _flash(q, k, v, causal):
@@ -106,12 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("S", nargs="?", type=whole(1), default=32768, help="sequence length (default %(default)s)")
     ap.add_argument("H", nargs="?", type=whole(1), default=32, help="heads (default %(default)s)")
     a = ap.parse_args(argv)
-    if not require_gpu("ring_attention_baseline.py"):
-        return 1
-    import torch.multiprocessing as mp
     world = gpu_world(a.world, "ring_attention_baseline.py")
     if world is None:
         return 1
+    import torch.multiprocessing as mp
     if a.S % (2 * world):
         ap.error(f"S {a.S}: a multiple of 2 x world = {2 * world} (the zigzag shards' chunks)")
     mp.spawn(_rank_main, args=(world, a.S, a.H, 29500 + os.getpid() % 1000), nprocs=world, join=True)

@@ -94,3 +94,12 @@ def write_manifest(path, params: dict[str, str], facts: dict[str, int], kernel="
     path.write_text(json.dumps({"format": 1, "kernel": kernel, "arch": "sm_90a", "block": [128, 1, 1],
                                 "grid": ["1", "1", "1"], "facts": facts,
                                 "params": {"size": size, "by_name": params, "fields": fields}}))
+
+
+def unprobeable_dir(tmp_path, kind: str):
+    """A kernel_dir whose probe raises in pathlib: "long" (a name too long: OSError), "loop" (a
+    link to itself: resolve's RuntimeError), "file" (a regular file), "nul" (a str with a NUL)."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_bytes(b"x")
+    return {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "file": tmp_path / "file",
+            "nul": str(tmp_path) + "/a\0b"}[kind]

@@ -17,7 +17,7 @@ np = pytest.importorskip("numpy")
 
 from conftest import ROOT  # noqa: E402
 from helpers.entry_fakes import (BF16, CountingKernel, empty, gpu, huge, misaligned, randn, refused,  # noqa: E402
-                         write_manifest)
+                         unprobeable_dir, write_manifest)
 
 sys.path.insert(0, str(ROOT / "kernels" / "attention"))
 import attention as A  # noqa: E402
@@ -732,9 +732,7 @@ def test_paged_launch_plans_against_the_built_manifest(planning, ps):
 @pytest.mark.parametrize("via", ["kernel_dir", "env"])
 @pytest.mark.parametrize("kind", ["long", "loop", "file"])
 def test_load_refuses_an_unprobeable_kernel_dir(tmp_path, monkeypatch, kind, via):  # long: was Path.is_file's OSError
-    (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    (tmp_path / "file").write_bytes(b"x")
-    d = {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "file": tmp_path / "file"}[kind]
+    d = unprobeable_dir(tmp_path, kind)
     monkeypatch.setenv("PIPELINK_ATTENTION_DIR", str(d))
     e = refused(A.load, "causal", **({"kernel_dir": d} if via == "kernel_dir" else {}))
     assert e.code == "R-MANIFEST" and "no kernel at" in str(e)

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ROOT  # noqa: E402
-from helpers.entry_fakes import BF16, CountingKernel, empty, gpu, randn, refused  # noqa: E402
+from helpers.entry_fakes import BF16, CountingKernel, empty, gpu, randn, refused, unprobeable_dir  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "kernels" / "gemm_swiglu"))
 import gemm_swiglu as gs  # noqa: E402
@@ -38,8 +38,7 @@ def test_out_overlap_stream_and_load_arguments(tmp_path):
 @pytest.mark.parametrize("via", ["kernel_dir", "env"])
 @pytest.mark.parametrize("kind", ["long", "loop", "nul"])
 def test_load_refuses_an_unprobeable_kernel_dir(tmp_path, monkeypatch, kind, via):  # loop: was Path.resolve's RuntimeError
-    (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    d = {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "nul": str(tmp_path) + "/a\0b"}[kind]
+    d = unprobeable_dir(tmp_path, kind)
     if via == "env":
         if kind == "nul":
             pytest.skip("an environment variable holds no NUL")

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
 from conftest import ROOT  # noqa: E402
-from helpers.entry_fakes import BF16, CountingKernel, empty, gpu, misaligned, randn, refused, write_manifest  # noqa: E402
+from helpers.entry_fakes import BF16, CountingKernel, empty, gpu, misaligned, randn, refused, unprobeable_dir, write_manifest  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
 import moe_ep  # noqa: E402
@@ -344,9 +344,7 @@ def test_each_model_kernel_is_checked_on_load(name, tmp_path, all_linked):
 @pytest.mark.parametrize("via", ["kernel_dir", "env"])
 @pytest.mark.parametrize("kind", ["long", "loop", "file"])
 def test_load_refuses_an_unprobeable_kernel_dir(tmp_path, monkeypatch, kind, via):  # long: was Path.is_file's OSError
-    (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    (tmp_path / "file").write_bytes(b"x")
-    d = {"long": tmp_path / ("a" * 300), "loop": tmp_path / "loop", "file": tmp_path / "file"}[kind]
+    d = unprobeable_dir(tmp_path, kind)
     monkeypatch.setenv("PIPELINK_MOE_STEP_DIR", str(d))
     e = refused(ms.load, **({"kernel_dir": d} if via == "kernel_dir" else {}))
     assert e.code == "R-MANIFEST" and "no kernel at" in str(e)
