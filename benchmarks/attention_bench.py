@@ -53,7 +53,7 @@ def sparse_pred(b, h, q, k):  # ~10% of blocks, every Q block keeps some
 
 
 def split_dim(v: str) -> tuple[str, int]:
-    """'causal' -> ('causal', 128); 'causal:64' -> ('causal', 64) (the attn_core_d64 build)."""
+    """'causal' -> ('causal', 128); 'causal:64' -> ('causal', 64) (the attn_core_d64 build; :256 likewise)."""
     name, _, d = v.partition(":")
     return name, int(d or 128)
 
@@ -202,10 +202,10 @@ def cmd_bench(a) -> int:
     import torch
     table = []
     for S in a.seqs:
-        B, H = a.batch, 32
-        q, k, v = rand_qkv(B, H, S, S, seed=S, Hkv=a.kv_heads)
+        B, H, D = a.batch, a.heads, a.head_dim
+        q, k, v = rand_qkv(B, H, S, S, seed=S, Hkv=a.kv_heads, D=D)
         inner = max(1, 16384 // S)
-        flops_full = 4 * B * H * S * S * 128
+        flops_full = 4 * B * H * S * S * D
         cases = {  # the masked variants vs FlexAttention: attention_flex_bench.py
             "causal": ({}, lambda: sdpa_fns(q, k, v, True), lambda: flex_fn(q, k, v, lambda b, h, i, j: j <= i), 0.5),
         }
@@ -234,15 +234,15 @@ def cmd_bench(a) -> int:
                 continue
             base = {n: x for n, x in t.items() if not n.startswith("pipelink")}
             best = min(base, key=base.get) if base else None
-            row = {"kind": "prefill", "variant": variant, "S": S, **{n: x for n, x in t.items()}, "best_baseline": best,
+            row = {"kind": "prefill", "variant": variant, "S": S, "D": D, **{n: x for n, x in t.items()}, "best_baseline": best,
                    "speedup": base[best] / t["pipelink"] if best else float("nan")}
             if frac:
                 row["tflops"] = flops_full * frac / t["pipelink"] / 1e6
             table.append(row)
             print(json.dumps(row), flush=True)
     for B, KV in a.decode:
-        H, Hkv = 32, a.kv_heads  # Hkv < 32: grouped-query decode (Llama 3: 8)
-        q, k, v = rand_qkv(B, H, 1, KV, seed=KV + B, Hkv=Hkv)
+        H, Hkv, D = a.heads, a.kv_heads, a.head_dim  # Hkv < H: grouped-query decode (Llama 3: 8 of 32)
+        q, k, v = rand_qkv(B, H, 1, KV, seed=KV + B, Hkv=Hkv, D=D)
         out = torch.empty_like(q)
         ctl = torch.empty_like(q)
         fns = {"pipelink": lambda: attention(q, k, v, "decode", out=out, kernel_dir=BIN),
@@ -289,8 +289,8 @@ def cmd_bench(a) -> int:
             continue
         base = {n: x for n, x in t.items() if not n.startswith("pipelink")}
         best = min(base, key=base.get) if base else None
-        kv_bytes = 2 * B * Hkv * KV * 128 * 2
-        row = {"kind": "decode", "variant": "decode", "B": B, "KV": KV, "Hkv": Hkv, **t, "best_baseline": best,
+        kv_bytes = 2 * B * Hkv * KV * D * 2
+        row = {"kind": "decode", "variant": "decode", "B": B, "KV": KV, "Hkv": Hkv, "D": D, **t, "best_baseline": best,
                "speedup": base[best] / t["pipelink"] if best else float("nan"),
                "tbs": kv_bytes / t["pipelink"] / 1e6}
         for ps in a.flex_paged:  # our paged decode over Flex's, the same pages (x > 1: ours faster)
@@ -299,7 +299,7 @@ def cmd_bench(a) -> int:
         table.append(row)
         print(json.dumps(row), flush=True)
     print(f"\nus per call, median of {a.rounds} interleaved rounds of CUDA-graph replays (prefill B={a.batch}, "
-          f"H=32, Hkv={a.kv_heads}, d=128, bf16)")
+          f"H={a.heads}, Hkv={a.kv_heads}, d={a.head_dim}, bf16)")
     for r in table:
         shape = f"S={r['S']}" if r["kind"] == "prefill" else f"B={r['B']} KV={r['KV']} Hkv={r['Hkv']}"
         others = "  ".join(f"{n} {r[n]:.3f}x" if "_x_" in n else f"{n} {r[n]:.1f}" for n in r
@@ -440,15 +440,18 @@ def cmd_prof(a) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["check", "pair", "bench", "sanitize", "one", "prof", "all"])
-    ap.add_argument("--variants", default=",".join(NAMES), help="name or name:64 (head dim 64)")
+    ap.add_argument("--variants", default=",".join(NAMES), help="name, or name:64 / name:256 (head dim 64 / 256)")
     ap.add_argument("--variant", default="causal")
-    ap.add_argument("--dim", type=int, default=128, help="one: head dim (64: the attn_core_d64 build)")
+    ap.add_argument("--dim", type=int, default=128, help="one: head dim (64 / 256: the attn_core_d64 / _d256 build)")
     ap.add_argument("--tools", default="memcheck,racecheck,synccheck")
     ap.add_argument("--seqs", default="4096,8192,32768")
     ap.add_argument("--prefill", default="causal")
     ap.add_argument("--decode", default="1x4096,1x32768,1x131072,8x32768,32x8192,64x4096")
     ap.add_argument("--kv-heads", type=int, default=32, choices=[1, 2, 4, 8, 16, 32],
                     help="bench: K/V heads of the 32 query heads, prefill and decode (8: Llama-3-8B's GQA)")
+    ap.add_argument("--heads", type=int, default=32, choices=[8, 16, 32, 64], help="bench: query heads")
+    ap.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256],
+                    help="bench: head dim of prefill and decode (the attn_<variant>_d64 / _d256 builds)")
     ap.add_argument("--batch", type=int, default=1, choices=range(1, 65), metavar="B",
                     help="bench: prefill batch (default 1)")
     ap.add_argument("--paged", default="", help="bench: decode page sizes to time beside contiguous (16,64)")
@@ -476,6 +479,8 @@ def main() -> int:
     for flag, sizes in (("--paged", a.paged), ("--flex-paged", a.flex_paged)):
         if any(ps not in (16, 32, 64, 128) for ps in sizes):
             ap.error(f"{flag} {sizes}: page sizes of 16, 32, 64 or 128 tokens")
+    if a.heads % a.kv_heads:
+        ap.error(f"--kv-heads {a.kv_heads} does not divide --heads {a.heads}")
     if not require_gpu(f"attention_bench.py {a.cmd}"):
         return 1
     if a.cmd == "one":

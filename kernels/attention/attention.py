@@ -80,7 +80,7 @@ from decode_schedule import (MAX_DECODE_BLOCKS, STREAMK_MAX_CTAS, decode_schedul
                              kv_blocks, streamk_stride)
 
 HEAD_DIM = 128
-HEAD_DIMS = (128, 64)  # core builds: attn_core (attn_<variant>) and attn_core_d64 (attn_<variant>_d64)
+HEAD_DIMS = (128, 64, 256)  # core builds: attn_core (attn_<variant>), attn_core_d64 / _d256 (attn_<variant>_d64 / _d256)
 PREFILL = ("full", "causal", "sliding", "block_sparse", "document", "softcap", "alibi")
 VARIANTS = PREFILL + ("decode",)
 SQUARE = ("causal", "sliding", "block_sparse", "document", "softcap", "alibi")  # q_len == kv_len
@@ -110,7 +110,7 @@ def check_variant(variant) -> str:
 
 def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = False, head_dim: int = HEAD_DIM,
          uniform: bool = False, paged: bool = False, varlen: bool = False) -> Kernel:
-    """The (cached) kernel attn_<variant>[_d64] on `device` (decode: attn_decode_streamk, or
+    """The (cached) kernel attn_<variant>[_d64|_d256] on `device` (decode: attn_decode_streamk, or
     attn_decode's uniform splits with `uniform`, or attn_decode_paged with `paged`); R-MANIFEST if
     kernel_dir has none, or its manifest is not that variant's (parameters, head_dim), before the
     cubin is loaded."""
@@ -126,7 +126,7 @@ def load(variant: str, device: int = 0, *, kernel_dir=None, control: bool = Fals
     head_dim = integer("head_dim", head_dim, code="R-SHAPE")
     if head_dim not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {head_dim} is not supported by variant {variant!r}",
-                          hint="d = 128 or 64")
+                          hint="d = 64, 128 or 256")
     d = kdir or kernel_dir_default()
     kernel = (f"{'decode' if variant == 'decode' else 'prefill'}_paged" if paged else f"varlen_{variant}" if varlen else
               "decode_streamk" if variant == "decode" and not uniform else variant)
@@ -188,7 +188,7 @@ def check_call(q, k, v, variant="full", *, block_mask=None, window=None, doc_ids
     B, H, Lq, D = q.shape
     if D not in HEAD_DIMS:
         raise LaunchError("R-SHAPE", f"head dim {D} is not supported by variant {variant!r}",
-                          hint="d = 128 or 64")
+                          hint="d = 64, 128 or 256")
     paging = None
     if block_table is not None or seq_lens is not None:
         paging = paged_layout(variant, k, v, block_table, seq_lens, B, D, dev)

@@ -1,8 +1,9 @@
 """Attention variants: one variant package (built as package `attn_mask`) linked with the
 unchanged loader, core and an epilogue into its own fused_kernel target, plus its SASS test
-against the single-unit control; with d64 (default) also `<name>_d64`, the same variant package
-linked with attn_core_d64 (head dim 64). `defines` pick a build of a source that holds several
-variants (attn_varlen.cu).
+against the single-unit control; with d64 (default) also `<name>_d64` and `<name>_d256`, the same
+variant package linked with attn_core_d64 (head dim 64) and attn_core_d256 (head dim 256; with
+the loader's build of one Q stage, so the 64 KB tiles fit). `defines` pick a build of a source
+that holds several variants (attn_varlen.cu).
 
     attention_variant(name = "attn_causal", src = "attn_causal.cu")
 """
@@ -28,6 +29,16 @@ def attention_loader(name, contract_substitutions = {}):
         copts = ["-O3"],
         **LOADER_FILES
     )
+
+# Each loader's build of one Q stage (ring q depth 1): the d = 256 kernels' loader.
+_ONE_Q_STAGE = {
+    ":attn_loader": ":attn_loader_q1",
+    ":attn_paged_loader": ":attn_paged_loader_q1",
+    ":attn_varlen_loader": ":attn_varlen_loader_q1",
+}
+
+# Each epilogue's build for head dim 256, where it has one.
+_D256_EPILOGUE = {":attn_combine": ":attn_combine_d256"}
 
 def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefill.kernel.toml", d64 = True, loader = ":attn_loader",
                       defines = []):
@@ -63,4 +74,15 @@ def attention_variant(name, src, epilogue = ":attn_store", kernel = "attn_prefil
         fused_kernel_sass_test(
             name = name + "_d64_sass_test",
             kernel = ":" + name + "_d64",
+        )
+        fused_kernel(
+            name = name + "_d256",
+            arch = "sm_90a",
+            components = [_ONE_Q_STAGE.get(loader, loader), ":attn_core_d256", ":" + mask, _D256_EPILOGUE.get(epilogue, epilogue)],
+            kernel = kernel,
+            visibility = ["//visibility:public"],
+        )
+        fused_kernel_sass_test(
+            name = name + "_d256_sass_test",
+            kernel = ":" + name + "_d256",
         )

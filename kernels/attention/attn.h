@@ -1,9 +1,9 @@
 // attn.h — what the attention components agree on (each side also states it in its contract).
 //
-// Tensors are [B, H, S, D] bf16 contiguous (D = 128 or 64), read as 2-D [(B*H*S), D] through
+// Tensors are [B, H, S, D] bf16 contiguous (D = 64, 128 or 256), read as 2-D [(B*H*S), D] through
 // TMA boxes of [128 rows, 64 cols] in SWIZZLE_128B order. A tile of 128 rows (Q block, K block
 // or V block) is one ring stage of D/64 chunks of 16 KiB: d-columns 0..63 in bytes [0, 16K),
-// 64..127 in [16K, 32K).
+// 64..127 in [16K, 32K), and so on.
 // Ring `q` carries the Q block of a work tile; ring `kv` carries K_0, V_0, K_1, V_1, ... of the
 // KV blocks the variant's callables list, in that order.
 //
@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #ifndef ATTN_HEAD_DIM
-#define ATTN_HEAD_DIM 128  // the core's build: 128 (attn_core) or 64 (attn_core_d64)
+#define ATTN_HEAD_DIM 128  // the core's build: 128 (attn_core), 64 (attn_core_d64) or 256 (attn_core_d256)
 #endif
 #ifndef ATTN_BLOCK_Q
 #define ATTN_BLOCK_Q 128   // the core's build (fact block_q); the interfaces below assume 128
@@ -44,8 +44,8 @@ namespace attn {
 constexpr unsigned BLOCK = ATTN_BLOCK_Q;  // rows of a Q / K / V tile
 constexpr unsigned HEAD_DIM = ATTN_HEAD_DIM;  // d of the core's build
 constexpr unsigned CHUNK_BYTES = BLOCK * 128;   // one 64-column swizzle chunk of a tile
-constexpr unsigned TILE_BYTES = HEAD_DIM / 64 * CHUNK_BYTES;  // 32 KiB (d = 128), 16 KiB (d = 64)
-static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "the core is built for d = 64 or 128");
+constexpr unsigned TILE_BYTES = HEAD_DIM / 64 * CHUNK_BYTES;  // 32 KiB (d = 128), 16 / 64 KiB (d = 64 / 256)
+static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "the core is built for d = 64, 128 or 256");
 constexpr unsigned PARTIAL = 1u << 31;            // kv_block's kind bit: mask_bits per row
 constexpr unsigned SCORE_MOD = 1u;                // features(): score_mod on every visited score
 constexpr unsigned EARLY_MASK = 2u;               // features(): mask_bits as the block's GEMMs go out
@@ -54,11 +54,12 @@ constexpr unsigned BLOCK_MASK = 0x7FFFFFFFu;
 // The core hands each work tile's result to the epilogue as one register fragment.
 // Layout "attn_o(2)": role thread t (wg = t / 128, w = (t / 32) % 4, g = (t % 32) / 4,
 // q = t % 4) holds o[nt * 4 + i] = unnormalised O at row 64 wg + 16 w + g + 8 (i / 2),
-// column 8 nt + 2 q + (i % 2) (nt < D / 8: with D = 64 only o[0..31] are used); m[j], l[j] the running max (log2 units) and sum of its rows
+// column 8 nt + 2 q + (i % 2) (nt < D / 8: o[0..D / 2 - 1] are used); m[j], l[j] the running max (log2 units) and sum of its rows
 // 64 wg + 16 w + g + 8 j. info = the tile's {q_block, bh, split, n_splits}; more = 1 unless it
 // is the role's last tile.
+// One size for every build (the epilogues are compiled once and read the linked head_dim).
 struct OutFrag {
-  float o[64];
+  float o[128];
   float m[2];
   float l[2];
   unsigned info[4];

@@ -8,6 +8,9 @@
 // writes bf16 O and resets the counter to zero for the next launch. No CTA waits for
 // another, so any grid size is safe. With one split a head's O is this CTA's alone: it goes
 // out as bf16 straight from the registers (decode B = 64, KV = 4K: 2.5% faster).
+// Built twice: attn_combine (head_dim 64 or 128: one merged row a thread) and, with
+// ATTN_COMBINE_TWO_ROWS, attn_combine_d256 (head_dim 256: two), so the d <= 128 build's code is
+// the one measured before d = 256 existed.
 #define PL_COMPONENT attn_combine
 #include <pipelink.h>
 
@@ -97,8 +100,14 @@ PL_IMPORT(out) {
   }
   pl::named_barrier_sync(bar, 256);
   if (!*last) return;
-  const unsigned G = D / 8, r = t / G, c0 = (t % G) * 8;  // 16 rows x D / 8 groups of 8 columns
+  const unsigned G = D / 8, c0 = (t % G) * 8;  // 16 rows x D / 8 groups of 8 columns
+#ifdef ATTN_COMBINE_TWO_ROWS
+  // The d = 256 build (attn_combine_d256): 32 groups, so a thread merges rows r and r + 8.
+  for (unsigned r = t / G; r < rows; r += 256 / G) {
+#else
+  const unsigned r = t / G;
   if (r >= rows) return;
+#endif
   const float* head = ws + (size_t)bh * p.splits * SLOT;
   // One pass, online (running max), four splits' loads in flight at a time: one L2 round trip
   // per four splits, where a max pass and then a sum pass took two per split group.
@@ -129,5 +138,8 @@ PL_IMPORT(out) {
   p.o[((size_t)bh * p.q_len + r) * (D / 8) + c0 / 8] =
       make_uint4(pack_bf16(acc[0] * inv, acc[1] * inv), pack_bf16(acc[2] * inv, acc[3] * inv),
                  pack_bf16(acc[4] * inv, acc[5] * inv), pack_bf16(acc[6] * inv, acc[7] * inv));
+#ifdef ATTN_COMBINE_TWO_ROWS
+  }
+#endif
   (void)PL_FACT(block_q);
 }

@@ -16,6 +16,7 @@
 // q_len <= 16) issues no MMA at all and only releases the ring stages.
 // The unnormalised O, the row max and sum go to the epilogue through export `out`
 // (layout "attn_o(2)", attn.h): a store epilogue for prefill, a split-KV combine for decode.
+// The d = 256 build (O is 128 registers a thread) visits one KV block at a time instead.
 #define PL_COMPONENT attn_core
 #include <pipelink.h>
 
@@ -25,7 +26,7 @@
 #include "attn_wgmma.h"
 
 PL_OWN_FACT(block_q, attn::BLOCK);
-PL_OWN_FACT(head_dim, attn::HEAD_DIM);  // 128, or 64 in the attn_core_d64 build
+PL_OWN_FACT(head_dim, attn::HEAD_DIM);  // 128, or 64 / 256 in the attn_core_d64 / attn_core_d256 builds
 PL_DECLARE_RING(q);
 PL_DECLARE_RING(kv);
 PL_DECLARE_EXPORT(out);
@@ -82,7 +83,8 @@ __device__ __forceinline__ void issue_pv(float* o, const uint32_t* p, uint32_t v
 #pragma unroll
   for (unsigned kk = 0; kk < 8; ++kk) {
     const uint64_t dv = attn_wgmma::desc(vlo + kk * (2048u >> 4));  // 16 key rows = 2048 B
-    if constexpr (attn::HEAD_DIM == 128) attn_wgmma::rs(o, p + 4 * kk, dv);
+    if constexpr (attn::HEAD_DIM == 256) attn_wgmma::rs256(o, p + 4 * kk, dv);
+    else if constexpr (attn::HEAD_DIM == 128) attn_wgmma::rs(o, p + 4 * kk, dv);
     else attn_wgmma::rs64(o, p + 4 * kk, dv);
   }
   attn_wgmma::commit();
@@ -239,7 +241,7 @@ PL_ENTRY(run) {
   };
   auto fresh = [&]() {  // O, max and sum of a tile before its first block
 #pragma unroll
-    for (unsigned i = 0; i < 64; ++i) f.o[i] = 0.f;  // d = 64: o[32..63] unused (the store skips them)
+    for (unsigned i = 0; i < (OREGS > 64 ? OREGS : 64); ++i) f.o[i] = 0.f;  // d = 64: o[32..63] unused (the store skips them)
     f.m[0] = f.m[1] = -INFINITY;
     f.l[0] = f.l[1] = 0.f;
   };
@@ -261,6 +263,62 @@ PL_ENTRY(run) {
   unsigned it = 0;
   bool have = PL_CALL(tile, 0u, p.q_len, p.bh, p.aux, f.info);
   if (have) begin_tile(f.info);
+  if constexpr (attn::HEAD_DIM == 256) {
+    // d = 256: one KV block at a time. O is 128 registers a thread here, so S_i and P_{i-1} of
+    // the pipelined loop below do not fit beside it within 240; the two warpgroups' ping-pong
+    // still overlaps one's softmax with the other's GEMMs.
+    while (have) {
+      fresh();
+      const unsigned eqb = qb, ebh = bh;
+      if (idle || n == 0) {
+        rq.wait(it);
+        for (unsigned i = 0; i < 2 * n; ++i) {
+          rkv.wait(kvi + i);
+          rkv.release(kvi + i, lane0);
+        }
+        rq.release(it, lane0);
+      } else {
+        rq.wait(it);
+        for (unsigned i = 0; i < n; ++i) {
+          const unsigned ik = kvi + 2 * i, iv = ik + 1;  // K_i, V_i
+          const unsigned kind = PL_CALL(kv_block, qb, bh, split, i, p.q_len, p.kv_len, p.aux);
+          unsigned bits[2];
+          rkv.wait(ik);
+          turn();
+          issue_qk(s, q_desc(it), kv_stage(ik));
+          pass();
+          if (early) mask_of(kind, i, bits);
+          attn_wgmma::wait<0>();
+          attn_wgmma::fence_regs<64>(s);
+          rkv.release(ik, lane0);
+          softmax(kind, i, bits, alpha, f.m, f.l);
+          rescale(alpha);  // O to block i's max before P_i V_i adds to it
+          to_p();
+          rkv.wait(iv);
+          attn_wgmma::fence_regs<32>(pr);
+          attn_wgmma::fence_regs<OREGS>(f.o);
+          issue_pv(f.o, pr, kv_stage(iv));
+          attn_wgmma::wait<0>();
+          attn_wgmma::fence_regs<OREGS>(f.o);
+          attn_wgmma::fence_regs<32>(pr);
+          rkv.release(iv, lane0);
+        }
+        rq.release(it, lane0);
+      }
+      kvi += 2 * n;
+      unsigned ninfo[4];
+      const bool more = PL_CALL(tile, it + 1, p.q_len, p.bh, p.aux, ninfo);
+      f.more = more;
+      export_tile(eqb, ebh);
+      ++it;
+      have = more;
+      if (more) {
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) f.info[j] = ninfo[j];
+        begin_tile(ninfo);
+      }
+    }
+  }  // (have is false here: the pipelined loop below is skipped)
   while (have) {
     if (!ahead) fresh();
     const unsigned eqb = qb, ebh = bh;  // this tile's (begin_tile moves them to the next one)

@@ -74,7 +74,8 @@ PL_ENTRY(run) {
           const int row = (int)((page * p.kv_heads + head) * ps);
           if (lane == 0) {
             pl::tma_load_2d(dst + j * ps * 128, map, 0, row, r.kv_full + stage);
-            if (d > 64) pl::tma_load_2d(dst + blk * 128 + j * ps * 128, map, 64, row, r.kv_full + stage);
+            for (unsigned c = 1; c < d / 64; ++c)
+              pl::tma_load_2d(dst + c * blk * 128 + j * ps * 128, map, 64 * (int)c, row, r.kv_full + stage);
           }
         }
         attn_producer::next_stage(stage, phase, r.kv_depth);

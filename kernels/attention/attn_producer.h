@@ -42,12 +42,16 @@ struct Rings {
   unsigned kv_depth;
 };
 
-// d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 128 or 64; blk =
+// d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 64, 128 or 256; blk =
 // block_q), from column col (0, or a head's first column in a token-major [tokens, heads * d] map).
 __device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d,
                                           unsigned blk, int col = 0) {
   pl::tma_load_2d(dst, map, col, row, bar);
   if (d > 64) pl::tma_load_2d(dst + blk * 128, map, col + 64, row, bar);
+  if (d > 128) {
+    pl::tma_load_2d(dst + 2 * blk * 128, map, col + 128, row, bar);
+    pl::tma_load_2d(dst + 3 * blk * 128, map, col + 192, row, bar);
+  }
 }
 
 // Claim one stage for a tile: wait until `empty` passes `parity` (the core has freed it),

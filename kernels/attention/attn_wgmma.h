@@ -1,5 +1,5 @@
 // attn_wgmma.h — the two sm_90a warpgroup MMAs of the attention core (owner: attention core),
-// m64n128k16 bf16 -> f32 (P V: m64n64k16 for d = 64), over CuTe's SM90 GMMA atoms:
+// m64n128k16 bf16 -> f32 (P V: m64n64k16 for d = 64, m64n256k16 for d = 256), over CuTe's SM90 GMMA atoms:
 //   ss: S[64 x 128] += Q[64 x 16] K[128 x 16]^T, both K-major SWIZZLE_128B in shared memory;
 //   rs: O[64 x 128] += P[64 x 16] V[16 x 128], P in registers (the accumulator layout of S
 //       converted to bf16 pairs is wgmma's A-fragment layout), V "MN-major" (d contiguous)
@@ -64,6 +64,11 @@ __device__ __forceinline__ void rs(float* d, const uint32_t* a, uint64_t db) {
 // d += A(regs a[0..3]) * B(desc, transposed), N = 64 (the d = 64 core's P V).
 __device__ __forceinline__ void rs64(float* d, const uint32_t* a, uint64_t db) {
   rs_atom<gmma::MMA_64x64x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::MN>>(d, a, db, std::make_index_sequence<32>{});
+}
+
+// d += A(regs a[0..3]) * B(desc, transposed), N = 256 (the d = 256 core's P V).
+__device__ __forceinline__ void rs256(float* d, const uint32_t* a, uint64_t db) {
+  rs_atom<gmma::MMA_64x256x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::MN>>(d, a, db, std::make_index_sequence<128>{});
 }
 
 }  // namespace attn_wgmma

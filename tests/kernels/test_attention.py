@@ -1,5 +1,6 @@
 """Attention variants (issue 10): every variant links from the same, unchanged core package
-(one per head dim: attn_core for d = 128, attn_core_d64 for the attn_<variant>_d64 kernels).
+(one per head dim: attn_core for d = 128, attn_core_d64 / attn_core_d256 for the attn_<variant>_d64 /
+_d256 kernels).
 
 CPU (needs Bazel, like test_bazel_relink): builds //kernels/attention/..., reads each link
 action's packages with `aquery`, and asserts that the attn_core package every variant links is
@@ -25,7 +26,17 @@ VARIANTS = ["full", "causal", "sliding", "block_sparse", "document", "softcap", 
             "decode_paged", "prefill_paged", "varlen_full", "varlen_causal", "varlen_sliding", "varlen_softcap",
             "varlen_alibi"]
 D64 = list(VARIANTS)  # attn_<variant>_d64: the same variant with attn_core_d64 (decode too: the combine reads head_dim)
-KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d64" for v in D64]
+KERNELS = [f"attn_{v}" for v in VARIANTS] + [f"attn_{v}_d{d}" for v in D64 for d in (64, 256)]
+
+
+def head_dim(kernel: str) -> int:
+    """attn_<variant>_d64 -> 64, _d256 -> 256, else 128."""
+    m = re.search(r"_d(64|256)$", kernel)
+    return int(m.group(1)) if m else 128
+
+
+def base_name(kernel: str) -> str:
+    return re.sub(r"_d(64|256)$", "", kernel)
 BAZEL = [str(ROOT / "tools" / "bazel")]
 
 
@@ -67,17 +78,20 @@ def _links(aq) -> dict[str, list[str]]:
 
 def test_every_variant_links_the_same_core_package(built):
     """One core package (one sha256) in every d = 128 variant, and one (another) in every d = 64
-    variant: the core is never edited or recompiled per variant, only built once per head dim."""
+    and every d = 256 variant: the core is never edited or recompiled per variant, only built once
+    per head dim."""
     links = _links(built)
     assert set(links) == set(KERNELS) | {"attn_cp"}, sorted(links)  # attn_cp: issue 13, the same core
     digests = {}
     for kernel, pkgs in links.items():
-        core = [p for p in pkgs if Path(p).name in ("attn_core.plpkg", "attn_core_d64.plpkg")]
+        core = [p for p in pkgs if Path(p).name in ("attn_core.plpkg", "attn_core_d64.plpkg", "attn_core_d256.plpkg")]
         assert len(core) == 1, (kernel, pkgs)
-        assert Path(core[0]).name == ("attn_core_d64.plpkg" if kernel.endswith("_d64") else "attn_core.plpkg")
+        d = head_dim(kernel)
+        assert Path(core[0]).name == ("attn_core.plpkg" if d == 128 else f"attn_core_d{d}.plpkg")
         path = ROOT / "bazel-out" / Path(core[0]).relative_to("bazel-out")
         digests[kernel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    for group, pkg in ((lambda k: not k.endswith("_d64"), "attn_core"), (lambda k: k.endswith("_d64"), "attn_core_d64")):
+    for group, pkg in ((lambda k: head_dim(k) == 128, "attn_core"), (lambda k: head_dim(k) == 64, "attn_core_d64"),
+                       (lambda k: head_dim(k) == 256, "attn_core_d256")):
         mine = {k: d for k, d in digests.items() if group(k)}
         assert len(set(mine.values())) == 1, mine
         # the digest each linked kernel's manifest records for its core instance is that one value too
@@ -86,24 +100,27 @@ def test_every_variant_links_the_same_core_package(built):
         assert len(set(recorded.values())) == 1, recorded
         # and it is the package bazel-bin holds
         assert hashlib.sha256((BIN / f"{pkg}.plpkg").read_bytes()).hexdigest() == next(iter(mine.values()))
-    assert digests["attn_causal"] != digests["attn_causal_d64"]
+    assert len({digests["attn_causal"], digests["attn_causal_d64"], digests["attn_causal_d256"]}) == 3
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_variant_placement(built, kernel):
-    variant = kernel.removeprefix("attn_").removesuffix("_d64")
+    variant, d = base_name(kernel).removeprefix("attn_"), head_dim(kernel)
     m = json.loads((BIN / f"{kernel}.manifest.json").read_text())
     r = json.loads((BIN / f"{kernel}.report.json").read_text())
-    assert m["facts"] == {"block_q": 128, "head_dim": 64 if kernel.endswith("_d64") else 128}
+    assert m["facts"] == {"block_q": 128, "head_dim": d}
     assert m["block"] == [384, 1, 1]
     assert r["resource_usage"]["LOCAL"] == 0, "the linked kernel spills"
     # ring q: 2 stages (the next tile's Q loads under this one; decode, one tile per CTA, links
     # attn_loader_q1: 1; decode_streamk, tiles across heads, 2); kv: what is left (5 at d = 128,
     # 6 for decode and at d = 64)
+    # d = 256: every kernel links the loader's one-stage build, and 64 KB tiles leave ring kv 2
     one_tile = variant in ("decode", "decode_paged")  # one tile per CTA: the q1 builds of the loaders
-    q_depth = 1 if one_tile else 2
+    q_depth = 1 if one_tile or d == 256 else 2
     assert r["rings"]["q"]["depth"] == q_depth and 2 <= r["rings"]["kv"]["depth"] <= 6
-    if one_tile or kernel.endswith("_d64"):
+    if d == 256:
+        assert r["rings"]["kv"]["depth"] == 2
+    elif one_tile or d == 64:
         assert r["rings"]["kv"]["depth"] == 6
     names = {i["name"]: i["package"] for i in m["instances"]}
     assert names["core"] == "attn_core" and names["mask"] == "attn_mask"
@@ -130,7 +147,7 @@ def test_variant_matches_fp32_reference(kernel):
     pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "kernels" / "attention"))
     from attention_check import check_one
-    variant, D = kernel.removeprefix("attn_").removesuffix("_d64"), 64 if kernel.endswith("_d64") else 128
+    variant, D = base_name(kernel).removeprefix("attn_"), head_dim(kernel)
     variant = "decode_uniform" if variant == "decode" else variant  # the bench's names: each schedule forced
     shapes = ([(2, 3, 16, 8192), (3, 2, 5, 384), (5, 32, 1, 4096)] if variant.startswith("decode")
               else [(2, 3, 1024, 1024)])
@@ -158,16 +175,18 @@ def test_wgmma_not_serialised(built, kernel):
     loop and at the tile boundary). Decode (one tile per CTA: LTO drops the boundary's unused
     QK^T; ptxas puts an empty 64x8 HGMMA for its commit group): d/16 + (d/16 + 8) + 1 + 8;
     decode_streamk (several tiles a CTA) has the prefill count, without ping-pong. Also the ping-pong
-    barriers and no named barrier id computed at run time."""
-    d = 64 if kernel.endswith("_d64") else 128
-    decode = kernel.removesuffix("_d64") in ("attn_decode", "attn_decode_paged")  # one tile per CTA
+    barriers and no named barrier id computed at run time. The d = 256 core visits one block at a
+    time: its loop's QK^T (16 HGMMA) and PV (8 of 64x256), each followed by wait<0>."""
+    d = head_dim(kernel)
+    decode = base_name(kernel) in ("attn_decode", "attn_decode_paged")  # one tile per CTA
     want = 2 * (d // 16) + 17 if decode else d // 16 + 2 * (d // 16 + 8)  # decode: 33 (d = 128), 25 (d = 64)
-    decode = decode or kernel.removesuffix("_d64") == "attn_decode_streamk"
+    want, want_waits = (24, 2) if d == 256 else (want, 5)
+    decode = decode or base_name(kernel) == "attn_decode_streamk"
     for cubin in (BIN / f"{kernel}.cubin", BIN / f"{kernel}.control.cubin"):
         sass = _sass(cubin)
         hgmma = len(re.findall(r"\bHGMMA\.", sass))
         waits = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
-        assert hgmma == want and waits == 5, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
+        assert hgmma == want and waits == want_waits, f"{cubin.name}: {hgmma} HGMMA, {waits} WARPGROUP.DEPBAR"
         if not decode:  # decode's q_len <= 16: one warpgroup computes, no ping-pong
             assert re.search(r"BAR\.SYNC(\.DEFER_BLOCKING)? 0x[1-9a-f], 0x100", sass), f"{cubin.name}: no ping-pong"
         assert not re.search(r"BAR\.(SYNC|ARV)(\.DEFER_BLOCKING)? R\d+", sass), f"{cubin.name}: run-time barrier id"

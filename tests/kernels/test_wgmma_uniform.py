@@ -25,7 +25,7 @@ ATTENTION = ["full", "causal", "sliding", "block_sparse", "document", "softcap",
 # Not attn_decode_streamk: its descriptors stay in ordinary registers (broadcasting its tile count
 # too did not change that), and it is bound by DRAM (4.5 TB/s), not by its instructions. Not the
 # CuTe consumer: CuTe builds its own descriptors.
-KERNELS = ([f"attention/attn_{v}" for v in ATTENTION] + [f"attention/attn_{v}_d64" for v in ATTENTION]
+KERNELS = ([f"attention/attn_{v}{d}" for v in ATTENTION for d in ("", "_d64", "_d256")]
            + [f"gemm_swiglu_{v}" for v in ("tma", "tma_bn64", "tma_dp", "tma_c2", "tma_pp", "tma_pp_dp", "wgmma")])
 
 
