@@ -432,6 +432,11 @@ def test_load_refuses_bad_arguments_and_wrong_kernels(tmp_path):
     attn = {n: ("f32" if n == "scale" else "u32" if n in ("q_len", "kv_len", "bh") else "ptr") for n in A.PARAMS}
     write_manifest(tmp_path / "attn_full.manifest.json", attn, {"head_dim": 64, "block_q": 128})
     assert "head_dim" in str(refused(A.load, "full", kernel_dir=tmp_path))  # a d = 64 build named attn_full
+    e = refused(A.load, "full", kernel_dir=tmp_path, head_dim=256)  # the d = 256 build's own name
+    assert e.code == "R-MANIFEST" and "attn_full_d256" in str(e), e
+    (tmp_path / "attn_full_d256.cubin").write_bytes(b"\0" * 64)
+    write_manifest(tmp_path / "attn_full_d256.manifest.json", attn, {"head_dim": 128, "block_q": 128})
+    assert "head_dim" in str(refused(A.load, "full", kernel_dir=tmp_path, head_dim=256))  # a d = 128 build named _d256
     (tmp_path / "attn_decode.cubin").write_bytes(b"\0" * 64)
     write_manifest(tmp_path / "attn_decode.manifest.json", attn, {"head_dim": 128, "block_q": 128})
     assert "splits" in str(refused(A.load, "decode", kernel_dir=tmp_path, uniform=True))  # a prefill build named attn_decode
