@@ -51,8 +51,8 @@ PL_IMPORT(out) {
   const unsigned g = (t % 32) / 4, qd = t % 4;
   const unsigned bh = f.info[1], split = f.info[2], splits = f.info[3];  // splits <= p.splits
   const unsigned rows = min(p.q_len, ROWS);
-  // The linked head_dim (the core's fact: 64 or 128), never a compile-time copy of it. It folds
-  // to an immediate at link time; the fragment's loops stay unrolled over 16 column tiles with a
+  // The linked head_dim (the core's fact: 64, 128 or 256), never a compile-time copy of it. It folds
+  // to an immediate at link time; the fragment's loops stay unrolled over 32 column tiles with a
   // guard, so f.o keeps constant indices (registers).
   const unsigned D = PL_FACT(head_dim), SLOT = ROWS * D + ROWS;  // floats per slot
   float* ws = static_cast<float*>(PL_WORKSPACE(partials));
@@ -67,7 +67,7 @@ PL_IMPORT(out) {
       if (r >= rows) continue;
       const float inv = f.l[j] > 0.f ? 1.f / f.l[j] : 0.f;
 #pragma unroll
-      for (unsigned nt = 0; nt < 16; ++nt)
+      for (unsigned nt = 0; nt < 32; ++nt)
         if (8 * nt < D) pair(r, 8 * nt + 2 * qd, f.o[nt * 4 + 2 * j] * inv, f.o[nt * 4 + 2 * j + 1] * inv);
       row(r, j);
     }
