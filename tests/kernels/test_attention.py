@@ -210,14 +210,16 @@ def test_no_per_score_loads(built, kernel):
 @pytest.mark.skipif(not (BIN / "attn_decode_streamk.cubin").exists(), reason="bazel-bin/kernels/attention is not built")
 @pytest.mark.parametrize("H, Hkv, Lq", [(32, 8, 1), (32, 16, 1), (16, 4, 2), (32, 4, 2), (16, 1, 1), (8, 1, 2), (2, 1, 1)])
 @pytest.mark.parametrize("variant", ["decode_uniform", "decode_streamk"])
-def test_grouped_query_decode_matches_fp32_reference(H, Hkv, Lq, variant):
-    """GQA decode (issue 42): a group's query heads ride as rows of their KV head's tile."""
+@pytest.mark.parametrize("D", [128, 256])
+def test_grouped_query_decode_matches_fp32_reference(H, Hkv, Lq, variant, D):
+    """GQA decode (issue 42): a group's query heads ride as rows of their KV head's tile (d = 256:
+    rows 8-15 are the combine's second merged row a thread)."""
     pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "kernels" / "attention"))
     from attention_check import check_one
     for B, KV in ((1, 4096), (3, 384), (2, 1000)):
-        ok, msg = check_one(variant, B, H, Lq, KV, False, Hkv=Hkv)
-        assert ok, f"{variant} B={B} H={H} Hkv={Hkv} Lq={Lq} KV={KV}: {msg}"
+        ok, msg = check_one(variant, B, H, Lq, KV, False, D, Hkv=Hkv)
+        assert ok, f"{variant} d={D} B={B} H={H} Hkv={Hkv} Lq={Lq} KV={KV}: {msg}"
 
 
 @pytest.mark.requires_gpu(sm=90)
