@@ -72,11 +72,7 @@ PL_ENTRY(run) {
         for (unsigned j = 0; j < per; ++j) {
           const unsigned page = __shfl_sync(0xffffffffu, my_page, j);
           const int row = (int)((page * p.kv_heads + head) * ps);
-          if (lane == 0) {
-            pl::tma_load_2d(dst + j * ps * 128, map, 0, row, r.kv_full + stage);
-            for (unsigned c = 1; c < d / 64; ++c)
-              pl::tma_load_2d(dst + c * blk * 128 + j * ps * 128, map, 64 * (int)c, row, r.kv_full + stage);
-          }
+          if (lane == 0) attn_producer::load_tile(dst + j * ps * 128, map, row, r.kv_full + stage, d, blk);
         }
         attn_producer::next_stage(stage, phase, r.kv_depth);
       }

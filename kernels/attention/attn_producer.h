@@ -42,8 +42,10 @@ struct Rings {
   unsigned kv_depth;
 };
 
-// d / 64 boxes of [blk rows, 64 cols], each blk * 128 bytes (d = head_dim: 64, 128 or 256; blk =
-// block_q), from column col (0, or a head's first column in a token-major [tokens, heads * d] map).
+// d / 64 boxes of [the map's box rows, 64 cols] at a stride of blk * 128 bytes, one per 64-column
+// chunk of the stage (d = head_dim: 64, 128 or 256; blk = block_q; box rows: blk, or a page's
+// rows at its offset in the chunk for attn_paged_loader), from column col (0, or a head's first
+// column in a token-major [tokens, heads * d] map).
 __device__ __forceinline__ void load_tile(uint8_t* dst, const pl::TensorMap* map, int row, uint64_t* bar, unsigned d,
                                           unsigned blk, int col = 0) {
   pl::tma_load_2d(dst, map, col, row, bar);
