@@ -1,7 +1,7 @@
 // expert.cu — owner X. Role: the expert FFN of every routed slot (gate/up + SwiGLU export, then
 // down), as two wgmma warpgroups fed by TMA (weights) and cp.async (rows).
 // Solo mode gives each warpgroup its own units of block_m rows and its own ring; team mode
-// (T >= EXPERT_TEAM_MIN_T, one rank) puts both on one 128-row unit and one ring, so a weight
+// (from T = 4096 or 256 rows an expert, one rank) puts both on one 128-row unit and one ring, so a weight
 // stage is read from L2 once per 128 rows: that pays at large T and costs at small T, where the
 // padding to 128 rows and one weight stream per SM instead of two dominate.
 // Units are interleaved over the grid and walked in two passes (gate/up, then down); every
@@ -38,8 +38,15 @@
 #ifndef EXPERT_TEAM_STAGES
 #define EXPERT_TEAM_STAGES 6
 #endif
-#ifndef EXPERT_TEAM_MIN_T
-#define EXPERT_TEAM_MIN_T 4096
+// Team mode from T = 4096, or earlier from EXPERT_TEAM_MIN_ROWS routed rows an expert on average
+// (T top_k / experts: facts but T): a 128-row unit then pads little, and its weight tile serves
+// twice the rows of a solo one (docs/DECISIONS.md has both bounds' measurements).
+// EXPERT_TEAM_MIN_T, where set (the experiments' team and solo builds), fixes T instead.
+#ifndef EXPERT_TEAM_MAX_T
+#define EXPERT_TEAM_MAX_T 4096
+#endif
+#ifndef EXPERT_TEAM_MIN_ROWS
+#define EXPERT_TEAM_MIN_ROWS 256
 #endif
 
 namespace moe_expert {
@@ -595,7 +602,13 @@ PL_ENTRY(run) {
     pending.release(cur, ring.t == 0);
   };
   // (Team mode on one rank only: expert parallelism's gathered rows stay on the tested solo path.)
-  if (p.t >= EXPERT_TEAM_MIN_T && p.world == 1) passes(Team{});
+#ifdef EXPERT_TEAM_MIN_T
+  const unsigned team_min_t = EXPERT_TEAM_MIN_T;
+#else
+  const unsigned team_min_t =  // (facts: a constant)
+      min(EXPERT_TEAM_MAX_T, moe::ceil_div(EXPERT_TEAM_MIN_ROWS * experts, PL_FACT(top_k)));
+#endif
+  if (p.t >= team_min_t && p.world == 1) passes(Team{});
   else passes(Solo{});
   moe::stamp(sync, moe::DOWN_END, lane);
 }

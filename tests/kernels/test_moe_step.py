@@ -4,7 +4,7 @@ CPU: //kernels:moe_step and its swiglu2 build link (bazel-bin), facts, roles and
 kernel-scope workspaces are in the manifest, the report's shared-memory footprint.
 GPU (skipped without one): against an f64 reference on fresh random inputs, output
 poisoned with NaN first, T = 1, 16, 128, 1024, 4096, 8192 (and 3, 200, 9000; the expert's team
-mode from T = 4096, and at every T in //experiments:moe_step_team), linked and control, graph
+mode from T = 4096 here (256 rows an expert), and at every T in //experiments:moe_step_team), linked and control, graph
 replays of an opened session; tolerance |out - ref| <= 2e-2 + 2e-2 |ref| on tokens whose
 8th/9th routing probabilities differ by more than 1e-4 (near-ties may route differently).
 """
