@@ -212,6 +212,9 @@ def cmd_sanitize(a) -> int:
     jobs = [(f"llama_tiny {att}", [sys.executable, __file__, "worker", "--attention", att, "--steps", str(a.steps)])
             for att in ("split", "simple")]
     jobs.append(("llama_tiny unfused", [sys.executable, __file__, "worker", "--unfused", "--steps", str(a.steps)]))
+    jobs.append(("llama_tiny_b3 (a ragged batch)", [sys.executable, str(Path(__file__).with_name("llama_decode_batch_bench.py")),
+                                                    "worker", "--model", "llama_tiny", "--batch", "3", "--prompts", "7,1,30",
+                                                    "--steps", str(a.steps)]))
     # each variant's llama_tiny build (a Llama-3.2-1B step under racecheck takes minutes)
     tiny = [v.replace("llama3_1b", "llama_tiny", 1) for v in VARIANTS]
     jobs += [(f"llama_tiny {v}", [sys.executable, __file__, "worker", "--steps", str(a.steps),

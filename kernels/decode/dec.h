@@ -29,6 +29,12 @@
 // half as many). Tile i of an op goes to CTA (i + rot) mod G, where rot is the number of tiles
 // of all earlier matvec ops (so the remainders rotate over the grid).
 //
+// Batch (fact `batch`, B <= MAX_BATCH sequences a step): the weights stream once and every tile
+// multiplies the B input vectors at once (dec_matvec's matvec_batch, tensor cores); the
+// activations (x, qkv, ao, h, the logits) hold B rows, xin B rows of the op's k + XIN_PAD
+// elements, y B rows of y_floats() a buffer, and the attention role's tasks cover every
+// sequence's heads and chunks. Batch 1 takes the single-vector path (the fact folds the choice).
+//
 // Packed weights (`weights`, bf16, one buffer; kernels/decode/llama_pack.py writes it), per
 // layer: W_qkv [q_dim + 2 kv_dim, hidden] (q, k, v rows as Hugging Face's q/k/v_proj),
 // W_o [hidden, q_dim], W_gu [2 inter, hidden] (r_h gate rows, then the same r_h up rows, ...),
@@ -38,7 +44,7 @@
 //
 // sync (u32 words, zero between launches): FINISH counts the CTAs done with the step; the last
 // one publishes the token, advances the position and zeroes every word again, so CUDA-graph
-// replays need no memset. BEST (u64) is the packed argmax of the logits.
+// replays need no memset. BEST (u64 a sequence) is the packed argmax of its logits.
 #pragma once
 #include <stdint.h>
 
@@ -63,17 +69,26 @@ namespace dec {
 enum Kind : unsigned { EMBED = 0, QKV, ATTN, O, GU, DOWN, HEAD };
 
 constexpr unsigned THREADS = 256;            // dec_step's role: 8 warps
+// xin's rows at batch > 1 are k + XIN_PAD elements apart: 64 bytes past a multiple of 128, so the
+// quarter-warp that reads two rows' 64-byte runs at once hits distinct banks
+constexpr unsigned XIN_PAD = 32;
 
 // sync words
 constexpr unsigned FINISH = 0;
-constexpr unsigned BEST = 2;                 // u64 at words 2, 3
-constexpr unsigned OPS = 16;                 // op k's counter at word OPS + k
-__host__ __device__ constexpr unsigned sync_words(unsigned layers) { return OPS + 2 + 5 * layers; }
+constexpr unsigned BEST = 2;                 // u64 a sequence at words 2 + 2 b, 3 + 2 b
+constexpr unsigned MAX_BATCH = 8;            // [fact.batch] accept
+// op k's counter at word ops_base(batch) + k: past the batch's BEST words, in whole 16s (16 up to batch 7)
+__host__ __device__ constexpr unsigned ops_base(unsigned batch) { return (2 + 2 * batch + 15) / 16 * 16; }
+__host__ __device__ constexpr unsigned sync_words(unsigned layers, unsigned batch) {
+  return ops_base(batch) + 2 + 5 * layers;
+}
 
-// state (the caller's int32 [4]): the token in and out, the position (cache length) in and out,
-// an error flag (1: the position reached the cache's capacity; nothing was written). The token
-// and position are published by the launch that runs the HEAD op.
-constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2;
+// state (the caller's int32 [4 batch]): per sequence b, words 4 b + ST_TOKEN (the token in and
+// out) and 4 b + ST_POS (the position, its cache length, in and out); word ST_ERROR of sequence
+// 0 is the step's error flag (1: a position reached the cache's capacity; nothing was written
+// and no sequence advanced). Tokens and positions are published by the launch that runs the
+// HEAD op. Batch B > 1: the sequences' positions may differ (a ragged batch).
+constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2, ST_WORDS = 4;
 
 struct Model {
   unsigned hidden, layers, heads, kv_heads, head_dim, inter, vocab;
@@ -194,7 +209,8 @@ __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned need) 
 // The timeline builds (DEC_TRACE, benchmarks/llama_decode_timeline.py): stamps of the global
 // timer (ns, low 32 bits) in the caller's state buffer past its first TRACE_BASE words. The step
 // role writes record [k][cta] of op k, then the attention role record [l][cta] of layer l after
-// all of them; each record is TRACE_WORDS u32 (dec_step.cu, dec_attn_split.cu say which).
+// all of them; each record is TRACE_WORDS u32 (dec_step.cu, dec_attn_split.cu say which). The
+// timeline builds are of batch 1 (their stamps start past its 4 words).
 constexpr unsigned TRACE_BASE = 16, TRACE_WORDS = 8;
 __device__ __forceinline__ unsigned* trace_record(int* state, unsigned record) {
   return reinterpret_cast<unsigned*>(state) + TRACE_BASE + record * TRACE_WORDS;

@@ -1,9 +1,9 @@
 // dec_attn.h — what both attention packages of the decode megakernel (dec_attn_split.cu,
 // dec_attn_simple.cu) share: the role's size, the RoPE callable and the cache layout.
 //
-// KV cache (`kcache`, `vcache`, bf16): [layers][kv_heads][max_seq][head_dim], position-major
-// within a head, so a head's keys are one contiguous run. Position `pos` (the step's
-// state[ST_POS]) is written by the step that computes it, and read by later steps only.
+// KV cache (`kcache`, `vcache`, bf16): [batch][layers][kv_heads][max_seq][head_dim], position-major
+// within a head, so a head's keys are one contiguous run. Position `pos` (a sequence's
+// state[4 b + ST_POS]) is written by the step that computes it, and read by later steps only.
 #pragma once
 #include <stdint.h>
 

@@ -12,6 +12,7 @@
 #include "dec_attn.h"
 
 DEC_ATTN_DECLARATIONS();
+PL_DECLARE_FACT(batch);  // accept [1]: this package serves one sequence
 PL_OWN_FACT(max_group, dec_attn::MAX_GROUP);  // sizes the group's shared-memory claims
 PL_DECLARE_SMEM(ml);
 
@@ -51,7 +52,7 @@ PL_ENTRY(run) {
     if (!range.runs(kq + 1)) continue;
     for (unsigned kvh = cta; ok && kvh < m.kv_heads; kvh += gridDim.x) {  // a grid smaller than kv_heads loops
       if (range.waits_for(kq)) {
-        if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
+        if (t == 0) dec::wait_at_least(sync + dec::ops_base(PL_FACT(batch)) + kq, dec::mat_op(m, dec::QKV, l).tiles);
         sync_role();
       }
       load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
@@ -134,6 +135,6 @@ PL_ENTRY(run) {
       }
       sync_role();  // every thread's writes of this layer, then one release
     }
-    if (t == 0) pl::red_release(sync + dec::OPS + kq + 1, 1);
+    if (t == 0) pl::red_release(sync + dec::ops_base(PL_FACT(batch)) + kq + 1, 1);
   }
 }

@@ -9,7 +9,9 @@
 // once on the ATTN op's counter per layer, with or without tasks. Memory round trips are what a
 // task's time goes to, so the loads of a block go out together, the first block's before the
 // wait on the QKV op (the cached positions do not depend on it), the next block's while the
-// current one is reduced, and the merge loads the partials in batches.
+// current one is reduced, and the merge loads the partials in batches. Batch B > 1 (fact
+// `batch`): the tasks cover each sequence's KV heads and chunks in turn, each sequence at its own
+// position, in its own cache, partial slots and counters.
 #define PL_COMPONENT dec_attn
 #include <pipelink.h>
 
@@ -17,6 +19,7 @@
 #include "dec_attn.h"
 
 DEC_ATTN_DECLARATIONS();
+PL_DECLARE_FACT(batch);
 PL_OWN_FACT(max_group, dec_attn::MAX_GROUP);  // sizes the group's shared-memory claims
 PL_DECLARE_SMEM(pr);
 PL_DECLARE_SMEM(red);
@@ -114,17 +117,28 @@ PL_ENTRY(run) {
   const unsigned bar = PL_BARRIER(attn);
   const auto sync_role = [&]() { pl::named_barrier_sync(bar, THREADS); };
 
-  const unsigned pos = (unsigned)__ldcg(p.state + dec::ST_POS);
-  const bool ok = pos < p.max_seq;
+  const unsigned B = PL_FACT(batch), OPS = dec::ops_base(B);
+  if (B > dec::MAX_BATCH) __trap();  // outside accept (folds away)
+  // every sequence's position, in registers (the loops over the batch unroll: B is a fact)
+  unsigned posv[dec::MAX_BATCH];
+  bool ok = true;
+#pragma unroll
+  for (unsigned s = 0; s < dec::MAX_BATCH; ++s) {
+    posv[s] = s < B ? (unsigned)__ldcg(p.state + dec::ST_WORDS * s + dec::ST_POS) : 0u;
+    ok = ok && posv[s] < p.max_seq;
+  }
   const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   // only a launch that runs an attention op flags a full cache (unfused, the HEAD launch's last
   // CTA advances the position while this role may still be reading it; fused, this folds away)
   if (!ok && range.runs_attention(m.layers) && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
-  const unsigned len = ok ? pos + 1 : 0;
   // chunks a head: enough to give every CTA a task, positions in whole 64s
-  const unsigned per_head = min(MAX_CHUNKS, max(1u, G / m.kv_heads));
-  const unsigned cs = ((len + per_head - 1) / per_head + 63) / 64 * 64;
-  const unsigned nch = len ? (len + cs - 1) / cs : 0, tasks = m.kv_heads * nch;
+  const unsigned per_head = min(MAX_CHUNKS, max(1u, G / (m.kv_heads * B)));
+  const auto chunk_size = [&](unsigned len) { return ((len + per_head - 1) / per_head + 63) / 64 * 64; };
+  const auto chunks = [&](unsigned len) { return len ? (len + chunk_size(len) - 1) / chunk_size(len) : 0u; };
+  unsigned tasks = 0;
+#pragma unroll
+  for (unsigned s = 0; s < dec::MAX_BATCH; ++s)
+    if (s < B) tasks += m.kv_heads * chunks(ok ? posv[s] + 1 : 0);
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;  // softmax in base 2
   const unsigned DCH = hd / 8, NSETS = THREADS / DCH, dch = t % DCH, pset = t / DCH;
 
@@ -135,18 +149,38 @@ PL_ENTRY(run) {
   do {                                    \
     if (DEC_TRACE && t == 0) rec[field] = (v); \
   } while (0)
-  // task j's chunk: KV head kvh, chunk c of it, positions c0 .. c1 (the same before and after the wait)
+  // task j's chunk: sequence sq (its position pos, len positions in nch chunks a head), KV head
+  // kvh, chunk c of it, positions c0 .. c1 (the same before and after the wait)
   struct Chunk {
-    unsigned kvh, c, c0, c1;
+    unsigned sq, kvh, c, c0, c1, pos, len, nch;
   };
+  const unsigned len0 = ok ? posv[0] + 1 : 0, cs0 = chunk_size(len0), nch0 = chunks(len0);
   const auto chunk = [&](unsigned j) {
-    const unsigned c = j % nch;
-    return Chunk{j / nch, c, c * cs, min(len, c * cs + cs)};
+    if (B == 1) {  // (folds: the one sequence's sizes, computed once)
+      const unsigned c = j % nch0;
+      return Chunk{0, j / nch0, c, c * cs0, min(len0, c * cs0 + cs0), posv[0], len0, nch0};
+    }
+    Chunk r{0, 0, 0, 0, 0, 0, 0, 0};
+    unsigned first = 0;
+#pragma unroll
+    for (unsigned s = 0; s < dec::MAX_BATCH; ++s) {
+      if (s >= B) break;
+      const unsigned len = ok ? posv[s] + 1 : 0, n = chunks(len), cs = chunk_size(len), tb = m.kv_heads * n;
+      if (j >= first && j - first < tb) {
+        const unsigned jj = j - first, c = jj % n;
+        r = Chunk{s, jj / n, c, c * cs, min(len, c * cs + cs), posv[s], len, n};
+      }
+      first += tb;
+    }
+    return r;
   };
-  const auto head_off = [&](unsigned l, unsigned kvh) { return (size_t)(l * m.kv_heads + kvh) * p.max_seq * hd; };
+  // a sequence's cache: [batch][layers][kv_heads][max_seq][head_dim] (dec_attn.h)
+  const auto head_off = [&](unsigned sq, unsigned l, unsigned kvh) {
+    return ((size_t)(sq * m.layers + l) * m.kv_heads + kvh) * p.max_seq * hd;
+  };
   BlockRows rows;
   const auto load_first_block = [&](unsigned l, const Chunk& ch) {
-    const size_t off = head_off(l, ch.kvh);
+    const size_t off = head_off(ch.sq, l, ch.kvh);
     load_keys(rows, p.kcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
     load_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, pset, NSETS, dch);
   };
@@ -156,23 +190,26 @@ PL_ENTRY(run) {
     if (DEC_TRACE) rec = dec::trace_record(p.state, (m.ops() + l) * G + cta);
     if (cta < tasks) {
       DEC_ATTN_STAMP(0, dec::now_ns());
-      DEC_ATTN_STAMP(6, nch);
+      DEC_ATTN_STAMP(6, chunk(cta).nch);
       // The first block of this CTA's first task needs nothing of this step: its loads go out
       // before the wait, so they arrive while the QKV op finishes.
       load_first_block(l, chunk(cta));
     }
     if (cta < tasks && range.waits_for(kq)) {
-      if (t == 0) dec::wait_at_least(sync + dec::OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
+      if (t == 0) dec::wait_at_least(sync + OPS + kq, dec::mat_op(m, dec::QKV, l).tiles);
       sync_role();
     }
     if (cta < tasks) DEC_ATTN_STAMP(1, dec::now_ns());
     for (unsigned j = cta; j < tasks; j += G) {
       const Chunk ch = chunk(j);
-      const unsigned kvh = ch.kvh, c = ch.c, c0 = ch.c0, c1 = ch.c1;
-      uint16_t* kc = p.kcache + head_off(l, kvh);
-      uint16_t* vc = p.vcache + head_off(l, kvh);
+      const unsigned sq = ch.sq, kvh = ch.kvh, c = ch.c, c0 = ch.c0, c1 = ch.c1, pos = ch.pos, len = ch.len,
+                     nch = ch.nch;
+      uint16_t* kc = p.kcache + head_off(sq, l, kvh);
+      uint16_t* vc = p.vcache + head_off(sq, l, kvh);
+      uint16_t* aos = ao + (size_t)sq * m.q_dim();
+      const unsigned hs = sq * m.kv_heads + kvh;  // the sequence's head: its partial slots and counter
       if (j != cta) load_first_block(l, ch);  // a later task of this CTA (only with more tasks than CTAs)
-      load_heads(q, kn, vn, qkv, m, kvh, t, PL_FACT(qk_norm), sync_role,
+      load_heads(q, kn, vn, qkv + (size_t)sq * m.qkv_rows(), m, kvh, t, PL_FACT(qk_norm), sync_role,
                  [&](float* v, unsigned n, unsigned which) {
                    PL_CALL(headnorm, v, n, p.qk_norms + (size_t)(2 * l + which) * hd, p.eps);
                  },
@@ -365,14 +402,14 @@ PL_ENTRY(run) {
       for (unsigned i = t; i < g * hd; i += THREADS) o[i] += pr[i];
       sync_role();
       if (nch == 1) {
-        for (unsigned i = t; i < g * hd; i += THREADS) ao[kvh * g * hd + i] = to_bf16(o[i] / red[i / hd]);
+        for (unsigned i = t; i < g * hd; i += THREADS) aos[kvh * g * hd + i] = to_bf16(o[i] / red[i / hd]);
         DEC_ATTN_STAMP(4, dec::now_ns());
         DEC_ATTN_STAMP(7, 1);
         continue;  // (the next task writes o after its own barriers)
       }
       // a chunk's slot: o [g][hd], then (max, sum) per head
       const unsigned stride = g * (hd + 2);
-      float* slot = part + (size_t)(kvh * MAX_CHUNKS + c) * stride;
+      float* slot = part + (size_t)(hs * MAX_CHUNKS + c) * stride;
       for (unsigned i = t; i < g * hd; i += THREADS) slot[i] = o[i];
       if (t == 0)
 #pragma unroll
@@ -381,10 +418,10 @@ PL_ENTRY(run) {
       sync_role();
       unsigned* last_flag = reinterpret_cast<unsigned*>(red + 8 * MAX_GROUP);
       if (t == 0)  // (the barrier, then a release: every thread's slot writes go before the count)
-        *last_flag = pl::atom_acq_rel(arr + kvh, 1) == nch - 1;
+        *last_flag = pl::atom_acq_rel(arr + hs, 1) == nch - 1;
       sync_role();
       if (*last_flag) {  // the head's chunks, MERGE_BATCH at a time: their loads go out together
-        const float* head_slots = part + (size_t)kvh * MAX_CHUNKS * stride;
+        const float* head_slots = part + (size_t)hs * MAX_CHUNKS * stride;
         for (unsigned i = t; i < g * hd; i += THREADS) {
           const float* stats = head_slots + g * hd + 2 * (i / hd);
           float M = -INFINITY, L = 0.f, O = 0.f;
@@ -409,16 +446,16 @@ PL_ENTRY(run) {
             }
             M = mb;
           }
-          ao[kvh * g * hd + i] = to_bf16(O / L);
+          aos[kvh * g * hd + i] = to_bf16(O / L);
         }
-        if (t == 0) arr[kvh] = 0;
+        if (t == 0) arr[hs] = 0;
       }
       DEC_ATTN_STAMP(4, dec::now_ns());
       DEC_ATTN_STAMP(7, *last_flag);
       sync_role();
     }
     if (cta < tasks) sync_role();  // every thread's writes of this layer, then one release
-    if (t == 0) pl::red_release(sync + dec::OPS + kq + 1, 1);
+    if (t == 0) pl::red_release(sync + OPS + kq + 1, 1);
     if (cta < tasks) DEC_ATTN_STAMP(5, dec::now_ns());
   }
 }

@@ -8,17 +8,31 @@
 // per row (or segment) and one barrier, and y needs no zeroing: rows >= 8 are stored by their
 // warp; fewer rows add their warps' sums through y[8 .. 16), which the caller leaves free.
 // Ends with a barrier: y is complete and the stage may be overwritten.
+//
+// matvec_batch: the same product for the batch's B input vectors at once (fact `batch`, B <= 8),
+// y[b ystride + r] = Σ_c W[r, c] · x[b, c], by tensor cores: mma.sync m16n8k16 with the vectors
+// as A (rows gid < B of the 16; the rest zero) and eight tile rows as B (each n8 group of rows
+// in turn). Warp w takes the k32 blocks w, w + 8, ...: lane (gid, qd) = (lane / 4, lane % 4)
+// loads 16 bytes of row gid of the vectors and of the tile at block column qd · 8, and the mma's
+// k order is a permutation of the block's columns that both operands share (as dec_attn_split's
+// scores), so every load is a whole 16-byte run. The warps' partial sums meet in [smem.red], then
+// B · rows threads add them. x's rows are k + dec::XIN_PAD elements apart (dec.h).
 #define PL_COMPONENT dec_matvec
 #include <pipelink.h>
 
 #include <cute/tensor.hpp>
 
 PL_DECLARE_BARRIER(tile);
+PL_DECLARE_FACT(batch);
+PL_DECLARE_SMEM(red);
 
 namespace dec_matvec {
 constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned INFLIGHT = 8;  // chunks a lane loads before it multiplies: 128 bytes in flight
 constexpr unsigned SCRATCH = 8;   // y[SCRATCH + w]: warp w's segment sum when rows < WARPS
+constexpr unsigned XIN_PAD = 32;  // dec.h's: the batch's input rows are k + XIN_PAD apart
+constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a call: rows <= 32 ([smem.red], dec.h tile_rows at k >= 256)
+constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const unsigned aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
@@ -48,6 +62,21 @@ __device__ __forceinline__ float lane_sum(const TW& W, const TX& X, unsigned row
     for (unsigned u = 0; u < INFLIGHT; ++u) s += dot8(w[u], x[u]);
   }
   return s;
+}
+
+// c += A · B for two k16 steps of one k32 block: a, b the lane's 16 bytes of its vector row and
+// tile row (words 0, 1: the first step's k pairs 2 qd and 2 qd + 8; words 2, 3: the second's)
+__device__ __forceinline__ void mma_k32(float (&c)[4], const uint4& a, const uint4& b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a.x), "r"(0u), "r"(a.y), "r"(0u), "r"(b.x), "r"(b.y));
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a.z), "r"(0u), "r"(a.w), "r"(0u), "r"(b.z), "r"(b.w));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -80,6 +109,61 @@ PL_CALLABLE(matvec)(unsigned pl_inst, const void* tile, const void* xin, unsigne
       for (unsigned j = 0; j < per_row; ++j) sum += y[SCRATCH + t * per_row + j];
       y[t] = sum;
     }
+  }
+  pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
+}
+
+PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, unsigned rows, unsigned k, float* y,
+                          unsigned ystride) {
+  using namespace dec_matvec;
+  const unsigned B = PL_FACT(batch);
+  if (B > 8 || rows > 8 * MAX_GROUPS) __trap();  // outside accept / dec.h's tile rows (folds away)
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32, gid = lane / 4, qd = lane % 4;
+  const uint16_t* W = static_cast<const uint16_t*>(tile);
+  const uint16_t* X = static_cast<const uint16_t*>(xin) + (size_t)gid * (k + XIN_PAD) + qd * 8;
+  float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));  // [group][warp][b][8 columns]
+  const unsigned groups = (rows + 7) / 8, blocks = k / 32;
+  float acc[MAX_GROUPS][4];
+#pragma unroll
+  for (unsigned g = 0; g < MAX_GROUPS; ++g)
+#pragma unroll
+    for (unsigned e = 0; e < 4; ++e) acc[g][e] = 0.f;
+  for (unsigned kb0 = warp; kb0 < blocks; kb0 += WARPS * BATCH_INFLIGHT) {
+    uint4 a[BATCH_INFLIGHT], w[BATCH_INFLIGHT][MAX_GROUPS];
+#pragma unroll
+    for (unsigned u = 0; u < BATCH_INFLIGHT; ++u) {
+      const unsigned kb = kb0 + u * WARPS;
+      a[u] = kb < blocks && gid < B ? *reinterpret_cast<const uint4*>(X + kb * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (unsigned g = 0; g < MAX_GROUPS; ++g) {
+        const unsigned r = g * 8 + gid;
+        w[u][g] = kb < blocks && g < groups && r < rows
+                      ? *reinterpret_cast<const uint4*>(W + (size_t)r * k + kb * 32 + qd * 8)
+                      : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (unsigned u = 0; u < BATCH_INFLIGHT; ++u)
+#pragma unroll
+      for (unsigned g = 0; g < MAX_GROUPS; ++g)
+        if (g < groups) mma_k32(acc[g], a[u], w[u][g]);
+  }
+  // C's rows gid (the vectors; rows gid + 8 are zero), columns 2 qd, 2 qd + 1 of the group
+  if (gid < B)
+#pragma unroll
+    for (unsigned g = 0; g < MAX_GROUPS; ++g)
+      if (g < groups) {
+        float* d = red + ((g * WARPS + warp) * B + gid) * 8 + 2 * qd;
+        d[0] = acc[g][0], d[1] = acc[g][1];
+      }
+  pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
+  for (unsigned i = t; i < B * rows; i += THREADS) {
+    const unsigned b = i / rows, r = i % rows;
+    const float* s = red + ((r / 8 * WARPS) * B + b) * 8 + r % 8;
+    float sum = 0.f;
+#pragma unroll
+    for (unsigned w8 = 0; w8 < WARPS; ++w8) sum += s[w8 * B * 8];
+    y[b * ystride + r] = sum;
   }
   pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
 }

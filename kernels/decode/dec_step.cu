@@ -7,7 +7,8 @@
 // last tile the CTA counts them all with one release. Tiles alternate between two y buffers, so
 // an epilogue and the next tile's matvec need no barrier between them. ATTN ops belong to the
 // attention role; this role only waits for them. The last CTA to finish publishes the argmax
-// token, advances the position and zeroes the counters (dec.h).
+// token, advances the position and zeroes the counters (dec.h). Batch B > 1 (fact `batch`): the
+// same schedule over B rows of every activation, each tile multiplied by matvec_batch (dec.h).
 #define PL_COMPONENT dec_step
 #include <pipelink.h>
 
@@ -24,6 +25,7 @@
 #endif
 
 DEC_MODEL_FACTS();
+PL_DECLARE_FACT(batch);
 PL_DECLARE_RING(w);
 PL_DECLARE_SMEM(xin);
 PL_DECLARE_SMEM(y);
@@ -35,7 +37,9 @@ PL_DECLARE_WORKSPACE(ao);
 PL_DECLARE_WORKSPACE(h);
 PL_DECLARE_CALL(embed, unsigned, const void*, float*, unsigned);
 PL_DECLARE_CALL(rmsnorm, const float*, const float*, void*, unsigned, float);
+PL_DECLARE_CALL(rmsnorm_rows, const float*, const float*, void*, unsigned, float, unsigned, unsigned);
 PL_DECLARE_CALL(matvec, const void*, const void*, unsigned, unsigned, float*);
+PL_DECLARE_CALL(matvec_batch, const void*, const void*, unsigned, unsigned, float*, unsigned);
 PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
 PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
 
@@ -43,7 +47,7 @@ namespace dec_step {
 struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32", op_begin, op_end = "u32"
   const float* norms;
   const uint16_t* embed;
-  float* logits;
+  float* logits;  // f32 [batch][vocab]
   int* state;
   float eps;
   unsigned op_begin, op_end;
@@ -55,6 +59,8 @@ PL_ENTRY(run) {
   const Params& p = PL_PARAMS(Params);
   const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN();
   const dec::Model m{DEC_MODEL_FIELDS, PL_FACT(tile_elems)};
+  const unsigned B = PL_FACT(batch), OPS = dec::ops_base(B);
+  if (B > dec::MAX_BATCH || (DEC_TRACE && B > 1)) __trap();  // outside accept; the timeline is of batch 1 (folds away)
   if (m.hidden > m.tile_elems || m.inter > m.tile_elems || m.q_dim() > m.tile_elems) __trap();  // a row per tile at least (folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   float* x = static_cast<float*>(PL_WORKSPACE(x));
@@ -69,7 +75,6 @@ PL_ENTRY(run) {
   float* y = reinterpret_cast<float*>(PL_SMEM_PTR(y));
   const unsigned bar = PL_BARRIER(step);
   const unsigned G = gridDim.x, cta = blockIdx.x;
-  const unsigned token = __ldcg(reinterpret_cast<const unsigned*>(p.state) + dec::ST_TOKEN);
   const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
 
   // thread 0 waits until `word` reaches `need` (acquire), then the role goes on together
@@ -83,9 +88,12 @@ PL_ENTRY(run) {
     if (t == 0) pl::red_release(sync + word, n);
   };
 
-  if (cta == 0 && range.runs(0)) {  // op 0: the embedding row of the token into the residual
-    PL_CALL(embed, token, p.embed, x, m.hidden);
-    signal(dec::OPS + 0, 1);
+  if (cta == 0 && range.runs(0)) {  // op 0: the embedding rows of the tokens into the residual
+    for (unsigned b = 0; b < B; ++b) {
+      const unsigned token = __ldcg(reinterpret_cast<const unsigned*>(p.state) + dec::ST_WORDS * b + dec::ST_TOKEN);
+      PL_CALL(embed, token, p.embed, x + (size_t)b * m.hidden, m.hidden);
+    }
+    signal(OPS + 0, 1);
   }
   unsigned k = 1, prev_need = 1, rot = 0, stage = 0, phase = 0, ny = 0;
   // (with DEC_TRACE 0 the timer reads passed in are dead: the default cubin has none)
@@ -93,55 +101,69 @@ PL_ENTRY(run) {
     if (DEC_TRACE && t == 0) dec::trace_record(p.state, k * G + cta)[field] = v;
   };
   // One matvec op: `input()` builds xin once (after the wait), `epilogue(i, op, y)` takes the
-  // rows of tile i. O and DOWN add their rows to the residual: right after the wait, thread
-  // j r + row loads row `row` of this CTA's j-th tile (when they all fit), so the add at the end
-  // of each tile waits on no load.
+  // rows of tile i (sequence b's at y + b ys). O and DOWN add their rows to the residual: right
+  // after the wait, thread (b mine + j) r + row loads row `row` of this CTA's j-th tile of
+  // sequence b (when they all fit), so the add at the end of each tile waits on no load.
+  const unsigned ys = m.y_floats();  // a sequence's rows in a y buffer
   const auto matvec_op = [&](unsigned kind, unsigned layer, auto input, auto epilogue) {
     const dec::MatOp op = dec::mat_op(m, kind, layer);
     const unsigned first = dec::first_tile(cta, rot, G);
     if (first < op.tiles && range.runs(k)) {
       stamp(0, dec::now_ns());
-      if (range.waits_for(k - 1)) wait(dec::OPS + k - 1, prev_need);
+      if (range.waits_for(k - 1)) wait(OPS + k - 1, prev_need);
       stamp(1, dec::now_ns());
       const bool residual = kind == dec::O || kind == dec::DOWN;
       const unsigned mine = (op.tiles - first + G - 1) / G;
-      const bool held = residual && mine * op.r <= dec::THREADS;
+      const unsigned per_seq = mine * op.r, hb = t / per_seq, ht = t % per_seq;  // (held rows)
+      const bool held = residual && per_seq * B <= dec::THREADS;
       float held_x = 0.f;
-      if (held && t < mine * op.r) held_x = __ldcg(x + (first + t / op.r * G) * op.r + t % op.r);
+      if (held && t < per_seq * B) held_x = __ldcg(x + (size_t)hb * m.hidden + (first + ht / op.r * G) * op.r + ht % op.r);
       input();
       pl::named_barrier_sync(bar, dec::THREADS);
       stamp(2, dec::now_ns());
       unsigned j = 0, loads = 0, data_wait = 0;
       for (unsigned i = first; i < op.tiles; i += G, ++j) {
-        float* yb = y + (ny++ & 1u) * m.y_floats();
+        float* yb = y + (ny++ & 1u) * B * ys;
         for (unsigned hl = 0; hl < dec::loads_per_tile(op); ++hl) {  // GU: gate rows, then up rows
           const unsigned t0 = DEC_TRACE ? dec::now_ns() : 0u;
           pl::mbar_wait(full + stage, phase);
           if (DEC_TRACE) data_wait += dec::now_ns() - t0, ++loads;
-          PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r);
+          if (B == 1)
+            PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r);
+          else
+            PL_CALL(matvec_batch, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r, ys);
           if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
           if (++stage == depth) stage = 0, phase ^= 1u;
         }
         if (held) {
-          if (t / op.r == j) x[i * op.r + t % op.r] = held_x + yb[t % op.r];
+          if (t < per_seq * B && ht / op.r == j)
+            x[(size_t)hb * m.hidden + i * op.r + ht % op.r] = held_x + yb[hb * ys + ht % op.r];
         } else if (residual) {
-          if (t < op.r) x[i * op.r + t] = __ldcg(x + i * op.r + t) + yb[t];
+          for (unsigned e = t; e < op.r * B; e += dec::THREADS) {
+            float* xe = x + (size_t)(e / op.r) * m.hidden + i * op.r + e % op.r;
+            *xe = __ldcg(xe) + yb[e / op.r * ys + e % op.r];
+          }
         } else {
           epilogue(i, op, yb);
         }
       }
       stamp(3, dec::now_ns()), stamp(4, data_wait), stamp(5, loads);
-      signal(dec::OPS + k, j);
+      signal(OPS + k, j);
     }
     rot += op.tiles, prev_need = op.tiles, ++k;
   };
+  // xin: batch 1 one vector; batch B rows of k + XIN_PAD elements (dec.h)
   const auto norm_input = [&](const float* w) {
-    return [=]() { PL_CALL(rmsnorm, x, w, xin, m.hidden, p.eps); };
+    return [=]() {
+      if (B == 1) PL_CALL(rmsnorm, x, w, xin, m.hidden, p.eps);
+      else PL_CALL(rmsnorm_rows, x, w, xin, m.hidden, p.eps, B, m.hidden + dec::XIN_PAD);
+    };
   };
   const auto copy_input = [&](const uint16_t* src, unsigned n) {  // bf16 written by other CTAs: through L2
     return [=]() {
-      for (unsigned c = t; c < n / 8; c += dec::THREADS)
-        reinterpret_cast<uint4*>(xin)[c] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
+      const unsigned row = n / 8, stride = (n + dec::XIN_PAD) / 8;  // in 16-byte chunks
+      for (unsigned c = t; c < B * row; c += dec::THREADS)
+        reinterpret_cast<uint4*>(xin)[c / row * stride + c % row] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
     };
   };
   const auto residual = [](unsigned, const dec::MatOp&, const float*) {};  // (matvec_op adds it)
@@ -149,22 +171,25 @@ PL_ENTRY(run) {
   for (unsigned l = 0; l < m.layers; ++l) {
     matvec_op(dec::QKV, l, norm_input(p.norms + (size_t)(2 * l) * m.hidden),
               [&](unsigned i, const dec::MatOp& op, const float* yb) {
-                if (t < op.r) qkv[i * op.r + t] = yb[t];
+                for (unsigned e = t; e < op.r * B; e += dec::THREADS)
+                  qkv[(size_t)(e / op.r) * m.qkv_rows() + i * op.r + e % op.r] = yb[e / op.r * ys + e % op.r];
               });
     // ATTN: the attention role's; every CTA's instance counts once
     prev_need = G, ++k;
     matvec_op(dec::O, l, copy_input(ao, m.q_dim()), residual);
     matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden),
               [&](unsigned i, const dec::MatOp& op, const float* yb) {
-                PL_CALL(swiglu, yb, yb + op.r, h + i * op.r, op.r);
+                for (unsigned b = 0; b < B; ++b)
+                  PL_CALL(swiglu, yb + b * ys, yb + b * ys + op.r, h + (size_t)b * m.inter + i * op.r, op.r);
               });
     matvec_op(dec::DOWN, l, copy_input(h, m.inter), residual);
   }
   unsigned long long* best = reinterpret_cast<unsigned long long*>(sync + dec::BEST);
   matvec_op(dec::HEAD, 0, norm_input(p.norms + (size_t)(2 * m.layers) * m.hidden),
             [&](unsigned i, const dec::MatOp& op, const float* yb) {
-              if (t < op.r) p.logits[i * op.r + t] = yb[t];
-              PL_CALL(argmax, yb, op.r, i * op.r, best);
+              for (unsigned e = t; e < op.r * B; e += dec::THREADS)
+                p.logits[(size_t)(e / op.r) * m.vocab + i * op.r + e % op.r] = yb[e / op.r * ys + e % op.r];
+              for (unsigned b = 0; b < B; ++b) PL_CALL(argmax, yb + b * ys, op.r, i * op.r, best + b);
             });
 
   // Unfused: a launch that runs an attention op but not the O op after it waits for the attention
@@ -172,19 +197,20 @@ PL_ENTRY(run) {
   // waited for by its O op; this folds away).
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned ka = 2 + 5 * l;
-    if (range.runs(ka) && !range.runs(ka + 1)) wait(dec::OPS + ka, G);
+    if (range.runs(ka) && !range.runs(ka + 1)) wait(OPS + ka, G);
   }
   // the step (or this launch's ops) is done here: the last CTA publishes it and leaves every counter zero
   pl::named_barrier_sync(bar, dec::THREADS);
   if (t == 0 && pl::atom_acq_rel(sync + dec::FINISH, 1) == G - 1) {
     // a full cache (the attention roles set the error flag; nothing was appended) publishes
     // nothing, so CUDA-graph replays stop at the capacity instead of running past it
-    if (range.runs(m.ops() - 1) && __ldcg(p.state + dec::ST_ERROR) == 0) {
-      const unsigned long long b = __ldcg(best);
-      p.state[dec::ST_TOKEN] = (int)dec::argmax_index(b);
-      p.state[dec::ST_POS] = __ldcg(p.state + dec::ST_POS) + 1;
-    }
-    for (unsigned wd = 0; wd < dec::sync_words(m.layers); ++wd) sync[wd] = 0;
+    if (range.runs(m.ops() - 1) && __ldcg(p.state + dec::ST_ERROR) == 0)
+      for (unsigned b = 0; b < B; ++b) {
+        int* st = p.state + dec::ST_WORDS * b;
+        st[dec::ST_TOKEN] = (int)dec::argmax_index(__ldcg(best + b));
+        st[dec::ST_POS] = __ldcg(st + dec::ST_POS) + 1;
+      }
+    for (unsigned wd = 0; wd < dec::sync_words(m.layers, B); ++wd) sync[wd] = 0;
     __threadfence();
   }
 }

@@ -30,10 +30,19 @@ DECODE_ATTENTION = {
 
 DECODE_COMPONENTS = [":dec_step", ":dec_stream", ":dec_embed", ":dec_rmsnorm", ":dec_matvec", ":dec_rope", ":dec_swiglu", ":dec_argmax"]
 
-def llama_decode(name, model, attention = "split", unfused = False, step = ":dec_step", stream = ":dec_stream", tags = []):
+# Batched links (kernel fact `batch`: sequences a step, 1 .. 8): target -> (model, batch). The
+# packages are the same; llama_megakernel.MegakernelStep(batch = B) picks <target>_b<B>.
+DECODE_BATCHES = {
+    "llama3_1b_b8": ("llama3_2_1b", 8),
+    "llama3_1b_b4": ("llama3_2_1b", 4),
+    "llama_tiny_b3": ("llama_tiny", 3),  # an odd batch for the GPU tests
+}
+
+def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = ":dec_step", stream = ":dec_stream", tags = []):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION (or another
     build of package dec_attn, by label). unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
+    batch: sequences a step (the kernel fact; the simple attention package accepts 1).
     step, stream: the step role's and the weight stream's packages (other builds of their
     sources, for a variant)."""
     m = DECODE_MODELS[model]
@@ -42,7 +51,7 @@ def llama_decode(name, model, attention = "split", unfused = False, step = ":dec
         arch = "sm_90a",
         components = [{":dec_step": step, ":dec_stream": stream}.get(c, c) for c in DECODE_COMPONENTS] + [DECODE_ATTENTION.get(attention, attention)],
         kernel = "llama_decode.kernel.toml",
-        facts = dict([(f, m[f]) for f in DECODE_FACTS] + [("unfused", unfused)]),
+        facts = dict([(f, m[f]) for f in DECODE_FACTS] + [("unfused", unfused), ("batch", batch)]),
         visibility = ["//visibility:public"],
         tags = tags,
     )
@@ -58,6 +67,8 @@ def decode_models():
         llama_decode(name = m["target"], model = model)
         llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")
         llama_decode(name = m["target"] + "_unfused", model = model, unfused = True)
+    for name, (model, batch) in DECODE_BATCHES.items():
+        llama_decode(name = name, model = model, batch = batch)
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
     llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace")
     # Llama-3.2-1B with the stream's loads in flight uncapped (dec_stream.cu DEC_INFLIGHT; the

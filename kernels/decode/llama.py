@@ -116,7 +116,7 @@ class Llama:
 
     def megakernel(self, **kw):
         """The decode megakernel of this model as a `step=` backend (llama_megakernel.MegakernelStep:
-        max_seq=, attention=, control=, unfused=, kernel_dir=, device=); needs an sm_90a GPU."""
+        max_seq=, attention=, control=, unfused=, kernel_dir=, device=, batch=); needs an sm_90a GPU."""
         from llama_megakernel import MegakernelStep
         return MegakernelStep(self.cfg, self.weights, **kw)
 

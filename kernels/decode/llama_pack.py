@@ -3,6 +3,7 @@ serves a config, and the weights packed in the layout its weight stream walks.
 
     from llama_pack import kernel_target, pack
     target = kernel_target(cfg)                 # "llama3_1b" (a DECODE_MODELS entry's target)
+    target = kernel_target(cfg, batch=8)        # "llama3_1b_b8" (a DECODE_BATCHES entry)
     bufs = pack(cfg, weights, device="cuda")    # weights, norms, head, embed, inv_freq
 
 The packed layer weights (bf16, one buffer), layer after layer: W_qkv [q_dim + 2 kv_dim, hidden]
@@ -35,17 +36,21 @@ from llama_models import LlamaConfig, expect_config
 TILE_ELEMS = 16384  # dec_stream's fact tile_elems as built: a plain weight tile holds r rows with r k <= this
 MAX_GROUP = 8       # dec_attn.h: query heads a KV head
 FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab", "qk_norm")
+MAX_K = 14336       # dec_step's accept for hidden, inter, heads · head_dim: 8 rows of the widest fit shared memory
+MAX_BATCH = 8       # [fact.batch] accept (dec.h MAX_BATCH)
 
 
-def _table() -> dict:
-    """DECODE_MODELS of decode_models.bzl (a dict literal), the one table of linked models."""
+def _table(name: str = "DECODE_MODELS") -> dict:
+    """A dict literal of decode_models.bzl: DECODE_MODELS (the linked models) or DECODE_BATCHES
+    (the batched links: target -> (model, batch))."""
     text = (Path(__file__).with_name("decode_models.bzl")).read_text()
-    start = text.index("DECODE_MODELS = {")
+    start = text.index(name + " = {")
     tree = ast.parse(text[start:text.index("\n}\n", start) + 3])
     return ast.literal_eval(tree.body[0].value)
 
 
 DECODE_MODELS = _table()
+DECODE_BATCHES = _table("DECODE_BATCHES")
 
 
 def tile_rows(k: int, tile_elems: int = TILE_ELEMS) -> int:
@@ -66,19 +71,29 @@ def unsupported(cfg: LlamaConfig) -> list[str]:
         out.append(f"heads / kv_heads = {cfg.group}: the attention packages take at most {MAX_GROUP} query heads a KV head")
     for f in ("hidden", "inter"):
         v = getattr(cfg, f)
-        if v % 256 or not 256 <= v <= TILE_ELEMS:
-            out.append(f"{f} = {v}: the packages accept multiples of 256 in 256 .. {TILE_ELEMS} (the weight tile)")
+        if v % 256 or not 256 <= v <= MAX_K:
+            out.append(f"{f} = {v}: the packages accept multiples of 256 in 256 .. {MAX_K} (the step's input rows)")
     q_dim = cfg.heads * cfg.head_dim
-    if q_dim % 256 or q_dim > TILE_ELEMS:
-        out.append(f"heads · head_dim = {q_dim}: the O projection's k must be a multiple of 256 up to {TILE_ELEMS}")
+    if q_dim % 256 or q_dim > MAX_K:
+        out.append(f"heads · head_dim = {q_dim}: the O projection's k must be a multiple of 256 up to {MAX_K}")
     if cfg.vocab % 64:
         out.append(f"vocab = {cfg.vocab}: the head's tiles need a multiple of 64")
     return out
 
 
-def kernel_target(cfg: LlamaConfig) -> str:
-    """The decode_models.bzl target whose facts are cfg's; else R-CONFIG saying why none is."""
+def kernel_target(cfg: LlamaConfig, batch: int = 1) -> str:
+    """The decode_models.bzl target whose facts are cfg's (and whose batch is `batch`); else
+    R-CONFIG saying why none is."""
     expect_config(cfg)
+    if batch != 1:
+        model = kernel_target(cfg)
+        linked = {b: t for t, (m, b) in DECODE_BATCHES.items() if DECODE_MODELS[m]["target"] == model}
+        if batch not in linked:
+            raise LaunchError("R-CONFIG", f"{cfg.name}: no decode megakernel of batch {batch} is linked",
+                              hint=f"linked batches of {model}: 1" + "".join(f", {b}" for b in sorted(linked))
+                              + f"; add ({model!r}'s model, {batch}) to DECODE_BATCHES in kernels/decode/"
+                              f"decode_models.bzl (batch 1 .. {MAX_BATCH}: one more link of the same packages)")
+        return linked[batch]
     facts = {f: getattr(cfg, f) for f in FACTS}
     for m in DECODE_MODELS.values():
         if all(m[f] == v for f, v in facts.items()):

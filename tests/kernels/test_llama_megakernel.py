@@ -225,7 +225,7 @@ def test_without_a_gpu_the_backend_is_r_device():
 
 
 @pytest.mark.parametrize("model,unfused", [("llama_tiny", False), ("llama_tiny_unfused", True), ("llama3_1b", False),
-                                           ("qwen3_1_7b", False)])
+                                           ("qwen3_1_7b", False), ("llama_tiny_b3", False), ("llama3_1b_b8", False)])
 def test_the_backends_launches_plan_against_the_built_manifest(model, unfused):
     """Every launch of a step (one fused, 2 + 5 layers unfused) packs against the manifest on the
     CPU: parameter names and types, the grid, each workspace's size."""
@@ -243,8 +243,10 @@ def test_the_backends_launches_plan_against_the_built_manifest(model, unfused):
                            workspace=lambda w, n: sizes.append((w.name, n)) or 0x100000)
         assert plan.grid == (132, 1, 1) and plan.block == m.block and m.block[0] >= 13 * 32
     assert [n for n, _ in sizes].count("x") == (2 + 5 * cfg.layers if unfused else 1)  # x: the step's only
-    got = dict(sizes)
-    assert got["sync"] == 4 * (18 + 5 * cfg.layers) and got["x"] == 4 * cfg.hidden and got["h"] == 2 * cfg.inter
+    got, b = dict(sizes), m.facts["batch"]
+    assert b == (3 if model == "llama_tiny_b3" else 8 if model.endswith("_b8") else 1)
+    assert got["sync"] == 4 * (34 + 5 * cfg.layers) and got["x"] == 4 * b * cfg.hidden and got["h"] == 2 * b * cfg.inter
+    assert got["arr"] == 4 * b * cfg.kv_heads and got["ao"] == 2 * b * cfg.heads * cfg.head_dim
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
@@ -328,3 +330,26 @@ def test_host_code_makes_its_tensors_on_the_inputs_device(monkeypatch):
         step = ref.decode_step(w, TINY, ids[:, 0], cache)
         llama_prefill.AttentionPrefill(TINY, w, torch.device("cpu"))(ids[0], kc, vc)
     assert logits.device.type == step.device.type == "cpu" and bool(torch.isfinite(step).all())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_a_batch_no_link_serves_is_refused_before_anything_runs():
+    """batch: an integer in 1 .. 8 that decode_models.bzl links for the model (DECODE_BATCHES), with
+    the split-KV attention, fused; each refusal names what is linked."""
+    from llama import Llama
+    m = Llama.from_config(TINY, seed=1)
+    for bad in (0, 9, 2.0, True, "3"):
+        assert refused(m.megakernel, batch=bad).code == "R-PARAM"
+    e = refused(m.megakernel, batch=5)
+    assert e.code == "R-CONFIG" and "1, 3" in e.hint and "DECODE_BATCHES" in e.hint
+    assert refused(m.megakernel, batch=3, attention="simple").code == "R-PARAM"
+    assert refused(m.megakernel, batch=3, unfused=True).code == "R-PARAM"
+    assert refused(m.megakernel, batch=3, max_seq=64).code == "R-DEVICE"  # (past every argument check)
+
+
+def test_the_batched_links_are_the_tables():
+    import llama_pack as lp
+    assert lp.DECODE_BATCHES["llama3_1b_b8"] == ("llama3_2_1b", 8)
+    assert lp.kernel_target(lm.MODELS["llama3_2_1b"], 8) == "llama3_1b_b8"
+    assert lp.kernel_target(TINY, 3) == "llama_tiny_b3" and lp.kernel_target(TINY) == "llama_tiny"
+    assert all(1 <= b <= lp.MAX_BATCH and m in lp.DECODE_MODELS for m, b in lp.DECODE_BATCHES.values())

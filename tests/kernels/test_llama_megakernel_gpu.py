@@ -104,3 +104,14 @@ def test_the_counterexample_plain_link_misbehaves_and_pipelink_propagates():
     p = subprocess.run([sys.executable, str(BENCH), "counterexample", "--watchdog", "120"], capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_a_ragged_batch_meets_issue_43s_criterion():
+    """llama_tiny_b3: prompts of 7, 1 and 300 tokens through the attention prefill, each into its
+    own cache, then 24 teacher-forced steps of the batch: every sequence's logits rows against the
+    fp32 reference, the positions each sequence's own."""
+    _built("kernels/decode/llama_tiny_b3.cubin", "kernels/attention/attn_causal_d64.cubin")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "llama_decode_batch_bench.py"), "check",
+                        "--watchdog", "240"], capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("PASS", "FAIL"))]
+    assert p.returncode == 0 and lines and all(ln.startswith("PASS") for ln in lines), p.stdout[-3000:] + p.stderr[-1000:]

@@ -1,0 +1,222 @@
+"""The decode megakernel at batch > 1 (issue 43's B = 8 / 32 rows; kernels/decode/decode_models.bzl
+DECODE_BATCHES): correctness of a ragged batch against the fp32 reference, and µs per step.
+
+    python3 benchmarks/llama_decode_batch_bench.py check     # llama_tiny_b3, llama3_1b_b4/b8: ragged
+                                                             # prompts through the attention prefill, then
+                                                             # teacher-forced steps, every row vs fp32
+    python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024,4096 --rounds 4
+        # Llama-3.2-1B shapes: llama3_1b_b8, llama3_1b_b4 and llama3_1b (batch 1) per step, torch.compile
+        # of a batch-8 bf16 step (CUDA graph); sustained (each timed graph >= 200 ms), interleaved rounds
+
+Each check runs in a child process under a watchdog, as llama_decode_bench.py's workers. Reads
+bazel-bin/kernels/decode (tools/bazel build //kernels/decode/... --output_groups=+control) and, for
+the prefill, bazel-bin/kernels/attention's attn_causal_d64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT / "benchmarks", ROOT / "kernels" / "decode", ROOT / "tools"):
+    sys.path.insert(0, str(p))
+
+from llama_decode_bench import _config, _weights, hbm  # noqa: E402
+
+# (model, batch, prompt lengths, decode steps): what `check` runs, each in a worker
+CHECKS = [("llama_tiny", 3, (7, 1, 300), 24), ("llama3_2_1b", 8, (1, 5, 17, 64, 100, 300, 513, 1000), 16),
+          ("llama3_2_1b", 4, (1000, 1, 40, 7), 16)]
+
+
+def batch_one(model: str, batch: int, prompts: list[int], steps: int) -> int:
+    """B prompts of different lengths through the attention prefill (each into its own cache) and
+    their last tokens through one megakernel step, then `steps` teacher-forced steps of the whole
+    batch; every sequence's logits rows against the fp32 reference, poisoned before each step."""
+    import torch
+    import llama_reference as ref
+    from llama_megakernel import ST_POS, ST_WORDS, MegakernelStep
+    cfg = _config(model)
+    w = _weights(cfg, seed=9)
+    gen = torch.Generator().manual_seed(12)
+    ids = [torch.randint(0, cfg.vocab, (n + steps,), generator=gen).cuda() for n in prompts]
+    s = MegakernelStep(cfg, w, max_seq=max(prompts) + steps, batch=batch)
+    s.logits.fill_(float("nan"))
+    first, _ = s.prefill([x[:n] for x, n in zip(ids, prompts)])
+    rows = [first.double().cpu()]
+    for i in range(steps):
+        s.logits.fill_(float("nan"))
+        s.set_tokens([int(x[n + i]) for x, n in zip(ids, prompts)])
+        s.launch()
+        rows.append(s.logits.double().cpu())
+    torch.cuda.synchronize()
+    got = torch.stack(rows, 1)  # [B, steps + 1, vocab]
+    worst, bad, mism = 0.0, [], 0
+    for b, (x, n) in enumerate(zip(ids, prompts)):
+        want = ref.prefill(w, cfg, x[None])[0][0, n - 1:].double().cpu()
+        r = ref.agreement(got[b], want)
+        worst, mism = max(worst, r["worst_rel"]), mism + len(r["token_mismatches"])
+        if not (r["ok"] and bool(torch.isfinite(got[b]).all())):
+            bad.append(b)
+    pos = [int(s.state[ST_WORDS * b + ST_POS]) for b in range(batch)]
+    ok = not bad and pos == [n + steps for n in prompts]
+    print(f"RESULT {'correct' if ok else 'wrong'} {s.target} prompts {list(prompts)} + {steps} steps: worst rel "
+          f"{worst:.2e} (tol 2e-2), decisive token mismatches {mism}, wrong sequences {bad}, positions {pos}",
+          flush=True)
+    return 0 if ok else 1
+
+
+def run_watched(args: list[str], watchdog: float) -> tuple[str, str]:
+    try:
+        p = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=watchdog)
+    except subprocess.TimeoutExpired:
+        return "hang", f"no result in {watchdog:.0f} s (killed)"
+    text = p.stdout + p.stderr
+    line = next((ln for ln in text.splitlines() if ln.startswith("RESULT")), "")
+    if line:
+        return line.split()[1], line
+    tail = text.strip().splitlines()[-1][:160] if text.strip() else ""
+    return "failed", f"rc {p.returncode}: {tail}"
+
+
+def worker_args(model, batch, prompts, steps) -> list[str]:
+    return ["worker", "--model", model, "--batch", str(batch), "--prompts", ",".join(map(str, prompts)),
+            "--steps", str(steps)]
+
+
+def cmd_check(a) -> int:
+    bad = 0
+    for row in CHECKS:
+        outcome, said = run_watched(worker_args(*row), a.watchdog)
+        bad += outcome != "correct"
+        print(f"{'PASS' if outcome == 'correct' else 'FAIL'}  {said}", flush=True)
+    return 1 if bad else 0
+
+
+def _at_context(step, context: int):
+    """A launch function of one step with every sequence at `context` cached positions (random)."""
+    import torch
+    from llama_megakernel import ST_POS, ST_WORDS
+    g = torch.Generator(device="cuda").manual_seed(context)
+    for c in (step.kcache, step.vcache):
+        c[..., :context, :].copy_(torch.randn(c[..., :context, :].shape, generator=g, device="cuda").to(c.dtype))
+
+    def run():
+        step.state[ST_POS::ST_WORDS][:step.batch].fill_(context)
+        step.launch()
+    return run
+
+
+def _torch_step(cfg, w, batch: int, max_seq: int, context: int):
+    """gpt-fast style bf16 decode step of `batch` sequences over static caches, torch.compile'd."""
+    import torch
+    import torch.nn.functional as F
+    import llama_reference as ref
+    bf = torch.bfloat16
+    W = {k: v.to(bf) for k, v in w.items()}
+    L, kvh, hd, B = cfg.layers, cfg.kv_heads, cfg.head_dim, batch
+    kc = torch.randn(L, B, kvh, max_seq, hd, device="cuda", dtype=bf)
+    vc = torch.randn(L, B, kvh, max_seq, hd, device="cuda", dtype=bf)
+    inv = ref.rope_inv_freq(cfg, torch.float32).cuda()
+    ang = torch.arange(max_seq, device="cuda", dtype=torch.float32)[:, None] * inv[None]
+    cos, sin = ang.cos().to(bf), ang.sin().to(bf)
+    pos = torch.tensor([context], device="cuda")
+    tok = torch.arange(1, B + 1, device="cuda")
+    head = W["model.embed_tokens.weight"] if cfg.tie_word_embeddings else W["lm_head.weight"]
+
+    def rms(x, wt):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)).to(bf) * wt
+
+    def rope(x):  # [B, n, hd]
+        c, s = cos[pos], sin[pos]
+        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+    def step():
+        x = W["model.embed_tokens.weight"][tok]
+        for i in range(L):
+            p = f"model.layers.{i}."
+            h = rms(x, W[p + "input_layernorm.weight"])
+            q = rope((h @ W[p + "self_attn.q_proj.weight"].T).view(B, cfg.heads, hd))
+            k = rope((h @ W[p + "self_attn.k_proj.weight"].T).view(B, kvh, hd))
+            v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, kvh, hd)
+            kc[i].index_copy_(2, pos, k[:, :, None])
+            vc[i].index_copy_(2, pos, v[:, :, None])
+            o = F.scaled_dot_product_attention(q.view(B, cfg.heads, 1, hd), kc[i], vc[i],
+                                               enable_gqa=True).reshape(B, -1)
+            x = x + o @ W[p + "self_attn.o_proj.weight"].T
+            h = rms(x, W[p + "post_attention_layernorm.weight"])
+            x = x + (F.silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ \
+                W[p + "mlp.down_proj.weight"].T
+        return rms(x, W["model.norm.weight"]) @ head.T
+
+    fn = torch.compile(step, fullgraph=True)
+    return lambda: (pos.fill_(context), fn())
+
+
+def cmd_bench(a) -> int:
+    import torch
+    import llama_models as lm
+    from gpu_bench import interleaved
+    from llama_megakernel import MegakernelStep
+    cfg = lm.MODELS["llama3_2_1b"]
+    w = _weights(cfg, seed=1)
+    contexts = [int(c) for c in a.contexts.split(",")]
+    max_seq = max(contexts) + 1
+    batches = [int(b) for b in a.batches.split(",")]
+    steps = {f"b{b}": MegakernelStep(cfg, w, max_seq=max_seq, batch=b) for b in batches}
+    if a.control:  # the first batch's single-unit control cubin, on the same buffers (linked / control)
+        b0 = f"b{batches[0]}"
+        steps[b0 + "_control"] = steps[b0].sharing_buffers(Path(str(steps[b0].manifest_path).replace(
+            ".manifest.json", ".control.cubin")))
+    s1 = steps.get("b1") or next(iter(steps.values()))
+    weights = s1.bufs["weights"].numel() * 2 + s1.bufs["head"].numel() * 2
+    kv_token = cfg.layers * cfg.kv_heads * cfg.head_dim * 2 * 2  # K and V bytes a cached position
+    print(f"{torch.cuda.get_device_name()}: weights a step {weights / 1e9:.3f} GB at {hbm() / 1e12:.2f} TB/s; "
+          "floor = (weights + every sequence's K/V) / HBM")
+    for c in contexts:
+        fns = {k: _at_context(s, c) for k, s in steps.items()}
+        if a.compile_batch and c <= a.torch_max_context:
+            fns[f"compile_b{a.compile_batch}"] = _torch_step(cfg, w, a.compile_batch, c + 1, c)
+        t = interleaved(fns, inner=20, rounds=a.rounds, sustain_ms=200.0, skip_failing=True)
+        for k, us in t.items():
+            b = int(k.split("_b")[-1]) if k.startswith("compile") else int(k[1:].split("_")[0])
+            floor = (weights + b * c * kv_token) / hbm() * 1e6
+            extra = ""
+            if k.startswith("b") and f"compile_b{b}" in t:
+                extra = f"  torch.compile / ours {t[f'compile_b{b}'] / us:.3f}"
+            if k.endswith("_control"):
+                extra = f"  linked / control {t[k.removesuffix('_control')] / us:.4f}"
+            print(f"context {c:>6}  {k:>12}  {us:9.1f} us a step  {us / b:8.1f} us a token  floor {floor:7.1f} us  "
+                  f"{100 * floor / us:5.1f}% of floor{extra}", flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=["check", "bench", "worker"])
+    ap.add_argument("--model", default="llama_tiny", choices=["llama_tiny", "llama3_2_1b"])
+    ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--prompts", default="7,1,300", help="worker: each sequence's prompt length")
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--watchdog", type=float, default=240.0)
+    ap.add_argument("--contexts", default="1024,4096")
+    ap.add_argument("--batches", default="8,4,1", help="bench: the linked batches timed side by side")
+    ap.add_argument("--compile-batch", type=int, default=8, help="bench: torch.compile's batch (0: none)")
+    ap.add_argument("--torch-max-context", type=int, default=8192)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--control", action="store_true", help="bench: the first batch's control cubin in the same rounds")
+    a = ap.parse_args(argv)
+    from gpu_bench import refused_as_fail, require_gpu
+    if not require_gpu(f"llama_decode_batch_bench.py {a.cmd}"):
+        return 1
+    if a.cmd == "worker":
+        return refused_as_fail(lambda x: batch_one(x.model, x.batch, [int(n) for n in x.prompts.split(",")], x.steps), a)
+    return refused_as_fail({"check": cmd_check, "bench": cmd_bench}[a.cmd], a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
