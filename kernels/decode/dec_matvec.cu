@@ -31,7 +31,7 @@ constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned INFLIGHT = 8;  // chunks a lane loads before it multiplies: 128 bytes in flight
 constexpr unsigned SCRATCH = 8;   // y[SCRATCH + w]: warp w's segment sum when rows < WARPS
 constexpr unsigned XIN_PAD = 32;  // dec.h's: the batch's input rows are k + XIN_PAD apart
-constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a call: rows <= 32 ([smem.red], dec.h tile_rows at k >= 256)
+constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a pass of matvec_batch ([smem.red])
 constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
@@ -117,53 +117,57 @@ PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, u
                           unsigned ystride) {
   using namespace dec_matvec;
   const unsigned B = PL_FACT(batch);
-  if (B > 8 || rows > 8 * MAX_GROUPS) __trap();  // outside accept / dec.h's tile rows (folds away)
+  if (B > 8) __trap();  // outside accept (folds away)
   const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32, gid = lane / 4, qd = lane % 4;
   const uint16_t* W = static_cast<const uint16_t*>(tile);
   const uint16_t* X = static_cast<const uint16_t*>(xin) + (size_t)gid * (k + XIN_PAD) + qd * 8;
   float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));  // [group][warp][b][8 columns]
   const unsigned groups = (rows + 7) / 8, blocks = k / 32;
-  float acc[MAX_GROUPS][4];
-#pragma unroll
-  for (unsigned g = 0; g < MAX_GROUPS; ++g)
-#pragma unroll
-    for (unsigned e = 0; e < 4; ++e) acc[g][e] = 0.f;
-  for (unsigned kb0 = warp; kb0 < blocks; kb0 += WARPS * BATCH_INFLIGHT) {
-    uint4 a[BATCH_INFLIGHT], w[BATCH_INFLIGHT][MAX_GROUPS];
-#pragma unroll
-    for (unsigned u = 0; u < BATCH_INFLIGHT; ++u) {
-      const unsigned kb = kb0 + u * WARPS;
-      a[u] = kb < blocks && gid < B ? *reinterpret_cast<const uint4*>(X + kb * 32) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (unsigned g = 0; g < MAX_GROUPS; ++g) {
-        const unsigned r = g * 8 + gid;
-        w[u][g] = kb < blocks && g < groups && r < rows
-                      ? *reinterpret_cast<const uint4*>(W + (size_t)r * k + kb * 32 + qd * 8)
-                      : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (unsigned u = 0; u < BATCH_INFLIGHT; ++u)
-#pragma unroll
-      for (unsigned g = 0; g < MAX_GROUPS; ++g)
-        if (g < groups) mma_k32(acc[g], a[u], w[u][g]);
-  }
-  // C's rows gid (the vectors; rows gid + 8 are zero), columns 2 qd, 2 qd + 1 of the group
-  if (gid < B)
+  // MAX_GROUPS n8 groups a pass (one pass up to 32 rows: every k >= 512; k = 256 makes 64-row tiles)
+  for (unsigned g0 = 0; g0 < groups; g0 += MAX_GROUPS) {
+    const unsigned gn = min(MAX_GROUPS, groups - g0), rn = min(8 * MAX_GROUPS, rows - 8 * g0);
+    float acc[MAX_GROUPS][4];
 #pragma unroll
     for (unsigned g = 0; g < MAX_GROUPS; ++g)
-      if (g < groups) {
-        float* d = red + ((g * WARPS + warp) * B + gid) * 8 + 2 * qd;
-        d[0] = acc[g][0], d[1] = acc[g][1];
-      }
-  pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
-  for (unsigned i = t; i < B * rows; i += THREADS) {
-    const unsigned b = i / rows, r = i % rows;
-    const float* s = red + ((r / 8 * WARPS) * B + b) * 8 + r % 8;
-    float sum = 0.f;
 #pragma unroll
-    for (unsigned w8 = 0; w8 < WARPS; ++w8) sum += s[w8 * B * 8];
-    y[b * ystride + r] = sum;
+      for (unsigned e = 0; e < 4; ++e) acc[g][e] = 0.f;
+    for (unsigned kb0 = warp; kb0 < blocks; kb0 += WARPS * BATCH_INFLIGHT) {
+      uint4 a[BATCH_INFLIGHT], w[BATCH_INFLIGHT][MAX_GROUPS];
+#pragma unroll
+      for (unsigned u = 0; u < BATCH_INFLIGHT; ++u) {
+        const unsigned kb = kb0 + u * WARPS;
+        a[u] = kb < blocks && gid < B ? *reinterpret_cast<const uint4*>(X + kb * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (unsigned g = 0; g < MAX_GROUPS; ++g) {
+          const unsigned r = (g0 + g) * 8 + gid;
+          w[u][g] = kb < blocks && g < gn && r < rows
+                        ? *reinterpret_cast<const uint4*>(W + (size_t)r * k + kb * 32 + qd * 8)
+                        : make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll
+      for (unsigned u = 0; u < BATCH_INFLIGHT; ++u)
+#pragma unroll
+        for (unsigned g = 0; g < MAX_GROUPS; ++g)
+          if (g < gn) mma_k32(acc[g], a[u], w[u][g]);
+    }
+    // C's rows gid (the vectors; rows gid + 8 are zero), columns 2 qd, 2 qd + 1 of the group
+    if (gid < B)
+#pragma unroll
+      for (unsigned g = 0; g < MAX_GROUPS; ++g)
+        if (g < gn) {
+          float* d = red + ((g * WARPS + warp) * B + gid) * 8 + 2 * qd;
+          d[0] = acc[g][0], d[1] = acc[g][1];
+        }
+    pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
+    for (unsigned i = t; i < B * rn; i += THREADS) {
+      const unsigned b = i / rn, r = i % rn;
+      const float* s = red + ((r / 8 * WARPS) * B + b) * 8 + r % 8;
+      float sum = 0.f;
+#pragma unroll
+      for (unsigned w8 = 0; w8 < WARPS; ++w8) sum += s[w8 * B * 8];
+      y[b * ystride + 8 * g0 + r] = sum;
+    }
+    pl::named_barrier_sync(PL_BARRIER(tile), THREADS);  // y is complete, red and the stage free
   }
-  pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
 }
