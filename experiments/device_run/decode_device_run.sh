@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device-tool call for issue 43's decode megakernel (kernels/decode), every step under its own
-# time limit (a hung persistent kernel must not take the whole call), logs in $OUT. The limits
-# add up to one 600 s call; the order is what matters most first.
+# time limit (a hung persistent kernel must not take the whole call), logs in $OUT. All steps'
+# limits add up to more than one 600 s call: pick STEPS for a call; the order is what matters most
+# first.
 #   device run, carry ["bazel-bin/kernels/decode", "bazel-bin/experiments", "bazel-bin/kernels/attention"]:
 #     bash experiments/device_run/decode_device_run.sh
-#   STEPS="smoke check bench timeline pair counterexample sanitize moe ncu"   (default: all, in this order;
+#   STEPS="smoke check batch bench timeline pair counterexample sanitize moe ncu"   (default: all, in this order;
 #     moe needs bazel-bin/kernels/gpt_oss_120b.cubin and .manifest.json carried as well)
 #   CONTEXTS=16,1024,4096,8192,32768   bench's contexts; COMPILE=1024 where torch.compile is timed; ROUNDS=7
 #   ALSO=path/to/llama3_1b_prev.cubin   an earlier build timed in bench's rounds (carry its folder)
@@ -14,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/decode_out}; mkdir -p "$OUT"
-STEPS=${STEPS:-smoke check bench timeline pair counterexample sanitize moe ncu}
+STEPS=${STEPS:-smoke check batch bench timeline pair counterexample sanitize moe ncu}
 rc=0
 B=benchmarks/llama_decode_bench.py
 if has smoke; then  # one short run first: a kernel that hangs or is wrong here stops the call
@@ -25,6 +26,11 @@ if has smoke; then  # one short run first: a kernel that hangs or is wrong here 
 fi
 has tests && step tests 420 python3 -m pytest -q tests/kernels/test_llama_megakernel_gpu.py
 has check && TAIL=13 step check 200 python3 $B check --watchdog 45
+# batch > 1 (llama_tiny_b3, llama3_1b_b4 / _b8): ragged batches against the fp32 reference, then
+# batch 8, 4, 1 per step beside a batch-8 torch.compile step and the batch-8 control
+has batch && TAIL=4 step batch_check 200 python3 benchmarks/llama_decode_batch_bench.py check --watchdog 70
+has batch && TAIL=14 step batch_bench 200 python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024,4096 \
+  --batches 8,4,1 --compile-batch 8 --control --rounds ${ROUNDS:-4}
 has bench && TAIL=9 step bench 200 python3 $B bench --contexts ${CONTEXTS:-16,1024,4096,8192,32768} \
   --compile-contexts ${COMPILE:-1024} --torch-max-context 8192 --rounds ${ROUNDS:-7} ${ALSO:+--also $ALSO}
 has timeline && for b in ${TIMELINE_BUILDS:-llama3_1b_trace}; do for c in ${TIMELINE:-1024 16}; do  # op by op
