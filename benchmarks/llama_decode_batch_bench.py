@@ -16,7 +16,6 @@ the prefill, bazel-bin/kernels/attention's attn_causal_d64.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT / "benchmarks", ROOT / "kernels" / "decode", ROOT / "tools"):
     sys.path.insert(0, str(p))
 
-from llama_decode_bench import _config, _weights, hbm  # noqa: E402
+from llama_decode_bench import _at_context, _config, _torch_step, _weights, hbm, run_watched  # noqa: E402
 
 # (model, batch, prompt lengths, decode steps): what `check` runs, each in a worker
 CHECKS = [("llama_tiny", 3, (7, 1, 300), 24), ("llama3_2_1b", 8, (1, 5, 17, 64, 100, 300, 513, 1000), 16),
@@ -68,19 +67,6 @@ def batch_one(model: str, batch: int, prompts: list[int], steps: int) -> int:
     return 0 if ok else 1
 
 
-def run_watched(args: list[str], watchdog: float) -> tuple[str, str]:
-    try:
-        p = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=watchdog)
-    except subprocess.TimeoutExpired:
-        return "hang", f"no result in {watchdog:.0f} s (killed)"
-    text = p.stdout + p.stderr
-    line = next((ln for ln in text.splitlines() if ln.startswith("RESULT")), "")
-    if line:
-        return line.split()[1], line
-    tail = text.strip().splitlines()[-1][:160] if text.strip() else ""
-    return "failed", f"rc {p.returncode}: {tail}"
-
-
 def worker_args(model, batch, prompts, steps) -> list[str]:
     return ["worker", "--model", model, "--batch", str(batch), "--prompts", ",".join(map(str, prompts)),
             "--steps", str(steps)]
@@ -89,72 +75,10 @@ def worker_args(model, batch, prompts, steps) -> list[str]:
 def cmd_check(a) -> int:
     bad = 0
     for row in CHECKS:
-        outcome, said = run_watched(worker_args(*row), a.watchdog)
+        outcome, said = run_watched(worker_args(*row), a.watchdog, __file__)
         bad += outcome != "correct"
         print(f"{'PASS' if outcome == 'correct' else 'FAIL'}  {said}", flush=True)
     return 1 if bad else 0
-
-
-def _at_context(step, context: int):
-    """A launch function of one step with every sequence at `context` cached positions (random)."""
-    import torch
-    from llama_megakernel import ST_POS, ST_WORDS
-    g = torch.Generator(device="cuda").manual_seed(context)
-    for c in (step.kcache, step.vcache):
-        c[..., :context, :].copy_(torch.randn(c[..., :context, :].shape, generator=g, device="cuda").to(c.dtype))
-
-    def run():
-        step.state[ST_POS::ST_WORDS][:step.batch].fill_(context)
-        step.launch()
-    return run
-
-
-def _torch_step(cfg, w, batch: int, max_seq: int, context: int):
-    """gpt-fast style bf16 decode step of `batch` sequences over static caches, torch.compile'd."""
-    import torch
-    import torch.nn.functional as F
-    import llama_reference as ref
-    bf = torch.bfloat16
-    W = {k: v.to(bf) for k, v in w.items()}
-    L, kvh, hd, B = cfg.layers, cfg.kv_heads, cfg.head_dim, batch
-    kc = torch.randn(L, B, kvh, max_seq, hd, device="cuda", dtype=bf)
-    vc = torch.randn(L, B, kvh, max_seq, hd, device="cuda", dtype=bf)
-    inv = ref.rope_inv_freq(cfg, torch.float32).cuda()
-    ang = torch.arange(max_seq, device="cuda", dtype=torch.float32)[:, None] * inv[None]
-    cos, sin = ang.cos().to(bf), ang.sin().to(bf)
-    pos = torch.tensor([context], device="cuda")
-    tok = torch.arange(1, B + 1, device="cuda")
-    head = W["model.embed_tokens.weight"] if cfg.tie_word_embeddings else W["lm_head.weight"]
-
-    def rms(x, wt):
-        x32 = x.float()
-        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)).to(bf) * wt
-
-    def rope(x):  # [B, n, hd]
-        c, s = cos[pos], sin[pos]
-        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
-
-    def step():
-        x = W["model.embed_tokens.weight"][tok]
-        for i in range(L):
-            p = f"model.layers.{i}."
-            h = rms(x, W[p + "input_layernorm.weight"])
-            q = rope((h @ W[p + "self_attn.q_proj.weight"].T).view(B, cfg.heads, hd))
-            k = rope((h @ W[p + "self_attn.k_proj.weight"].T).view(B, kvh, hd))
-            v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, kvh, hd)
-            kc[i].index_copy_(2, pos, k[:, :, None])
-            vc[i].index_copy_(2, pos, v[:, :, None])
-            o = F.scaled_dot_product_attention(q.view(B, cfg.heads, 1, hd), kc[i], vc[i],
-                                               enable_gqa=True).reshape(B, -1)
-            x = x + o @ W[p + "self_attn.o_proj.weight"].T
-            h = rms(x, W[p + "post_attention_layernorm.weight"])
-            x = x + (F.silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ \
-                W[p + "mlp.down_proj.weight"].T
-        return rms(x, W["model.norm.weight"]) @ head.T
-
-    fn = torch.compile(step, fullgraph=True)
-    return lambda: (pos.fill_(context), fn())
 
 
 def cmd_bench(a) -> int:
@@ -180,7 +104,7 @@ def cmd_bench(a) -> int:
     for c in contexts:
         fns = {k: _at_context(s, c) for k, s in steps.items()}
         if a.compile_batch and c <= a.torch_max_context:
-            fns[f"compile_b{a.compile_batch}"] = _torch_step(cfg, w, a.compile_batch, c + 1, c)
+            fns[f"compile_b{a.compile_batch}"] = _torch_step(cfg, w, c + 1, c, compiled=True, batch=a.compile_batch)
         t = interleaved(fns, inner=20, rounds=a.rounds, sustain_ms=200.0, skip_failing=True)
         for k, us in t.items():
             b = int(k.split("_b")[-1]) if k.startswith("compile") else int(k[1:].split("_")[0])

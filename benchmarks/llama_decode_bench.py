@@ -161,11 +161,12 @@ def graph_one() -> int:
     return 0 if ok else 1
 
 
-def run_watched(args: list[str], watchdog: float) -> tuple[str, str]:
-    """This script's worker with `args` in a child process: (outcome, its RESULT line or the
-    reason). A hung kernel is killed with its process, so it costs the watchdog, not the run."""
+def run_watched(args: list[str], watchdog: float, script: str = __file__) -> tuple[str, str]:
+    """`script`'s worker (this script's by default) with `args` in a child process: (outcome, its
+    RESULT line or the reason). A hung kernel is killed with its process, so it costs the
+    watchdog, not the run."""
     try:
-        p = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=watchdog)
+        p = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=watchdog)
     except subprocess.TimeoutExpired:
         return "hang", f"no result in {watchdog:.0f} s (killed)"
     text = p.stdout + p.stderr
@@ -244,12 +245,14 @@ def cmd_counterexample(a) -> int:
 
 
 def _at_context(step, context: int):
-    """A launch function of one step at `context` cached positions (the cache filled at random)."""
+    """A launch function of one step with every sequence at `context` cached positions (the
+    caches filled at random)."""
     import torch
+    from llama_megakernel import ST_POS, ST_WORDS
     g = torch.Generator(device="cuda").manual_seed(context)
     for c in (step.kcache, step.vcache):
-        c[:, :, :context].copy_(torch.randn(c[:, :, :context].shape, generator=g, device="cuda").to(c.dtype))
-    pos = step.state[1:2]
+        c[..., :context, :].copy_(torch.randn(c[..., :context, :].shape, generator=g, device="cuda").to(c.dtype))
+    pos = step.state[ST_POS::ST_WORDS][:step.batch]
 
     def run():
         pos.fill_(context)
@@ -257,28 +260,29 @@ def _at_context(step, context: int):
     return run
 
 
-def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool, mode: str = "default"):
-    """gpt-fast style bf16 decode step over a static cache of max_seq = context + 1 positions."""
+def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool, mode: str = "default", batch: int = 1):
+    """gpt-fast style bf16 decode step of `batch` sequences over static caches of max_seq =
+    context + 1 positions."""
     import torch
     import torch.nn.functional as F
     import llama_reference as ref
     bf = torch.bfloat16
     W = {k: v.to(bf) for k, v in w.items()}
-    L, kvh, hd = cfg.layers, cfg.kv_heads, cfg.head_dim
-    kc = torch.randn(L, kvh, max_seq, hd, device="cuda", dtype=bf)
-    vc = torch.randn(L, kvh, max_seq, hd, device="cuda", dtype=bf)
+    L, kvh, hd, B = cfg.layers, cfg.kv_heads, cfg.head_dim, batch
+    kc = torch.randn(L, B, kvh, max_seq, hd, device="cuda", dtype=bf)
+    vc = torch.randn(L, B, kvh, max_seq, hd, device="cuda", dtype=bf)
     inv = ref.rope_inv_freq(cfg, torch.float32).cuda()
     ang = torch.arange(max_seq, device="cuda", dtype=torch.float32)[:, None] * inv[None]
     cos, sin = ang.cos().to(bf), ang.sin().to(bf)
     pos = torch.tensor([context], device="cuda")
-    tok = torch.tensor([1], device="cuda")
+    tok = torch.arange(1, B + 1, device="cuda")
     head = W["model.embed_tokens.weight"] if cfg.tie_word_embeddings else W["lm_head.weight"]
 
     def rms(x, wt):
         x32 = x.float()
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)).to(bf) * wt
 
-    def rope(x):  # [n, hd]
+    def rope(x):  # [B, n, hd]
         c, s = cos[pos], sin[pos]
         x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
         return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
@@ -288,13 +292,13 @@ def _torch_step(cfg, w, max_seq: int, context: int, compiled: bool, mode: str = 
         for i in range(L):
             p = f"model.layers.{i}."
             h = rms(x, W[p + "input_layernorm.weight"])
-            q = rope((h @ W[p + "self_attn.q_proj.weight"].T).view(cfg.heads, hd))
-            k = rope((h @ W[p + "self_attn.k_proj.weight"].T).view(kvh, hd))
-            v = (h @ W[p + "self_attn.v_proj.weight"].T).view(kvh, hd)
-            kc[i].index_copy_(1, pos, k[:, None])
-            vc[i].index_copy_(1, pos, v[:, None])
-            o = F.scaled_dot_product_attention(q.view(1, cfg.heads, 1, hd), kc[i][None], vc[i][None],
-                                               enable_gqa=True).reshape(1, -1)
+            q = rope((h @ W[p + "self_attn.q_proj.weight"].T).view(B, cfg.heads, hd))
+            k = rope((h @ W[p + "self_attn.k_proj.weight"].T).view(B, kvh, hd))
+            v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, kvh, hd)
+            kc[i].index_copy_(2, pos, k[:, :, None])
+            vc[i].index_copy_(2, pos, v[:, :, None])
+            o = F.scaled_dot_product_attention(q.view(B, cfg.heads, 1, hd), kc[i], vc[i],
+                                               enable_gqa=True).reshape(B, -1)
             x = x + o @ W[p + "self_attn.o_proj.weight"].T
             h = rms(x, W[p + "post_attention_layernorm.weight"])
             x = x + (F.silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ \

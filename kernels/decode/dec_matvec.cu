@@ -22,6 +22,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "dec.h"
+
 PL_DECLARE_BARRIER(tile);
 PL_DECLARE_FACT(batch);
 PL_DECLARE_SMEM(red);
@@ -30,7 +32,6 @@ namespace dec_matvec {
 constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned INFLIGHT = 8;  // chunks a lane loads before it multiplies: 128 bytes in flight
 constexpr unsigned SCRATCH = 8;   // y[SCRATCH + w]: warp w's segment sum when rows < WARPS
-constexpr unsigned XIN_PAD = 32;  // dec.h's: the batch's input rows are k + XIN_PAD apart
 constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a pass of matvec_batch ([smem.red])
 constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
 
@@ -117,10 +118,10 @@ PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, u
                           unsigned ystride) {
   using namespace dec_matvec;
   const unsigned B = PL_FACT(batch);
-  if (B > 8) __trap();  // outside accept (folds away)
+  if (B > dec::MAX_BATCH) __trap();  // outside accept (folds away)
   const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32, gid = lane / 4, qd = lane % 4;
   const uint16_t* W = static_cast<const uint16_t*>(tile);
-  const uint16_t* X = static_cast<const uint16_t*>(xin) + (size_t)gid * (k + XIN_PAD) + qd * 8;
+  const uint16_t* X = static_cast<const uint16_t*>(xin) + (size_t)gid * (k + dec::XIN_PAD) + qd * 8;
   float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));  // [group][warp][b][8 columns]
   const unsigned groups = (rows + 7) / 8, blocks = k / 32;
   // MAX_GROUPS n8 groups a pass (one pass up to 32 rows: every k >= 512; k = 256 makes 64-row tiles)
