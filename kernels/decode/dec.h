@@ -206,6 +206,18 @@ __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned need) 
       : "memory");
 }
 
+// c += A · B for one mma.sync m16n8k16 step (bf16 operands, f32 sums) with A's rows gid + 8 zero:
+// a_lo, a_hi the lane's A words of row gid (k pairs 2 qd and 2 qd + 8), b_lo, b_hi its B words
+// (the same k pairs, column gid). The split-KV scores and the batched matvec both take each
+// lane's operands from one 16-byte run, so their k order is a permutation both operands share.
+__device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a_hi, unsigned b_lo, unsigned b_hi) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b_lo), "r"(b_hi));
+}
+
 // The timeline builds (DEC_TRACE, benchmarks/llama_decode_timeline.py): stamps of the global
 // timer (ns, low 32 bits) in the caller's state buffer past its first TRACE_BASE words. The step
 // role writes record [k][cta] of op k, then the attention role record [l][cta] of layer l after

@@ -76,15 +76,6 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 __device__ __forceinline__ unsigned word_of(const uint4& w, unsigned j) {
   return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
 }
-// c += A · B for one k16 step: a_lo, a_hi the lane's query words of row gid (row gid + 8: zero),
-// b_lo, b_hi its key words
-__device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a_hi, unsigned b_lo, unsigned b_hi) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b_lo), "r"(b_hi));
-}
 __device__ __forceinline__ void load_values(BlockRows& r, const uint16_t* vc, unsigned b, unsigned n, unsigned hd,
                                             unsigned pset, unsigned nsets, unsigned dch) {
 #pragma unroll
@@ -288,8 +279,8 @@ PL_ENTRY(run) {
               const unsigned c = ks / 2;
               const uint4& w = c < KPRE_CH ? rows.k[i][c] : krest[i][c - KPRE_CH];
               const unsigned b_lo = word_of(w, 2 * (ks % 2)), b_hi = word_of(w, 2 * (ks % 2) + 1);
-              mma_k16(cacc[i], a.x, a.y, b_lo, b_hi);  // the queries' high halves
-              mma_k16(cacc[i], a.z, a.w, b_lo, b_hi);  // and their low halves
+              dec::mma_k16(cacc[i], a.x, a.y, b_lo, b_hi);  // the queries' high halves
+              dec::mma_k16(cacc[i], a.z, a.w, b_lo, b_hi);  // and their low halves
             }
           }
 #pragma unroll

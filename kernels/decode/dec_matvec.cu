@@ -68,16 +68,8 @@ __device__ __forceinline__ float lane_sum(const TW& W, const TX& X, unsigned row
 // c += A · B for two k16 steps of one k32 block: a, b the lane's 16 bytes of its vector row and
 // tile row (words 0, 1: the first step's k pairs 2 qd and 2 qd + 8; words 2, 3: the second's)
 __device__ __forceinline__ void mma_k32(float (&c)[4], const uint4& a, const uint4& b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a.x), "r"(0u), "r"(a.y), "r"(0u), "r"(b.x), "r"(b.y));
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a.z), "r"(0u), "r"(a.w), "r"(0u), "r"(b.z), "r"(b.w));
+  dec::mma_k16(c, a.x, a.y, b.x, b.y);
+  dec::mma_k16(c, a.z, a.w, b.z, b.w);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
