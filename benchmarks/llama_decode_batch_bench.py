@@ -96,6 +96,9 @@ def cmd_bench(a) -> int:
         b0 = f"b{batches[0]}"
         steps[b0 + "_control"] = steps[b0].sharing_buffers(Path(str(steps[b0].manifest_path).replace(
             ".manifest.json", ".control.cubin")))
+    for c in a.also or ():  # an earlier build of the first batch's target, on the same buffers
+        b0 = f"b{batches[0]}"
+        steps[f"{b0}_{Path(c).stem}"] = steps[b0].sharing_buffers(Path(c))
     s1 = steps.get("b1") or next(iter(steps.values()))
     weights = s1.bufs["weights"].numel() * 2 + s1.bufs["head"].numel() * 2
     kv_token = cfg.layers * cfg.kv_heads * cfg.head_dim * 2 * 2  # K and V bytes a cached position
@@ -114,6 +117,8 @@ def cmd_bench(a) -> int:
                 extra = f"  torch.compile / ours {t[f'compile_b{b}'] / us:.3f}"
             if k.endswith("_control"):
                 extra = f"  linked / control {t[k.removesuffix('_control')] / us:.4f}"
+            elif k.startswith("b") and "_" in k:
+                extra = f"  {k.split('_')[0]} / it {t[k.split('_')[0]] / us:.4f}"
             print(f"context {c:>6}  {k:>12}  {us:9.1f} us a step  {us / b:8.1f} us a token  floor {floor:7.1f} us  "
                   f"{100 * floor / us:5.1f}% of floor{extra}", flush=True)
     return 0
@@ -133,6 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--torch-max-context", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--control", action="store_true", help="bench: the first batch's control cubin in the same rounds")
+    ap.add_argument("--also", action="append", metavar="CUBIN",
+                    help="bench: an earlier build of the first batch's target (its cubin) in the same rounds")
     a = ap.parse_args(argv)
     from gpu_bench import refused_as_fail, require_gpu
     if not require_gpu(f"llama_decode_batch_bench.py {a.cmd}"):

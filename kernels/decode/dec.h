@@ -218,6 +218,15 @@ __device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a
       : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b_lo), "r"(b_hi));
 }
 
+// A 16-byte copy global -> shared through L2 (cp.async.cg: data other CTAs wrote), in flight
+// until copy_async_wait_all: a role's copies all go out before it waits once
+__device__ __forceinline__ void copy16_async(void* smem_dst, const void* global_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(smem_dst)),
+               "l"(global_src)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // The timeline builds (DEC_TRACE, benchmarks/llama_decode_timeline.py): stamps of the global
 // timer (ns, low 32 bits) in the caller's state buffer past its first TRACE_BASE words. The step
 // role writes record [k][cta] of op k, then the attention role record [l][cta] of layer l after

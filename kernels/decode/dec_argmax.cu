@@ -28,3 +28,18 @@ PL_CALLABLE(argmax)(unsigned pl_inst, const float* vals, unsigned n, unsigned ba
   const unsigned long long m = WarpMax(temp).Reduce(key, Max{});
   if (t % 32 == 0) atomicMax(best, m);
 }
+
+// argmax_rows: the same for `rows` sequences' logits at once (row b at vals + b stride, its best
+// at best[b]), warp w taking rows w, w + 8, ...: the batch's rows in parallel, not one by one
+PL_CALLABLE(argmax_rows)(unsigned pl_inst, const float* vals, unsigned n, unsigned base, unsigned long long* best,
+                         unsigned rows, unsigned stride) {
+  using namespace dec_argmax;
+  const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32;
+  for (unsigned b = warp; b < rows; b += 8) {
+    typename WarpMax::TempStorage temp;
+    unsigned long long key = 0ull;
+    for (unsigned j = lane; j < n; j += 32) key = Max{}(key, dec::argmax_key(vals[b * stride + j], base + j));
+    const unsigned long long m = WarpMax(temp).Reduce(key, Max{});
+    if (lane == 0) atomicMax(best + b, m);
+  }
+}

@@ -138,12 +138,22 @@ PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, u
                         : make_uint4(0, 0, 0, 0);
         }
       }
+      if (gn == 1) {  // one group (k >= 2048): each block into its own sums, no chain of dependent mma
 #pragma unroll
-      for (unsigned u = 0; u < BATCH_INFLIGHT; ++u)
+        for (unsigned u = 0; u < BATCH_INFLIGHT; ++u) mma_k32(acc[u % MAX_GROUPS], a[u], w[u][0]);
+      } else {
 #pragma unroll
-        for (unsigned g = 0; g < MAX_GROUPS; ++g)
-          if (g < gn) mma_k32(acc[g], a[u], w[u][g]);
+        for (unsigned u = 0; u < BATCH_INFLIGHT; ++u)
+#pragma unroll
+          for (unsigned g = 0; g < MAX_GROUPS; ++g)
+            if (g < gn) mma_k32(acc[g], a[u], w[u][g]);
+      }
     }
+    if (gn == 1)
+#pragma unroll
+      for (unsigned g = 1; g < MAX_GROUPS; ++g)
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) acc[0][e] += acc[g][e];
     // C's rows gid (the vectors; rows gid + 8 are zero), columns 2 qd, 2 qd + 1 of the group
     if (gid < B)
 #pragma unroll

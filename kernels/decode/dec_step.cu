@@ -41,7 +41,9 @@ PL_DECLARE_CALL(rmsnorm_rows, const float*, const float*, void*, unsigned, float
 PL_DECLARE_CALL(matvec, const void*, const void*, unsigned, unsigned, float*);
 PL_DECLARE_CALL(matvec_batch, const void*, const void*, unsigned, unsigned, float*, unsigned);
 PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
+PL_DECLARE_CALL(swiglu_rows, const float*, const float*, void*, unsigned, unsigned, unsigned, unsigned);
 PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
+PL_DECLARE_CALL(argmax_rows, const float*, unsigned, unsigned, unsigned long long*, unsigned, unsigned);
 
 namespace dec_step {
 struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32", op_begin, op_end = "u32"
@@ -161,9 +163,17 @@ PL_ENTRY(run) {
   };
   const auto copy_input = [&](const uint16_t* src, unsigned n) {  // bf16 written by other CTAs: through L2
     return [=]() {
+      if (B == 1) {
+        for (unsigned c = t; c < n / 8; c += dec::THREADS)
+          reinterpret_cast<uint4*>(xin)[c] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
+        return;
+      }
+      // B rows: every chunk's copy in flight at once (cp.async through L2, no registers held)
       const unsigned row = n / 8, stride = (n + dec::XIN_PAD) / 8;  // in 16-byte chunks
       for (unsigned c = t; c < B * row; c += dec::THREADS)
-        reinterpret_cast<uint4*>(xin)[c / row * stride + c % row] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
+        dec::copy16_async(reinterpret_cast<uint4*>(xin) + c / row * stride + c % row,
+                          reinterpret_cast<const uint4*>(src) + c);
+      dec::copy_async_wait_all();
     };
   };
   const auto residual = [](unsigned, const dec::MatOp&, const float*) {};  // (matvec_op adds it)
@@ -179,8 +189,8 @@ PL_ENTRY(run) {
     matvec_op(dec::O, l, copy_input(ao, m.q_dim()), residual);
     matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden),
               [&](unsigned i, const dec::MatOp& op, const float* yb) {
-                for (unsigned b = 0; b < B; ++b)
-                  PL_CALL(swiglu, yb + b * ys, yb + b * ys + op.r, h + (size_t)b * m.inter + i * op.r, op.r);
+                if (B == 1) PL_CALL(swiglu, yb, yb + op.r, h + i * op.r, op.r);
+                else PL_CALL(swiglu_rows, yb, yb + op.r, h + i * op.r, op.r, B, ys, m.inter);
               });
     matvec_op(dec::DOWN, l, copy_input(h, m.inter), residual);
   }
@@ -189,7 +199,8 @@ PL_ENTRY(run) {
             [&](unsigned i, const dec::MatOp& op, const float* yb) {
               for (unsigned e = t; e < op.r * B; e += dec::THREADS)
                 p.logits[(size_t)(e / op.r) * m.vocab + i * op.r + e % op.r] = yb[e / op.r * ys + e % op.r];
-              for (unsigned b = 0; b < B; ++b) PL_CALL(argmax, yb + b * ys, op.r, i * op.r, best + b);
+              if (B == 1) PL_CALL(argmax, yb, op.r, i * op.r, best);
+              else PL_CALL(argmax_rows, yb, op.r, i * op.r, best, B, ys);
             });
 
   // Unfused: a launch that runs an attention op but not the O op after it waits for the attention

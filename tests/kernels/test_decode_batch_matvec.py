@@ -61,12 +61,15 @@ def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int) -> np.n
                             if kb < blocks and g < gn and r < rows:
                                 w[lane, g] = W[r, kb * 32 + qd * 8: kb * 32 + qd * 8 + 8]
                     for g in range(gn):  # mma_k32: words (0, 1) then (2, 3) of each 16-byte run
+                        slot = u % MAX_GROUPS if gn == 1 else g  # one group: each block into its own sums
                         for step in range(2):
                             a_regs = [[a[ln, 4 * step: 4 * step + 2], [0, 0], a[ln, 4 * step + 2: 4 * step + 4], [0, 0]]
                                       for ln in range(32)]
                             b_regs = [[w[ln, g, 4 * step: 4 * step + 2], w[ln, g, 4 * step + 2: 4 * step + 4]]
                                       for ln in range(32)]
-                            _mma(acc[:, g], a_regs, b_regs)
+                            _mma(acc[:, slot], a_regs, b_regs)
+            if gn == 1:
+                acc[:, 0] += acc[:, 1:].sum(axis=1)
             for lane in range(32):
                 gid, qd = lane // 4, lane % 4
                 if gid < batch:
