@@ -1,10 +1,12 @@
 """Where a Llama-3.2-1B decode step's time goes, op by op (an sm_90 GPU; bazel-bin):
 
-    python3 benchmarks/llama_decode_timeline.py [--context 1024] [--warmup 5]
+    python3 benchmarks/llama_decode_timeline.py [--context 1024] [--warmup 5] [--build llama3_1b_b8_trace]
 
-Runs //kernels/decode:llama3_1b_trace, the megakernel with the step package built with DEC_TRACE
+Runs //kernels/decode:llama3_1b_trace (or another trace link: `llama3_1b_b8_trace` is batch 8,
+every sequence at the context), the megakernel with the step package built with DEC_TRACE
 (dec_step.cu: thread 0 of every CTA's step role stamps each op with the global timer into the
-state buffer past its 16 words), on random weights and a random cache of `context` positions.
+state buffer past the batch's state words, dec.h trace_base), on random weights and a random
+cache of `context` positions.
 Prints, for each kind of op averaged over the layers: its span on the critical path (the last
 CTA done with it minus the last CTA done with the matvec op before it; O's span holds the
 attention op, whose window the attention role's own stamps take apart: its wake-up after the
@@ -26,7 +28,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "decode"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-TRACE_BASE, TRACE_WORDS = 16, 8  # kernels/decode/dec.h
+TRACE_BASE, TRACE_WORDS, ST_WORDS = 16, 8, 4  # kernels/decode/dec.h
+
+
+def trace_base(batch: int) -> int:
+    """dec.h trace_base: the stamps start past the batch's state words."""
+    return max(TRACE_BASE, ST_WORDS * batch)
 KINDS = ("QKV", "O", "GU", "DOWN")
 COUNTS = {"tasks", "chunks"}  # measures that are counts, not ns
 
@@ -109,11 +116,22 @@ def _count(lo: int):
     return parse
 
 
+def _manifest_batch(path: Path) -> int:
+    """The build's batch (its kernel fact; 1 for builds from before the fact)."""
+    import json
+    try:
+        batch = json.loads(path.read_text()).get("facts", {}).get("batch", 1)
+    except (OSError, ValueError, AttributeError):
+        return 1  # MegakernelStep's own manifest check says what is wrong with it
+    return batch if isinstance(batch, int) and 1 <= batch <= 8 else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--context", type=_count(0), default=1024, help="cached positions (0 .. max_positions - 1)")
     ap.add_argument("--warmup", type=_count(0), default=5)
-    ap.add_argument("--build", default="llama3_1b_trace", help="a link with the step's stamps (decode_models.bzl)")
+    ap.add_argument("--build", default="llama3_1b_trace",
+                    help="a link with the step's stamps (decode_models.bzl): llama3_1b_trace, llama3_1b_b8_trace")
     a = ap.parse_args(argv)
     from gpu_bench import refused_as_fail, require_gpu
     if not require_gpu("llama_decode_timeline.py"):
@@ -134,17 +152,19 @@ def _run(a) -> int:
     cfg = lm.MODELS["llama3_2_1b"]
     G = torch.cuda.get_device_properties(0).multi_processor_count  # grid = resident CTAs: one a SM
     ops = 2 + 5 * cfg.layers
-    s = MegakernelStep(cfg, _weights(cfg, seed=5), max_seq=a.context + 1, kernel_files=files,
-                       state_words=TRACE_BASE + (ops + cfg.layers) * G * TRACE_WORDS)
+    batch = _manifest_batch(files[1])
+    base = trace_base(batch)
+    s = MegakernelStep(cfg, _weights(cfg, seed=5), max_seq=a.context + 1, kernel_files=files, batch=batch,
+                       state_words=base + (ops + cfg.layers) * G * TRACE_WORDS)
     run = _at_context(s, a.context)
     for _ in range(a.warmup):
         run()
-    s.state[TRACE_BASE:].zero_()
+    s.state[base:].zero_()
     run()
     torch.cuda.synchronize()
-    words = s.state[TRACE_BASE:].cpu().view(ops + cfg.layers, G, TRACE_WORDS).numpy().astype("int64") % (1 << 32)
+    words = s.state[base:].cpu().view(ops + cfg.layers, G, TRACE_WORDS).numpy().astype("int64") % (1 << 32)
     r = analyse(words[:ops], cfg.layers, words[ops:])
-    print(f"{torch.cuda.get_device_name()}: {a.build} at context {a.context}, grid {G}: "
+    print(f"{torch.cuda.get_device_name()}: {a.build} (batch {batch}) at context {a.context}, grid {G}: "
           f"{r.pop('total'):.1f} us from the first QKV wait to the HEAD's last CTA (us, mean over layers)")
     print(f"{'op':<5} {'span':>7} {'latency':>8} {'input':>7} {'tiles':>7} {'tiles max':>9} {'stream wait':>11} {'skew':>6}")
     for kind in (*KINDS, "HEAD"):

@@ -231,10 +231,13 @@ __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.w
 // timer (ns, low 32 bits) in the caller's state buffer past its first TRACE_BASE words. The step
 // role writes record [k][cta] of op k, then the attention role record [l][cta] of layer l after
 // all of them; each record is TRACE_WORDS u32 (dec_step.cu, dec_attn_split.cu say which). The
-// timeline builds are of batch 1 (their stamps start past its 4 words).
+// stamps start past the batch's state words: trace_base(batch) (16 up to batch 4).
 constexpr unsigned TRACE_BASE = 16, TRACE_WORDS = 8;
-__device__ __forceinline__ unsigned* trace_record(int* state, unsigned record) {
-  return reinterpret_cast<unsigned*>(state) + TRACE_BASE + record * TRACE_WORDS;
+__host__ __device__ constexpr unsigned trace_base(unsigned batch) {
+  return ST_WORDS * batch > TRACE_BASE ? ST_WORDS * batch : TRACE_BASE;
+}
+__device__ __forceinline__ unsigned* trace_record(int* state, unsigned batch, unsigned record) {
+  return reinterpret_cast<unsigned*>(state) + trace_base(batch) + record * TRACE_WORDS;
 }
 __device__ __forceinline__ unsigned now_ns() {
   unsigned long long v;

@@ -178,7 +178,7 @@ PL_ENTRY(run) {
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
     if (!range.runs(kq + 1)) continue;
-    if (DEC_TRACE) rec = dec::trace_record(p.state, (m.ops() + l) * G + cta);
+    if (DEC_TRACE) rec = dec::trace_record(p.state, B, (m.ops() + l) * G + cta);
     if (cta < tasks) {
       DEC_ATTN_STAMP(0, dec::now_ns());
       DEC_ATTN_STAMP(6, chunk(cta).nch);

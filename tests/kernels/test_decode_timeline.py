@@ -77,3 +77,19 @@ def test_the_attention_window_taken_apart():
     # the O op's median CTA went on 5.0 (attention) + 0.4 (gap) + 1.015 after the QKV op's last done
     assert r["window"] == pytest.approx(6.415)
     assert r["handoff"] == pytest.approx(6.415 - 2.15)
+
+
+def test_the_stamps_start_past_the_batchs_state_words():
+    """dec.h trace_base: 16 words up to batch 4 (the batch-1 trace build's layout), 4 a sequence
+    beyond, so a batch-8 trace build's stamps do not overwrite the sequences' tokens."""
+    assert [tl.trace_base(b) for b in (1, 3, 4, 5, 8)] == [16, 16, 16, 20, 32]
+
+
+def test_the_batch_is_read_from_the_builds_manifest(tmp_path):
+    m = tmp_path / "b.manifest.json"
+    m.write_text('{"facts": {"batch": 8}}')
+    assert tl._manifest_batch(m) == 8
+    m.write_text('{"facts": {}}')  # a build from before the fact
+    assert tl._manifest_batch(m) == 1
+    m.write_text("not json")  # MegakernelStep's manifest check reports it
+    assert tl._manifest_batch(m) == 1
