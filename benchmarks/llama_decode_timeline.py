@@ -28,14 +28,15 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "kernels" / "decode"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-TRACE_BASE, TRACE_WORDS, ST_WORDS = 16, 8, 4  # kernels/decode/dec.h
+TRACE_BASE, TRACE_WORDS = 16, 8  # kernels/decode/dec.h
+KINDS = ("QKV", "O", "GU", "DOWN")
+COUNTS = {"tasks", "chunks"}  # measures that are counts, not ns
 
 
 def trace_base(batch: int) -> int:
     """dec.h trace_base: the stamps start past the batch's state words."""
+    from llama_megakernel import ST_WORDS
     return max(TRACE_BASE, ST_WORDS * batch)
-KINDS = ("QKV", "O", "GU", "DOWN")
-COUNTS = {"tasks", "chunks"}  # measures that are counts, not ns
 
 
 def op_kind(k: int, layers: int) -> tuple[str, int]:
@@ -116,14 +117,14 @@ def _count(lo: int):
     return parse
 
 
-def _manifest_batch(path: Path) -> int:
-    """The build's batch (its kernel fact; 1 for builds from before the fact)."""
+def _manifest_batch(path: Path):
+    """The build's batch (its kernel fact; 1 for builds from before the fact). MegakernelStep
+    checks it and the manifest, and says what is wrong with either."""
     import json
     try:
-        batch = json.loads(path.read_text()).get("facts", {}).get("batch", 1)
+        return json.loads(path.read_text()).get("facts", {}).get("batch", 1)
     except (OSError, ValueError, AttributeError):
-        return 1  # MegakernelStep's own manifest check says what is wrong with it
-    return batch if isinstance(batch, int) and 1 <= batch <= 8 else 1
+        return 1
 
 
 def main(argv=None) -> int:
@@ -153,7 +154,7 @@ def _run(a) -> int:
     G = torch.cuda.get_device_properties(0).multi_processor_count  # grid = resident CTAs: one a SM
     ops = 2 + 5 * cfg.layers
     batch = _manifest_batch(files[1])
-    base = trace_base(batch)
+    base = trace_base(batch if isinstance(batch, int) else 1)
     s = MegakernelStep(cfg, _weights(cfg, seed=5), max_seq=a.context + 1, kernel_files=files, batch=batch,
                        state_words=base + (ops + cfg.layers) * G * TRACE_WORDS)
     run = _at_context(s, a.context)

@@ -10,6 +10,7 @@
 #include "dec.h"
 
 namespace dec_argmax {
+constexpr unsigned WARPS = 8;  // the calling role's
 using WarpMax = cub::WarpReduce<unsigned long long>;
 // A full warp reduces with shuffles: CUB's temp storage is an empty type, so it needs no shared
 // memory claim (a local that nothing reads).
@@ -35,7 +36,7 @@ PL_CALLABLE(argmax_rows)(unsigned pl_inst, const float* vals, unsigned n, unsign
                          unsigned rows, unsigned stride) {
   using namespace dec_argmax;
   const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32;
-  for (unsigned b = warp; b < rows; b += 8) {
+  for (unsigned b = warp; b < rows; b += WARPS) {
     typename WarpMax::TempStorage temp;
     unsigned long long key = 0ull;
     for (unsigned j = lane; j < n; j += 32) key = Max{}(key, dec::argmax_key(vals[b * stride + j], base + j));

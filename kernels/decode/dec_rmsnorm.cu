@@ -84,23 +84,23 @@ PL_CALLABLE(rmsnorm_rows)(unsigned pl_inst, const float* x, const float* w, void
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   const auto sq = [](const float4& e) { return e.x * e.x + e.y * e.y + e.z * e.z + e.w * e.w; };
+  // the lane's ROW_HELD float4 of the chunk at c0, their loads in flight together
+  const auto load_chunk = [&](unsigned c0, float4 (&dst)[ROW_HELD]) {
+#pragma unroll
+    for (unsigned u = 0; u < ROW_HELD; ++u) {
+      const unsigned c = c0 + lt + u * lanes;
+      dst[u] = live && c < n4 ? __ldcg(xr + c) : zero;
+    }
+  };
   float4 v[ROW_HELD];
   float ss = 0.f;
-#pragma unroll
-  for (unsigned u = 0; u < ROW_HELD; ++u) {
-    const unsigned c = lt + u * lanes;
-    v[u] = live && c < n4 ? __ldcg(xr + c) : zero;
-  }
+  load_chunk(0, v);
 #pragma unroll
   for (unsigned u = 0; u < ROW_HELD; ++u) ss += sq(v[u]);
   if (n4 > ROW_HELD * lanes)  // longer rows: the rest in passes of ROW_HELD loads (folds away with n = 2048)
     for (unsigned c0 = ROW_HELD * lanes; c0 < n4; c0 += ROW_HELD * lanes) {
       float4 e[ROW_HELD];
-#pragma unroll
-      for (unsigned u = 0; u < ROW_HELD; ++u) {
-        const unsigned c = c0 + lt + u * lanes;
-        e[u] = live && c < n4 ? __ldcg(xr + c) : zero;
-      }
+      load_chunk(c0, e);
 #pragma unroll
       for (unsigned u = 0; u < ROW_HELD; ++u) ss += sq(e[u]);
     }
@@ -136,14 +136,10 @@ PL_CALLABLE(rmsnorm_rows)(unsigned pl_inst, const float* x, const float* w, void
   };
   if (live) {
     store_chunk(0, v);
-    if (n4 > ROW_HELD * lanes)  // the rest from L2 again, a chunk's loads in flight together
+    if (n4 > ROW_HELD * lanes)  // the rest from L2 again
       for (unsigned c0 = ROW_HELD * lanes; c0 < n4; c0 += ROW_HELD * lanes) {
         float4 e[ROW_HELD];
-#pragma unroll
-        for (unsigned u = 0; u < ROW_HELD; ++u) {
-          const unsigned c = c0 + lt + u * lanes;
-          e[u] = c < n4 ? __ldcg(xr + c) : zero;
-        }
+        load_chunk(c0, e);
         store_chunk(c0, e);
       }
   }
