@@ -40,6 +40,17 @@ def moe_components():
         copts = ["-O3"],
     )
 
+    # R2: DeepSeek-V3's grouped-sigmoid routing, the same interface (package name moe_router):
+    # the router a model's composition picks (moe_step(router = ...)).
+    cuda_component(
+        name = "moe_router_grouped",
+        component = "moe_router",
+        srcs = ["moe/router_grouped.cu"],
+        hdrs = MOE_HDRS + ["moe/router_load.h"],
+        contract = "moe/router_grouped.contract.toml",
+        copts = ["-O3"],
+    )
+
     # gpt-oss's clamped SwiGLU: the same interface, the activation a model's composition picks.
     cuda_component(
         name = "moe_swiglu_clamped",
@@ -72,7 +83,7 @@ def moe_trace_step(name = "moe_step_trace"):
 
 def _moe_roles(suffix, defines = [], tags = []):
     """Router (R), dispatch (D) and combine (C): one package each, named <package><suffix>."""
-    for role, hdrs in (("router", MOE_HDRS), ("dispatch", MOE_HDRS), ("combine", ["moe/moe_shapes.h"])):
+    for role, hdrs in (("router", MOE_HDRS + ["moe/router_load.h"]), ("dispatch", MOE_HDRS), ("combine", ["moe/moe_shapes.h"])):
         cuda_component(
             name = "moe_" + role + suffix,
             component = "moe_" + role,
@@ -112,15 +123,16 @@ def moe_expert(name, block_m = 64, block_h = 64, block_n = 128, stages = 4, defi
 
 def moe_step(name, expert = "//kernels:moe_expert", swiglu = "//kernels:moe_swiglu", router = "//kernels:moe_router",
              dispatch = "//kernels:moe_dispatch", combine = "//kernels:moe_combine", sass_test = True, tags = [],
-             spills = "error", model = "qwen3_30b_a3b"):
+             spills = "error", model = "qwen3_30b_a3b", router_facts = {}):
     """The step of `model` (a MOE_MODELS key, kernels/moe_models.bzl): the same packages, the
-    model's shape as the kernel file's facts."""
+    model's shape as the kernel file's facts. router_facts: the facts only another router
+    reads (moe_router_grouped: groups, topk_groups), added to the model's."""
     fused_kernel(
         name = name,
         arch = "sm_90a",
         components = [router, dispatch, expert, swiglu, combine],
         kernel = "//kernels:moe/moe_step.kernel.toml",
-        facts = moe_model_facts(model),
+        facts = moe_model_facts(model) | router_facts,
         visibility = ["//visibility:public"],
         tags = tags,
         spills = spills,
@@ -140,6 +152,6 @@ def moe_models():
         if not m["served"]:
             continue
         if m["target"] != "moe_step":
-            moe_step(name = m["target"], model = model, swiglu = "//kernels:" + m["activation"])
+            moe_step(name = m["target"], model = model, router = "//kernels:" + m["router"], swiglu = "//kernels:" + m["activation"])
         if m["target"] != model:
             native.alias(name = model, actual = ":" + m["target"], visibility = ["//visibility:public"])

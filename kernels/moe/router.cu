@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 
 #include "moe_shapes.h"
+#include "router_load.h"
 #include "warp_mma.h"
 
 PL_DECLARE_FACT(top_k);
@@ -61,54 +62,14 @@ constexpr unsigned STAGE_BYTES = W_BYTES + 2 * X_BYTES;     // the slice, then e
 constexpr unsigned STAGES = 6;                              // [smem.wr]: STAGES x STAGE_BYTES, the CTA's
 constexpr unsigned AHEAD = STAGES - 1;                      // steps in flight
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-// Warp half's share (experts [64 half, 64 half + 64)) of W_r's k16 slice at k into the stage at
-// dst: 128 chunks of 16 B (chunk c: row c / 2, 16 B column c % 2), lane l taking c = l + 32 i,
-// 16 rows further each time. The caller commits the cp.async group.
-// Rows past `experts` (a model with fewer than 128) are zero-filled, reading nothing.
+using router_load::commit;
+using router_load::fill_x;
+using router_load::lds64;
+using router_load::splits_for;
+// Warp half's share of W_r's k16 slice: experts [64 half, 64 half + 64) of the tile's 128.
 __device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned hidden, unsigned experts,
                                           unsigned k, unsigned half, unsigned lane) {
-  const unsigned row = 64 * half + lane / 2;
-  const __nv_bfloat16* src = w + (size_t)row * hidden + k + 8 * (lane % 2);
-  dst += row * 32 + (lane % 2) * 16;
-  if (experts >= EXPERTS) {  // (a fact: one branch folds away)
-#pragma unroll
-    for (unsigned i = 0; i < 4; ++i) cp_async16(dst + i * 512, src + (size_t)i * 16 * hidden);
-    return;
-  }
-#pragma unroll
-  for (unsigned i = 0; i < 4; ++i) {
-    const bool valid = row + 16 * i < experts;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + i * 512),
-                 "l"(valid ? src + (size_t)i * 16 * hidden : w), "r"(valid ? 16u : 0u)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// The warp's tile's x rows [k, k + 16) into its part of the stage at dst: 32 chunks of 16 B,
-// lane l taking row l / 2, column l % 2; rows past T are zero-filled (source size 0).
-__device__ __forceinline__ void fill_x(uint32_t dst, const __nv_bfloat16* x, unsigned hidden, unsigned t0, unsigned T,
-                                       unsigned k, unsigned lane) {
-  const unsigned row = lane / 2;
-  const bool valid = t0 + row < T;
-  const __nv_bfloat16* src = x + (size_t)(valid ? t0 + row : 0) * hidden + k + 8 * (lane % 2);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + row * 32 + (lane % 2) * 16), "l"(src),
-               "r"(valid ? 16u : 0u)
-               : "memory");
-}
-
-// Splits per tile pair: the largest power of two <= max_splits with pairs * splits <= ctas.
-__device__ __forceinline__ unsigned splits_for(unsigned pairs, unsigned ctas, unsigned max_splits) {
-  unsigned ks = 1;
-  while (ks < max_splits && pairs * ks * 2 <= ctas) ks *= 2;
-  return ks;
+  router_load::fill_half<EXPERTS>(dst, w, hidden, experts, k, half, lane);
 }
 
 // Logits of one tile in the accumulator layout: float2 (n8 tile j, half h) of lane l at
