@@ -78,8 +78,20 @@ class MoeModel:
     def facts(self) -> dict[str, int]:
         """The linked facts a kernel for this model carries in its manifest (a bool as 0/1).
         renormalize: softmax over the top-k logits equals the renormalized top-k probabilities."""
-        return {"hidden": self.hidden, "inter": self.inter, "experts": self.experts, "top_k": self.top_k,
-                "renormalize": int(self.routing != SOFTMAX), "biases": int(self.biases)}
+        facts = {"hidden": self.hidden, "inter": self.inter, "experts": self.experts, "top_k": self.top_k,
+                 "renormalize": int(self.routing != SOFTMAX), "biases": int(self.biases)}
+        if self.routing == SIGMOID_GROUPED:  # read by the grouped router (moe_router_grouped) only
+            facts |= {"groups": self.groups, "topk_groups": self.topk_groups}
+        return facts
+
+    @property
+    def router(self) -> str:
+        """The router package of its composition (kernels/moe_models.bzl `router`)."""
+        return "moe_router_grouped" if self.routing == SIGMOID_GROUPED else "moe_router"
+
+    def launch_values(self) -> dict[str, float]:
+        """Scalars the router takes beside the tensors (the grouped router's route_scale)."""
+        return {"route_scale": self.scaling} if self.routing == SIGMOID_GROUPED else {}
 
     def describe(self) -> str:
         s = f"{self.name}: hidden {self.hidden}, inter {self.inter}, {self.experts} experts, top-{self.top_k}"
@@ -105,10 +117,17 @@ SERVED = "; ".join(m.describe() for m in MODELS.values())
 # linker refuses them (kernels/moe_models.bzl `served`; tests/kernels/test_moe_model_targets.py
 # asserts the two tables agree). Their reference and weight converter work already.
 NOT_LINKED = {
-    "deepseek_v3": "the owners accept at most 128 experts (it has 256), and no grouped-sigmoid router or "
-                   "shared-expert component exists yet",
+    "deepseek_v3": "dispatch, expert and combine accept at most 128 experts (it has 256; its router, "
+                   "moe_router_grouped, takes 256), and no shared-expert component exists yet",
 }
 LINKED = tuple(m for m in MODELS if m not in NOT_LINKED)
+# Links of the same packages that serve no published model: another package in one slot, for
+# its tests (kernels/BUILD.bazel). Not in MODELS: model_from_hf_config never picks them.
+VARIANTS: dict[str, MoeModel] = _models(
+    # Qwen3-30B-A3B's shape with DeepSeek-V3's routing function (8 groups, the best 4, × 2.5)
+    MoeModel("qwen3_30b_a3b_grouped", 2048, 768, 128, 8, SIGMOID_GROUPED, groups=8, topk_groups=4, scaling=2.5,
+             target="moe_step_router_grouped"),
+)
 
 
 def resolve_model(model) -> MoeModel:
@@ -117,9 +136,11 @@ def resolve_model(model) -> MoeModel:
         return model
     if isinstance(model, str) and model in MODELS:
         return MODELS[model]
+    if isinstance(model, str) and model in VARIANTS:
+        return VARIANTS[model]
     raise LaunchError("R-PARAM", f"model = {model!r} is not a served MoE model",
                       hint=f"pass one of {', '.join(MODELS)} (or a MoeModel; from a config.json: "
-                           "moe_models.model_from_hf_config)")
+                           f"moe_models.model_from_hf_config; test links: {', '.join(VARIANTS)})")
 
 
 def linked_model(model) -> MoeModel:

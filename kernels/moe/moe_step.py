@@ -57,10 +57,16 @@ LAUNCH_VALUES = ("out", "t", "rank", "world", "peers")  # lent beside the model'
 BIAS_PARAMS = ("router_b", "b13", "b2")
 
 
+def bias_params(model: MoeModel) -> tuple[str, ...]:
+    """The bias tensors its kernel takes: the router's router_b (not the grouped router's), the
+    expert's b13 and the combine's b2."""
+    return tuple(n for n in BIAS_PARAMS if n != "router_b" or model.router == "moe_router")
+
+
 def model_params(model: MoeModel) -> set[str]:
     """The manifest's lent parameters of `model`'s kernel: x, the model's tensors, the bias
-    tensors, the launch values."""
-    return {"x"} | set(model.tensors()) | set(BIAS_PARAMS) | set(LAUNCH_VALUES)
+    tensors, the router's scalars, the launch values."""
+    return {"x"} | set(model.tensors()) | set(bias_params(model)) | set(model.launch_values()) | set(LAUNCH_VALUES)
 
 
 PARAMS = model_params(DEFAULT_MODEL)
@@ -152,8 +158,9 @@ class MoeStep:
         weights = _weights(self.model, router_w, w13, w2, extras)
         if out is None:
             out = torch.empty((tokens, self.model.hidden), dtype=torch.bfloat16, device=x.device)
-        unread = dict.fromkeys((n for n in BIAS_PARAMS if n not in weights), 0)
-        return {"x": x, **weights, **unread, "out": out, "t": tokens, "rank": 0, "world": 1, "peers": 0}
+        unread = dict.fromkeys((n for n in bias_params(self.model) if n not in weights), 0)
+        return {"x": x, **weights, **unread, **self.model.launch_values(), "out": out, "t": tokens, "rank": 0,
+                "world": 1, "peers": 0}
 
     def __call__(self, x, router_w, w13, w2, out=None, *, stream=None, tokens: int | None = None, **extras):
         expect_stream(stream)

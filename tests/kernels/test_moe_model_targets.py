@@ -22,6 +22,7 @@ from conftest import ROOT
 BIN = ROOT / "bazel-bin" / "kernels"
 OWNERS = ("router", "dispatch", "expert", "swiglu", "combine")
 SHAPE = ("hidden", "inter", "experts", "top_k", "renormalize", "biases")
+FACTS = SHAPE + ("groups", "topk_groups")  # (the grouped router's, in its models' rows only)
 
 
 def _table() -> dict[str, dict]:
@@ -35,10 +36,10 @@ SERVED = [m for m, v in MODELS.items() if v["served"]]
 UNSERVED = [m for m, v in MODELS.items() if not v["served"]]
 # The facts each unserved model breaks, and which owners refuse them (their accept clauses).
 REFUSED = {
-    "deepseek_v3": {"experts": {"moe_router", "moe_dispatch", "moe_expert", "moe_combine"}},
+    "deepseek_v3": {"experts": {"moe_dispatch", "moe_expert", "moe_combine"}},  # (its router takes 256)
 }
 
-_BUILT = all((BIN / f"moe_{o}.plpkg").is_file() for o in OWNERS)
+_BUILT = all((BIN / f"moe_{o}.plpkg").is_file() for o in OWNERS + ("router_grouped",))
 built = pytest.mark.skipif(not _BUILT, reason="no MoE packages in bazel-bin (tools/bazel build //kernels:moe_step)")
 
 
@@ -58,8 +59,9 @@ def test_the_bazel_and_python_tables_agree():
 
     assert set(moe_models.MODELS) == set(MODELS)
     for name, m in moe_models.MODELS.items():
-        assert m.facts() == {k: int(MODELS[name][k]) for k in SHAPE}, name
+        assert m.facts() == {k: int(MODELS[name][k]) for k in FACTS if k in MODELS[name]}, name
         assert m.kernel == MODELS[name]["target"], name
+        assert m.router == MODELS[name]["router"], name
     assert set(moe_models.NOT_LINKED) == set(UNSERVED)
 
 
@@ -92,12 +94,12 @@ def test_every_served_model_links_the_same_packages():
 def test_unserved_model_is_refused_naming_each_limited_fact(model, tmp_path):
     kernel = tmp_path / "moe_step.kernel.toml"
     facts = "".join(f"\n[fact.{k}]\n" + (f'type = "bool"\nown = {str(v).lower()}\n' if isinstance(v, bool) else f"own = {v}\n")
-                    for k, v in ((k, MODELS[model][k]) for k in SHAPE))
+                    for k, v in ((k, MODELS[model][k]) for k in FACTS if k in MODELS[model]))
     kernel.write_text((ROOT / "kernels" / "moe" / "moe_step.kernel.toml").read_text() + facts)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "pipelink", "link", "--format", "json", "--kernel", str(kernel), "--out-dir", str(out)]
-    for o in OWNERS:
-        cmd += ["--package", str(BIN / f"moe_{o}.plpkg")]
+    for o in OWNERS:  # the model's own router package (the grouped one for DeepSeek-V3)
+        cmd += ["--package", str(BIN / f"{MODELS[model]['router'] if o == 'router' else 'moe_' + o}.plpkg")]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300,
                          env={"PYTHONPATH": str(ROOT / "tools"), "PATH": "/usr/bin:/bin"})
     assert res.returncode != 0

@@ -72,7 +72,10 @@ def test_tensors_of_each_model():
         "router_w": ((256, 7168), "bf16"), "w13": ((256, 4096, 7168), "bf16"), "w2": ((256, 7168, 2048), "bf16"),
         "score_bias": ((256,), "f32"), "shared_w13": ((4096, 7168), "bf16"), "shared_w2": ((7168, 2048), "bf16")}
     assert ds.extras() == ("score_bias", "shared_w13", "shared_w2") and mm.MODELS["mixtral_8x7b"].extras() == ()
-    assert ds.facts() == {"hidden": 7168, "inter": 2048, "experts": 256, "top_k": 8, "renormalize": 1, "biases": 0}
+    assert ds.facts() == {"hidden": 7168, "inter": 2048, "experts": 256, "top_k": 8, "renormalize": 1, "biases": 0,
+                          "groups": 8, "topk_groups": 4}
+    assert ds.router == "moe_router_grouped" and ds.launch_values() == {"route_scale": 2.5}
+    assert mm.MODELS["mixtral_8x7b"].router == "moe_router" and mm.MODELS["mixtral_8x7b"].launch_values() == {}
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED))

@@ -20,6 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bazel-bin" / "kernels"
 sys.path.insert(0, str(ROOT / "kernels" / "moe"))
+import moe_models  # noqa: E402
+
 KERNELS = ["moe_step", "moe_step_swiglu2"]
 # Builds outside //kernels: the team-mode build is an experiment target.
 PACKAGES = {"moe_step_team": "experiments"}
@@ -54,6 +56,25 @@ def test_links_with_four_owners_and_shared_workspaces(name):
     report = json.loads((BIN / f"{name}.report.json").read_text())
     text = json.dumps(report)
     assert "first_fit" in text or "first-fit" in text or "proven" in text
+
+
+def test_grouped_router_links_with_the_other_owners_packages_unchanged():
+    """Another routing function is one more router package: the grouped build's dispatch,
+    expert, SwiGLU and combine are moe_step's packages (same digests), its router reads the
+    two group facts, and its parameters are moe_router's with score_bias and route_scale."""
+    m, base = _manifest("moe_step_router_grouped"), _manifest("moe_step")
+    digests = lambda man: {i["package"]: i["package_digest"] for i in man["instances"]}  # noqa: E731
+    assert {k: v for k, v in digests(m).items() if k != "moe_router"} == \
+        {k: v for k, v in digests(base).items() if k != "moe_router"}
+    assert digests(m)["moe_router"] != digests(base)["moe_router"]
+    assert (m["facts"]["groups"], m["facts"]["topk_groups"], m["facts"]["router_stages"]) == (8, 4, 3)
+    assert "groups" not in base["facts"]
+    import moe_step as ms
+    from pipelink.runtime.manifest import Manifest
+
+    lent = set(Manifest.from_file(BIN / "moe_step_router_grouped.manifest.json").lent)
+    assert lent == ms.model_params(moe_models.VARIANTS["qwen3_30b_a3b_grouped"])
+    assert "router_b" not in lent and {"score_bias", "route_scale"} <= lent
 
 
 def _torch():
@@ -147,41 +168,15 @@ def test_bad_inputs_are_coded(weights):
 
 # --- every linked model (kernels/moe_models.bzl): the same packages with another shape -------
 
-def _model_weights(torch, m, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    E, H, I = m.experts, m.hidden, m.inter
-    r = lambda *s, scale: (torch.randn(*s, generator=g, device="cuda") * scale).to(torch.bfloat16)  # noqa: E731
-    w = {"router_w": r(E, H, scale=H**-0.5), "w13": r(E, 2 * I, H, scale=H**-0.5), "w2": r(E, H, I, scale=I**-0.5)}
-    if m.biases:  # gate/up biases of several units: gpt-oss's clamp (7) is reached
-        w |= {"router_b": r(E, scale=1.0), "b13": r(E, 2 * I, scale=6.0), "b2": r(E, H, scale=0.5)}
-    return w, g
-
-
 @pytest.mark.requires_gpu
 # 1024, 2048 and 4096: each model's expert on both sides of its team-mode bound (T >= min(4096,
 # 256 experts / top_k): Mixtral from 1024, OLMoE from 2048, the others from 4096)
 @pytest.mark.parametrize("T", [1, 16, 128, 1024, 2048, 4096])
-@pytest.mark.parametrize("model", ["qwen3_235b_a22b", "olmoe_1b_7b", "mixtral_8x7b", "gpt_oss_120b"])
+@pytest.mark.parametrize("model", ["qwen3_235b_a22b", "olmoe_1b_7b", "mixtral_8x7b", "gpt_oss_120b",
+                                   "qwen3_30b_a3b_grouped"])
 def test_linked_model_matches_its_f64_reference(model, T):
-    torch = _torch()
-    import moe_models
-    import moe_reference
-    import moe_step as ms
+    _torch()
+    from helpers.moe_model_check import check
 
-    m = moe_models.MODELS[model]
-    _manifest(m.kernel)
-    w, g = _model_weights(torch, m, 4321)
-    x = torch.randn(T, m.hidden, generator=g, device="cuda").to(torch.bfloat16)
-    out = torch.full((T, m.hidden), float("nan"), dtype=torch.bfloat16, device="cuda")
-    layer = ms.MoeLayer(model, w)
-    layer(x, out)
-    torch.cuda.synchronize()
-    ref, gap = moe_reference.reference(m, x, w)
-    ok = gap > 1e-4  # near-ties below bf16 resolution may route either way: left out, counted
-    tied = int((~ok).sum())  # counted, not failed: a few ties at small T are 10% of the tokens
-    assert tied <= max(2, T // 10), f"{model} T={T}: {tied} of {T} tokens near-tied"
-    assert not torch.isnan(out).any(), "unwritten (NaN-poisoned) output"
-    err = (out.double() - ref).abs()
-    rms = ref[ok].pow(2).mean().sqrt()
-    bad = (err > 2e-2 * (ref.abs() + rms))[ok]
-    assert not bad.any(), f"{model} T={T}: {int(bad.sum())} elements off, max err {err[ok].max().item():.3e}"
+    _manifest(moe_models.resolve_model(model).kernel)  # (a served model, or a test link: moe_models.VARIANTS)
+    assert check(model, T) == ""
