@@ -36,8 +36,9 @@ def model_weights(torch, m, seed):
     return w, g
 
 
-def check(model, T: int, seed: int = 4321) -> str:
-    """'' if the layer of `model` matches its reference at T tokens, else what is wrong."""
+def check(model, T: int, seed: int = 4321, stats: dict | None = None) -> str:
+    """'' if the layer of `model` matches its reference at T tokens, else what is wrong; `stats`
+    (if given) gets the near-tied token count and the largest error on the others."""
     import torch
 
     import moe_reference
@@ -58,6 +59,8 @@ def check(model, T: int, seed: int = 4321) -> str:
         return f"{m.name} T={T}: unwritten (NaN-poisoned) output"
     err = (out.double() - ref).abs()
     rms = ref[ok].pow(2).mean().sqrt()
+    if stats is not None:
+        stats.update(tied=tied, max_err=err[ok].max().item(), rel=(err[ok] / (ref[ok].abs() + rms)).max().item())
     bad = (err > 2e-2 * (ref.abs() + rms))[ok]
     if bad.any():
         return f"{m.name} T={T}: {int(bad.sum())} elements off, max err {err[ok].max().item():.3e}"
@@ -70,7 +73,13 @@ def main() -> int:
     ap.add_argument("--tokens", default="1,37", help="comma-separated T values")
     ap.add_argument("--seed", type=int, default=4321)
     a = ap.parse_args()
-    wrong = [w for T in (int(t) for t in a.tokens.split(",")) if (w := check(a.model, T, a.seed))]
+    wrong = []
+    for T in (int(t) for t in a.tokens.split(",")):
+        stats: dict = {}
+        if w := check(a.model, T, a.seed, stats):
+            wrong.append(w)
+        print(f"{a.model} T={T}: " + (w or f"near-tied {stats['tied']}, max |err| {stats['max_err']:.3e}, "
+                                            f"max err / (|ref| + rms) {stats['rel']:.3e} (tolerance 2e-2)"), flush=True)
     print("RESULT " + ("correct" if not wrong else "wrong: " + "; ".join(wrong)), flush=True)
     return 1 if wrong else 0
 
