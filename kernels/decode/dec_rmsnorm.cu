@@ -20,6 +20,13 @@ constexpr unsigned ROW_HELD = 8;   // rmsnorm_rows: float4 a lane keeps (16 spil
 using WarpSum = cub::WarpReduce<float>;
 // A full warp reduces with shuffles: CUB's temp storage is an empty type (a local nothing reads).
 static_assert(sizeof(WarpSum::TempStorage) <= 1, "CUB's shuffle reduction: no temp storage");
+// ss + w · 0 (ss itself for a finite w) as an instruction ptxas keeps: the sum then depends on
+// the weight's load, so the weights' loads go out with x's, before the reduction. Without it
+// ptxas sank them below the reduction's barrier, to their use, and every norm waited a second
+// round trip (docs/DECISIONS.md).
+__device__ __forceinline__ void issue_before_sum(float& ss, float w) {
+  asm volatile("fma.rn.f32 %0, %1, 0f00000000, %0;" : "+f"(ss) : "f"(w));
+}
 __device__ __forceinline__ uint16_t to_bf16(float f) {
   const unsigned u = __float_as_uint(f);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -45,6 +52,8 @@ PL_CALLABLE(rmsnorm)(unsigned pl_inst, const float* x, const float* w, void* out
   }
 #pragma unroll
   for (unsigned j = 0; j < HELD; ++j) ss += xv[j] * xv[j];
+#pragma unroll
+  for (unsigned j = 0; j < HELD; ++j) issue_before_sum(ss, wv[j]);
   if (n > HELD * THREADS)  // (t < THREADS: written so, the loop folds away with n <= 2048)
 #pragma unroll 4  // (16 loads in flight spilled the step role's budget)
     for (unsigned i = t + HELD * THREADS; i < n; i += THREADS) {
