@@ -31,6 +31,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
+from pipelink.runtime.entry import expect_dense
 
 import llama_reference as ref
 from llama_models import MODELS, LlamaConfig, config_from_hf
@@ -93,6 +94,9 @@ class Llama:
             want = cfg.tensors()
             for name, shape in want.items():
                 t = weights.get(name)
+                if isinstance(t, torch.Tensor):  # sparse / nested / meta: shape and the steps would raise
+                    expect_dense(f"weights[{name!r}]", t, hint="pass dense weights with data, e.g. "
+                                 "llama_weights.load_safetensors(...)'s dict")
                 if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype not in FLOAT_DTYPES:
                     got = f"shape {list(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
                     code = ("R-CONFIG" if not isinstance(t, torch.Tensor) else
@@ -100,9 +104,6 @@ class Llama:
                     raise LaunchError(code, f"weights[{name!r}] is {got}, expected a float tensor of shape {list(shape)}",
                                       hint="pass llama_weights.load_safetensors(...)'s dict (LlamaConfig.tensors() "
                                            "lists names and shapes; dtypes bf16, fp16, fp32, fp64)")
-                if t.is_meta:  # no data: the first step would raise deep inside torch
-                    raise LaunchError("R-DEVICE", f"weights[{name!r}] is a meta tensor (no data)",
-                                      hint="load the weights onto the CPU (or a GPU) first")
             extra = sorted(set(weights) - set(want), key=repr)
             if extra:
                 raise LaunchError("R-CONFIG", f"weights holds {extra[0]}, which {cfg.name} has no use for",
@@ -170,12 +171,13 @@ class Llama:
         """(ids [B, T] int64, whether the prompt was 1-D)."""
         hint = "pass a non-empty list of token ids, a list of equal-length lists, or a 1-D / 2-D integer tensor"
         if isinstance(prompt_ids, torch.Tensor):
+            if prompt_ids.is_meta:
+                raise LaunchError("R-PARAM", "prompt_ids is a meta tensor (no data)", hint=hint)
+            expect_dense("prompt_ids", prompt_ids, hint=hint)  # sparse / nested: min() and reshape raise
             if prompt_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8) \
                     or prompt_ids.dim() not in (1, 2):
                 raise LaunchError("R-PARAM", f"prompt_ids is a {prompt_ids.dim()}-D {prompt_ids.dtype} tensor, not a "
                                   "1-D or 2-D integer tensor", hint=hint)
-            if prompt_ids.is_meta:
-                raise LaunchError("R-PARAM", "prompt_ids is a meta tensor (no data)", hint=hint)
             ids = prompt_ids.detach().to("cpu", torch.int64)
         elif isinstance(prompt_ids, (list, tuple)):
             nested = bool(prompt_ids) and all(isinstance(r, (list, tuple)) for r in prompt_ids)

@@ -29,7 +29,7 @@ import torch
 
 from moe_models import FAMILY, MoeModel, resolve_model
 from pipelink.runtime import LaunchError  # importable once moe_models has put tools/ on sys.path
-from pipelink.runtime.entry import integer
+from pipelink.runtime.entry import expect_dense, integer
 
 BF16 = torch.bfloat16
 FP8_BLOCK = 128  # DeepSeek-V3 quantization_config.weight_block_size = [128, 128]
@@ -80,6 +80,7 @@ class _Layer:
             if not isinstance(t, torch.Tensor):
                 raise LaunchError("R-CONFIG", f"{self.prefix}{name} is a {type(t).__name__}, not a tensor",
                                   hint="pass the checkpoint's tensors (e.g. safetensors.torch.load_file)")
+            expect_dense(self.prefix + name, t, hint="pass the checkpoint's tensors as they load (dense, on the CPU)")
             if t.device.type != "cpu":  # meta: no data; a GPU tensor mixed with CPU ones fails in torch.cat
                 raise LaunchError("R-DEVICE", f"{self.prefix}{name} is on {t.device}, not on the CPU",
                                   hint="pass CPU tensors (safetensors.torch.load_file(shard) loads to the CPU); "

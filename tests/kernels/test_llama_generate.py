@@ -306,3 +306,27 @@ def test_random_weights_past_memory_are_coded():
     huge = lm.LlamaConfig("huge", 2**31 - 1, 2**20, 1, 8, 8, 64, 64, 1e-5, 1e4, None, True, 64)
     e = refused(Llama.from_config, huge)  # torch's allocator refuses 2^51 floats at once
     assert e.code == "R-CONFIG" and "do not fit in memory" in str(e)
+
+
+@pytest.mark.filterwarnings("ignore:.*(nested|Sparse CSR) tensor")  # torch: prototype / beta APIs
+@pytest.mark.parametrize("make", [
+    lambda t: t.to_sparse(),                                           # was NotImplementedError (aten::min)
+    lambda t: t.to_sparse_csr(),                                       # was NotImplementedError
+    lambda t: torch.nested.nested_tensor([t[0], t[0][:1]]),            # was NotImplementedError
+    lambda t: torch.nested.nested_tensor([t[0], t[0][:1]], layout=torch.jagged),  # was AttributeError
+], ids=["sparse_coo", "sparse_csr", "nested", "jagged"])
+def test_a_prompt_that_is_no_dense_tensor_is_r_layout(model, make):
+    e = refused(model.generate, make(torch.tensor([[1, 2, 3]])), 2)
+    assert e.code == "R-LAYOUT" and "prompt_ids" in str(e), str(e)
+
+
+@pytest.mark.filterwarnings("ignore:.*(nested|Sparse CSR) tensor")  # torch: prototype / beta APIs
+@pytest.mark.parametrize("make", [
+    lambda t: t.to_sparse(),                                           # was RuntimeError (reshape) in the step
+    lambda t: t.to_mkldnn(),                                           # was RuntimeError (mkldnn_mul_out)
+    lambda t: torch.nested.nested_tensor([t]),                         # was RuntimeError (sizes)
+], ids=["sparse_coo", "mkldnn", "nested"])
+def test_a_weight_that_is_no_dense_tensor_is_r_layout(model, make):
+    name = "model.norm.weight"
+    e = refused(Llama.from_config, TINY, weights={**model.weights, name: make(model.weights[name])})
+    assert e.code == "R-LAYOUT" and name in str(e), str(e)

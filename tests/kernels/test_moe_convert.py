@@ -217,3 +217,16 @@ def test_fp8_scale_must_be_a_float():
     sd[k], sd[k + "_scale_inv"] = sd[k].to(torch.float8_e4m3fn), torch.ones(1, 1, dtype=torch.int32)
     e = refused(mc.convert_layer, d, sd, P)
     assert e.code == "R-CONFIG" and "weight_scale_inv has dtype torch.int32" in str(e), str(e)
+
+
+@pytest.mark.filterwarnings("ignore:.*(nested|Sparse CSR) tensor")  # torch: prototype / beta APIs
+@pytest.mark.parametrize("make", [lambda t: t.to_sparse(), lambda t: torch.nested.nested_tensor([t])],
+                         ids=["sparse", "nested"])
+def test_a_checkpoint_tensor_that_is_no_dense_tensor_is_r_layout(make):
+    """A sparse router weight was converted into a sparse 'our layout' tensor; a nested one raised
+    RuntimeError (NestedTensorImpl has no sizes)."""
+    m = small("qwen3_30b_a3b")
+    sd = hf_layout(m, ours(m))
+    k = P + "mlp.gate.weight"
+    e = refused(mc.convert_layer, m, {**sd, k: make(sd[k])}, P)
+    assert e.code == "R-LAYOUT" and k in str(e), str(e)

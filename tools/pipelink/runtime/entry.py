@@ -11,6 +11,7 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
   expect_tensor(name, t, ...)     a strided tensor on the GPU: dtype, shape, no zero-size dims
                                   (nonempty=), dense row-major, aligned, not a lazy negated/
                                   conjugated view, and no requires_grad while autograd records
+  expect_dense(name, t)           a torch tensor with data: strided (not sparse, nested or mkldnn), not meta
   expect_disjoint(out, t, inputs) R-LAYOUT when the output shares memory with an input
   refuse_unused(what, kwargs, reader)   R-PARAM for a keyword argument the chosen variant ignores
   expect_manifest(path, ...)      R-MANIFEST unless the manifest has the parameters/facts of the
@@ -163,10 +164,7 @@ def _check_tensor(torch, name, t, shape, dtype, device, contiguous, align, nonem
     if device is not None and idx != device:
         raise LaunchError("R-DEVICE", f"{name} is on cuda:{idx}, expected cuda:{device}",
                           hint="put all operands on one device")
-    layout = getattr(t, "layout", None)
-    if torch is not None and layout is not None and layout != torch.strided:
-        raise LaunchError("R-LAYOUT", f"{name} has layout {layout}, not a dense (strided) tensor",
-                          hint=f"pass {name}.to_dense()")
+    _expect_strided(torch, name, t, "")
     if dtype is not None and t.dtype != dtype:
         raise LaunchError("R-DTYPE", f"{name} has dtype {t.dtype}, expected {dtype}", hint=f"{name}.to({dtype})")
     got = tuple(t.shape)
@@ -192,6 +190,27 @@ def _check_tensor(torch, name, t, shape, dtype, device, contiguous, align, nonem
     if getattr(t, "requires_grad", False) is True and torch is not None and torch.is_grad_enabled():
         raise LaunchError("R-PARAM", f"{name} requires grad, but the kernel has no backward: autograd would "
                           "treat its result as a constant", hint=f"call under torch.no_grad() or pass {name}.detach()")
+
+
+def _expect_strided(torch, name: str, t, hint: str) -> None:
+    """R-LAYOUT for a sparse, mkldnn or nested tensor: torch ops on them (min, reshape, shape) raise."""
+    layout = getattr(t, "layout", None)
+    if torch is not None and layout is not None and layout != torch.strided:
+        raise LaunchError("R-LAYOUT", f"{name} has layout {layout}, not a dense (strided) tensor",
+                          hint=f"pass {name}.to_dense(){'; ' + hint if hint else ''}")
+    if getattr(t, "is_nested", False) is True:
+        raise LaunchError("R-LAYOUT", f"{name} is a nested tensor, not a dense (strided) tensor",
+                          hint=f"pass one dense tensor{'; ' + hint if hint else ''}")
+
+
+def expect_dense(name: str, t, hint: str = "") -> None:
+    """The check of a torch tensor an entry reads on the host (a prompt, a weight, a checkpoint
+    tensor): R-LAYOUT unless strided and not nested, R-DEVICE for a meta tensor (no data)."""
+    torch = sys.modules.get("torch")
+    _expect_strided(torch, name, t, hint)
+    if getattr(t, "is_meta", False) is True:
+        raise LaunchError("R-DEVICE", f"{name} is a meta tensor (no data)",
+                          hint=hint or "load the tensor's data (onto the CPU or a GPU) first")
 
 
 def _span(t) -> tuple[int | None, int, int] | None:
