@@ -15,6 +15,7 @@ Values checked against the published configs: kernels/moe/README.md ("Models").
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
-from pipelink.runtime.entry import hf_field, read_hf_config
+from pipelink.runtime.entry import I32_MAX, hf_field, integer, read_hf_config
 
 # Routing kinds (what the router computes from the logits x·router_wᵀ):
 SOFTMAX_RENORM = "softmax_renorm"  # softmax over all experts, top-k, weights renormalised to sum 1
@@ -55,6 +56,39 @@ class MoeModel:
     limit: float = 0.0       # clamped SwiGLU's clamp
     alpha: float = 0.0       # clamped SwiGLU's sigmoid gain
     target: str = ""         # the Bazel target / file stem of its kernel ("" -> the name)
+
+    def __post_init__(self):
+        """R-CONFIG for a field no layer has: shapes, routing and activation are checked here, so a
+        hand-made model (dataclasses.replace) is refused before any tensor is sized from it."""
+        if not isinstance(self.name, str) or not self.name:
+            _bad(self, "name", "a non-empty string")
+        if not isinstance(self.target, str) or (self.target and (Path(self.target).name != self.target
+                                                                 or self.target in (".", ".."))):
+            _bad(self, "target", "'' or a file stem (the kernel's <target>.cubin)")
+        for f in ("hidden", "inter", "experts", "top_k", "groups", "topk_groups"):
+            _int_field(self, f, 1)
+        _int_field(self, "shared_inter", 0)
+        if self.top_k > self.experts:
+            _bad(self, "top_k", f"at most experts = {self.experts}")
+        if self.routing not in ROUTINGS:
+            _bad(self, "routing", f"one of {', '.join(ROUTINGS)}")
+        if self.activation not in (SILU, CLAMPED_SWIGLU):
+            _bad(self, "activation", f"{SILU!r} or {CLAMPED_SWIGLU!r}")
+        if not isinstance(self.biases, bool):
+            _bad(self, "biases", "True or False")
+        for f, least in (("scaling", 0.0), ("limit", 0.0), ("alpha", 0.0)):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < least \
+                    or (f == "scaling" and v == 0):
+                _bad(self, f, "a finite number " + ("> 0" if f == "scaling" else ">= 0"))
+        if self.routing == SIGMOID_GROUPED:  # groups of >= 2 experts (a group scores its best two)
+            if self.experts % self.groups or self.experts // self.groups < 2:
+                _bad(self, "groups", f"a divisor of experts = {self.experts} leaving >= 2 experts a group")
+            if self.topk_groups > self.groups or self.top_k > self.topk_groups * (self.experts // self.groups):
+                _bad(self, "topk_groups", f"at most groups = {self.groups}, with top_k = {self.top_k} experts in "
+                                          "the kept groups")
+        elif self.groups != 1 or self.topk_groups != 1:
+            _bad(self, "groups", f"1 (only {SIGMOID_GROUPED!r} routing groups experts)")
 
     @property
     def kernel(self) -> str:
@@ -96,6 +130,17 @@ class MoeModel:
     def describe(self) -> str:
         s = f"{self.name}: hidden {self.hidden}, inter {self.inter}, {self.experts} experts, top-{self.top_k}"
         return s + (f", shared inter {self.shared_inter}" if self.shared_inter else "")
+
+
+def _bad(m: MoeModel, field: str, want: str):
+    raise LaunchError("R-CONFIG", f"MoeModel {m.name!r:.40}: {field} = {getattr(m, field)!r:.40} must be {want}",
+                      hint="start from a served model, dataclasses.replace(moe_models.MODELS[...], ...), and "
+                           "change only what differs")
+
+
+def _int_field(m: MoeModel, field: str, least: int) -> None:
+    integer(field, getattr(m, field), least, I32_MAX, code="R-CONFIG",
+            hint=f"MoeModel {m.name!r:.40}: {field} is an int in [{least}, {I32_MAX}]")
 
 
 def _models(*ms: MoeModel) -> dict[str, MoeModel]:

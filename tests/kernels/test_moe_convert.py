@@ -26,7 +26,8 @@ P = "model.layers.5."
 
 
 def small(name, **kw):
-    dims = dict(hidden=32, inter=8, experts=4, top_k=2) | (dict(shared_inter=8) if name == "deepseek_v3" else {})
+    dims = dict(hidden=32, inter=8, experts=4, top_k=2) | (
+        dict(shared_inter=8, groups=2, topk_groups=1) if name == "deepseek_v3" else {})  # 2 groups of 2 experts
     return dataclasses.replace(MODELS[name], **(dims | kw))
 
 

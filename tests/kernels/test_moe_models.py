@@ -195,3 +195,45 @@ def test_unreadable_paths_are_coded_not_raised_or_waited_on(tmp_path):
     os.mkfifo(tmp_path / "config.json")  # reading it would block forever
     assert "FIFO" in str(refused(mm.model_from_hf_config, tmp_path))
     assert "character device" in str(refused(mm.model_from_hf_config, "/dev/zero"))
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("hidden", 2.0, "must be an int"),            # convert_layer raised TypeError in torch.empty
+    ("hidden", True, "must be an int"),
+    ("inter", None, "must be an int"),            # tensors() raised TypeError (int * None)
+    ("experts", 0, "out of range"),               # zero-size weights passed expect_tensor
+    ("top_k", 0, "out of range"),                 # launched: no fact of the model checked it
+    ("top_k", 129, "at most experts = 128"),
+    ("hidden", 2**40, "out of range"),
+    ("shared_inter", -1, "out of range"),
+    ("routing", "bogus", "one of softmax_renorm"),
+    ("activation", "relu", "'silu' or 'clamped_swiglu'"),
+    ("scaling", float("nan"), "finite number > 0"),
+    ("limit", float("inf"), "finite number >= 0"),
+    ("biases", 1, "True or False"),
+    ("groups", 3, "only 'sigmoid_grouped' routing groups experts"),
+    ("name", "", "non-empty string"),
+    ("target", "../moe_step", "file stem"),
+])
+def test_a_hand_made_model_with_an_impossible_field_is_r_config(field, value, words):
+    import dataclasses
+    e = refused(dataclasses.replace, mm.MODELS["qwen3_30b_a3b"], **{field: value})
+    assert e.code == "R-CONFIG" and field in str(e) + e.hint and words in str(e), str(e)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(groups=3), "a divisor of experts = 256"),
+    (dict(groups=256), "leaving >= 2 experts a group"),
+    (dict(topk_groups=9), "at most groups = 8"),
+    (dict(topk_groups=1, top_k=40), "top_k = 40 experts in the kept groups"),
+])
+def test_grouped_routing_needs_groups_it_can_route(change, words):
+    import dataclasses
+    e = refused(dataclasses.replace, mm.MODELS["deepseek_v3"], **change)
+    assert e.code == "R-CONFIG" and words in str(e), str(e)
+
+
+def test_every_served_model_passes_its_own_checks():
+    import dataclasses
+    for m in mm.MODELS.values():
+        assert dataclasses.replace(m) == m
