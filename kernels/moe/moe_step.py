@@ -242,7 +242,9 @@ class MoeLayer:
         self._weights = (self.tensors["router_w"], self.tensors["w13"], self.tensors["w2"])
         self._extras = w
         _weights(self.model, *self._weights, w)
-        self._check(None, None)
+        dtypes = _dtypes()  # the weights alone here; each call checks them again with its x
+        for name, (shape, dt) in self.model.tensors().items():
+            _expect(self.model, name, self.tensors[name], shape, dtypes[dt], self.device)
 
     @classmethod
     def from_config(cls, config_json_path, tensors: Mapping, kernel_dir=None, device: int = 0, **kw) -> "MoeLayer":
@@ -250,11 +252,6 @@ class MoeLayer:
         return cls(model_from_hf_config(config_json_path), tensors, kernel_dir, device, **kw)
 
     def _check(self, x, out) -> int:
-        if x is None:  # at construction: the weights alone
-            dtypes = _dtypes()
-            for name, (shape, dt) in self.model.tensors().items():
-                _expect(self.model, name, self.tensors[name], shape, dtypes[dt], self.device)
-            return 0
         return check_inputs(x, *self._weights, out, self.device, model=self.model, **self._extras)
 
     def __call__(self, x, out=None, *, stream=None):

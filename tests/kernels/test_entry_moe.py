@@ -287,6 +287,18 @@ def test_each_model_layer_refuses_bad_weights_at_construction(name, model_kern, 
     assert model_kern.loads == []
 
 
+@pytest.mark.parametrize("x", [None, "x"], ids=["None", "a string"])
+def test_a_layer_called_without_an_x_tensor_is_refused(model_kern, x):
+    """layer(None, out) launched the kernel with x = None and t = 0 (and layer(None) raised
+    AttributeError): None was also MoeLayer._check's "weights only" marker for construction."""
+    m = MODELS["qwen3_30b_a3b"]
+    layer = ms.MoeLayer(m.name, model_weights(m))
+    for call in (lambda: layer(x, empty(T, m.hidden)), lambda: layer(x), lambda: layer.open(x, empty(T, m.hidden))):
+        e = refused(call)
+        assert e.code == "R-PARAM" and "x must be a CUDA tensor" in str(e), str(e)
+    assert model_kern.loads == [] and model_kern.kernels == {}
+
+
 def test_layer_from_config(model_kern, tmp_path):
     m = MODELS["mixtral_8x7b"]
     cfg = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
