@@ -136,6 +136,9 @@ def _experts(layer: _Layer, base: str, names: tuple[str, str, str], fp8_block: i
     m = layer.model
     E, H, I = m.experts, m.hidden, m.inter
     g, u, d = names
+    for e in range(E):  # every shape is checked before the outputs are sized from the model
+        for n, shape in ((g, (I, H)), (u, (I, H)), (d, (H, I))):
+            layer.take(f"{base}{e}.{n}.weight", shape)
     w13 = torch.empty(E, 2 * I, H, dtype=BF16)
     w2 = torch.empty(E, H, I, dtype=BF16)
     for e in range(E):

@@ -231,3 +231,14 @@ def test_a_checkpoint_tensor_that_is_no_dense_tensor_is_r_layout(make):
     k = P + "mlp.gate.weight"
     e = refused(mc.convert_layer, m, {**sd, k: make(sd[k])}, P)
     assert e.code == "R-LAYOUT" and k in str(e), str(e)
+
+
+@pytest.mark.parametrize("name", ["qwen3_30b_a3b", "mixtral_8x7b", "deepseek_v3"])
+def test_expert_shapes_are_checked_before_the_outputs_are_allocated(name):
+    """A model whose inter is far past the checkpoint's (the router weight still matching) made
+    convert_layer allocate w13 [E, 2 * inter, H] first: a RuntimeError of ~1 TB from the CPU
+    allocator, not the R-SHAPE naming the first expert tensor."""
+    m = small(name)
+    sd = hf_layout(m, ours(m))
+    e = refused(mc.convert_layer, dataclasses.replace(m, inter=2**31 - 1), sd, P)
+    assert e.code == "R-SHAPE" and "experts.0." in str(e) and "expected [2147483647, 32]" in str(e), str(e)
