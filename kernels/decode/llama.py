@@ -31,7 +31,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from pipelink.runtime import LaunchError
-from pipelink.runtime.entry import expect_dense
+from pipelink.runtime.entry import expect_dense, expect_finite
 
 import llama_reference as ref
 from llama_models import MODELS, LlamaConfig, config_from_hf
@@ -104,6 +104,7 @@ class Llama:
                     raise LaunchError(code, f"weights[{name!r}] is {got}, expected a float tensor of shape {list(shape)}",
                                       hint="pass llama_weights.load_safetensors(...)'s dict (LlamaConfig.tensors() "
                                            "lists names and shapes; dtypes bf16, fp16, fp32, fp64)")
+                expect_finite(f"weights[{name!r}]", t)
             extra = sorted(set(weights) - set(want), key=repr)
             if extra:
                 raise LaunchError("R-CONFIG", f"weights holds {extra[0]}, which {cfg.name} has no use for",

@@ -14,7 +14,8 @@ LlamaConfig.tensors() lists every name and shape.
 
 A checkpoint is one file, a directory with model.safetensors, or a directory with a sharded
 model.safetensors.index.json. Missing, unexpected, mis-shaped or non-float tensors are
-R-CONFIG / R-SHAPE / R-DTYPE naming the tensor; a missing safetensors package is R-CONFIG.
+R-CONFIG / R-SHAPE / R-DTYPE naming the tensor, as is a tensor holding NaN or inf (in the
+dtype asked for: an fp16 load of bf16 values past 65504); a missing safetensors package is R-CONFIG.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
 
 from llama_models import LlamaConfig, expect_config
 from pipelink.common.files import read_regular, why_unreadable
+from pipelink.runtime.entry import expect_finite
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -159,6 +161,7 @@ def load_safetensors(path, cfg: LlamaConfig, dtype: torch.dtype = torch.bfloat16
             raise LaunchError("R-DTYPE", f"{name} in {f.name} has dtype {t.dtype}, not a float dtype",
                               hint="quantized checkpoints are not read; use the bf16 / fp16 / fp32 release")
         out[name] = t.to(dtype).contiguous()
+        expect_finite(f"{name} in {f.name}" + (f" (as {dtype})" if t.dtype != dtype else ""), out[name])
     if tied_head:
         head = out.pop("lm_head.weight")
         if not torch.equal(head, out["model.embed_tokens.weight"]):

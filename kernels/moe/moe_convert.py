@@ -18,7 +18,8 @@ extras of moe_models.MoeModel.tensors(). Sources, per model_type:
   down_proj_blocks [E, H, I/32, 16] + down_proj_scales [E, H, I/32] (uint8): each byte holds two
   e2m1 values, the low nibble first; each scale is an e8m0 exponent (2^(s - 127)) for 32 values.
 Missing or unexpected tensors under the layer's MoE module are R-CONFIG, a wrong shape R-SHAPE
-(both name the tensor and what is expected); tensors outside the MoE module are ignored.
+(both name the tensor and what is expected), NaN or inf in a converted tensor R-CONFIG; tensors
+outside the MoE module are ignored.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from moe_models import FAMILY, MoeModel, resolve_model
 from pipelink.runtime import LaunchError  # importable once moe_models has put tools/ on sys.path
-from pipelink.runtime.entry import expect_dense, integer
+from pipelink.runtime.entry import expect_dense, expect_finite, integer
 
 BF16 = torch.bfloat16
 FP8_BLOCK = 128  # DeepSeek-V3 quantization_config.weight_block_size = [128, 128]
@@ -210,4 +211,6 @@ def convert_layer(model, state_dict: Mapping, layer_prefix: str, *, fp8_block: i
         raise LaunchError("R-CONFIG", f"no checkpoint layout is known for {m.name}",
                           hint="convert_layer knows: " + ", ".join(sorted(FAMILY)))
     layer.done()
+    for n in m.tensors():  # NaN in the checkpoint (or an FP8 NaN code), or past bf16's range
+        expect_finite(f"the converted {n} of layer {prefix!r}", out[n])
     return {n: out[n] for n in m.tensors()}

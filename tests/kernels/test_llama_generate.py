@@ -330,3 +330,12 @@ def test_a_weight_that_is_no_dense_tensor_is_r_layout(model, make):
     name = "model.norm.weight"
     e = refused(Llama.from_config, TINY, weights={**model.weights, name: make(model.weights[name])})
     assert e.code == "R-LAYOUT" and name in str(e), str(e)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+def test_a_weights_dict_holding_nan_or_inf_is_refused_before_a_step(model, value):
+    name = "model.layers.0.self_attn.k_proj.weight"
+    bad = model.weights[name].clone()
+    bad[0, 0] = value
+    e = refused(Llama.from_config, TINY, weights={**model.weights, name: bad})
+    assert e.code == "R-CONFIG" and name in str(e), str(e)

@@ -163,3 +163,18 @@ def test_special_and_unprobeable_paths_are_coded(tmp_path):
     assert "not a regular file" in str(refused(lw.load_safetensors, ck, TINY))
     (ck / lw.INDEX).write_bytes(b"\xff\xfe")
     assert refused(lw.load_safetensors, ck, TINY).code == "R-CONFIG"
+
+
+@pytest.mark.parametrize("value, dtype, words", [
+    (float("nan"), torch.bfloat16, "holds NaN"),
+    (float("inf"), torch.float32, "holds inf"),
+    (1e5, torch.float16, "(as torch.float16) holds inf"),  # a bf16 value past fp16's 65504
+])
+def test_a_weight_that_is_no_finite_number_is_refused_at_load(tmp_path, value, dtype, words):
+    """Loaded as it was, the first step computed NaN logits: refused only after the prefill ran
+    (R-SHAPE naming the step backend, not the checkpoint)."""
+    w = lw.random_weights(TINY, seed=1, dtype=torch.bfloat16)
+    w["model.layers.1.mlp.down_proj.weight"][3, 5] = value
+    _save(tmp_path / "model.safetensors", w)
+    e = refused(lw.load_safetensors, tmp_path, TINY, dtype=dtype)
+    assert e.code == "R-CONFIG" and "model.layers.1.mlp.down_proj.weight" in str(e) and words in str(e), str(e)

@@ -242,3 +242,15 @@ def test_expert_shapes_are_checked_before_the_outputs_are_allocated(name):
     sd = hf_layout(m, ours(m))
     e = refused(mc.convert_layer, dataclasses.replace(m, inter=2**31 - 1), sd, P)
     assert e.code == "R-SHAPE" and "experts.0." in str(e) and "expected [2147483647, 32]" in str(e), str(e)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_converted_tensor_holding_nan_is_refused(name):
+    """NaN in a checkpoint (or an FP8 NaN code) was converted and returned as it was."""
+    m = small(name)
+    sd = hf_layout(m, ours(m))
+    k = next(k for k in sd if k.endswith(("gate.weight", "router.weight")))
+    bad = sd[k].clone()
+    bad[1, 2] = float("nan")
+    e = refused(mc.convert_layer, m, {**sd, k: bad}, P)
+    assert e.code == "R-CONFIG" and "router_w" in str(e) and "NaN" in str(e), str(e)

@@ -12,6 +12,7 @@ CUDA call, so an entry checks all of its arguments before it loads its kernel:
                                   (nonempty=), dense row-major, aligned, not a lazy negated/
                                   conjugated view, and no requires_grad while autograd records
   expect_dense(name, t)           a torch tensor with data: strided (not sparse, nested or mkldnn), not meta
+  expect_finite(name, t)          R-CONFIG if a float tensor read at load time holds NaN or +-inf
   expect_disjoint(out, t, inputs) R-LAYOUT when the output shares memory with an input
   refuse_unused(what, kwargs, reader)   R-PARAM for a keyword argument the chosen variant ignores
   expect_manifest(path, ...)      R-MANIFEST unless the manifest has the parameters/facts of the
@@ -211,6 +212,16 @@ def expect_dense(name: str, t, hint: str = "") -> None:
     if getattr(t, "is_meta", False) is True:
         raise LaunchError("R-DEVICE", f"{name} is a meta tensor (no data)",
                           hint=hint or "load the tensor's data (onto the CPU or a GPU) first")
+
+
+def expect_finite(name: str, t, *, code: str = "R-CONFIG", hint: str = "") -> None:
+    """`code` if the float tensor `t` (a weight being loaded or converted: a one-time read, never
+    per launch) holds NaN or +-inf; the first step would otherwise compute NaN from it."""
+    if t.is_floating_point() and not bool(t.isfinite().all()):
+        bad = "NaN" if bool(t.isnan().any()) else "inf"
+        raise LaunchError(code, f"{name} holds {bad} (shape {list(t.shape)}, {t.dtype})",
+                          hint=hint or "the checkpoint is damaged, or its values overflow the dtype asked for: "
+                                       "re-download it, or load in a wider dtype")
 
 
 def _span(t) -> tuple[int | None, int, int] | None:
