@@ -290,3 +290,40 @@ def test_package_names_with_a_trailing_newline_are_p_package():
     assert not _safe_rel("params.h\n") and not _SAFE_NAME.match("x.o\n")
     assert not _IDENT.match("acc\n") and not _TOOLKIT.match("13.0\n")
     assert _safe_rel("a/params.h") and _IDENT.match("acc") and _TOOLKIT.match("13.0")
+
+
+# ---- class: a workspace size no launch can size once the facts are known (found by hand) -----------
+# The contract's parser samples a size's facts like any other name; the facts the kernel links with
+# were never put in: `tiles // (t - 8)` with t = 8, `t * 4` with an i32 t = -3, `5120 // flag` with a
+# false bool fact linked, and every launch then failed with R-WORKSPACE.
+
+SINK_WS = '\n[fact.t]\ntype = "i32"\naccept = {min = -8, max = 64}\n\n[workspace.w]\nscope = "SCOPE"\nbytes = "SIZE"\n'
+WS_SIZES = {
+    "division by zero": ("tiles // (t - 8)", 8, "division by zero"),
+    "negative": ("t * 4", -3, "is -12"),
+    "beyond 2^64": ("grid_x * t * 18446744073709551615", 8, "out of range"),
+    "kernel scope": ("t - 9", 8, "is -1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WS_SIZES))
+def test_workspace_size_the_linked_facts_cannot_size_is_c_expr(packer, toy, case):
+    size, t, needle = WS_SIZES[case]
+    scope = "kernel" if case == "kernel scope" else "instance"
+    sink = packer.variant(toy.sink, toy.sink.contract_text + SINK_WS.replace("SCOPE", scope).replace("SIZE", size),
+                          check_object=False)
+    text = (TOY / "toy.kernel.toml").read_text() + f'\n[fact.t]\ntype = "i32"\nown = {t}\n'
+    comp = packer.compose(text, [toy.producer, toy.consumer, sink], name="ws")
+    d = diagnostic(rejected(plan, comp), "C-EXPR")
+    assert d.clause == "workspace.w.bytes" and needle in d.message and f"t = {t}" in d.message and d.hint
+    assert d.facts[0].origin.startswith(sink.path) and d.facts[1].origin.startswith(comp.file), d.facts
+    assert all(f.origin.rsplit(":", 1)[1].isdigit() for f in d.facts)
+
+
+@pytest.mark.parametrize("size,t", [("tiles // (t - 8)", 9), ("t * 4", 0), ("max(t, 1) * grid_x", -8)])
+def test_workspace_sizes_the_linked_facts_can_size_still_plan(packer, toy, size, t):
+    sink = packer.variant(toy.sink, toy.sink.contract_text + SINK_WS.replace("SCOPE", "instance").replace("SIZE", size),
+                          check_object=False)
+    text = (TOY / "toy.kernel.toml").read_text() + f'\n[fact.t]\ntype = "i32"\nown = {t}\n'
+    plan(packer.compose(text, [toy.producer, toy.consumer, sink], name="ws_ok"))
+

@@ -23,7 +23,7 @@ from pipelink.linker.contract import MBARRIER_COUNT_MAX
 from pipelink.linker.contract_types import fact_text
 from pipelink.linker.kernel_rules import check_binds, check_grid, check_param_fact_names, check_resident
 from pipelink.linker.kernel_rules import side_of as _side
-from pipelink.linker.grid_limits import check_grid_limits
+from pipelink.linker.grid_limits import check_grid_limits, check_workspace_sizes
 
 DTYPE_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2, "bf16": 2, "u8": 1, "e4m3": 1, "e5m2": 1}
 
@@ -36,6 +36,7 @@ def check(comp: Composition) -> Checked:
     check_param_fact_names(comp, params, facts, owner, d.items)
     check_grid(comp, params, facts, d.items)
     check_grid_limits(comp, facts, d.items)
+    check_workspace_sizes(comp, facts, owner, d.items)
     check_resident(comp, d.items)
     binds = check_binds(comp, d.items)
     ev = _evaluator(dict(facts), d)
