@@ -327,3 +327,21 @@ def test_workspace_sizes_the_linked_facts_can_size_still_plan(packer, toy, size,
     text = (TOY / "toy.kernel.toml").read_text() + f'\n[fact.t]\ntype = "i32"\nown = {t}\n'
     plan(packer.compose(text, [toy.producer, toy.consumer, sink], name="ws_ok"))
 
+
+# ---- class: an accept range that holds no value (found by hand) -----------------------------------------
+# min > max was refused; a range with no multiple of multiple_of in it (min = 1, max = 1, multiple_of = 2)
+# accepted nothing too, and every owner's value then failed L-FACT-ACCEPT with a range that looked fine.
+
+@pytest.mark.parametrize("rng", ["{ min = 1, max = 1, multiple_of = 2 }", "{ min = 33, max = 63, multiple_of = 32 }"])
+def test_accept_range_without_a_multiple_is_c_schema(rng):
+    producer = (TOY / "producer.contract.toml").read_text()
+    old = "accept = { min = 32, max = 4096, multiple_of = 32 }"
+    d = _contract_rejects(_c(old, f"accept = {rng}", producer), "C-SCHEMA", "accept =")
+    assert "no multiple of" in d.message and d.clause == "fact.tile.accept.multiple_of"
+
+
+@pytest.mark.parametrize("rng", ["{ min = 3, max = 5, multiple_of = 4 }", "{ min = 0, max = 0, multiple_of = 7 }"])
+def test_accept_range_with_a_multiple_still_parses(rng):
+    producer = (TOY / "producer.contract.toml").read_text()
+    parse_contract_text(_c("accept = { min = 32, max = 4096, multiple_of = 32 }", f"accept = {rng}", producer),
+                        "c.contract.toml")

@@ -130,6 +130,9 @@ def parse_fact(fr: Reader, fname: str) -> FactDecl:
         mult = read_u32(ar, "multiple_of", ar.get("multiple_of", int, 1), 1)
         if lo > hi:
             ar.fail("max", f"max = {hi} is below min = {lo}: no value would be accepted")
+        if -(-lo // mult) * mult > hi:  # the first multiple of multiple_of from min on
+            ar.fail("multiple_of", f"no multiple of {mult} lies in {lo}..{hi}: no value would be accepted",
+                    hint="widen min..max to hold a multiple of multiple_of, or change multiple_of")
         ar.finish()
         accept_range = (lo, hi, mult)
     fr.finish()
