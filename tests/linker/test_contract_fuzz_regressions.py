@@ -345,3 +345,53 @@ def test_accept_range_with_a_multiple_still_parses(rng):
     producer = (TOY / "producer.contract.toml").read_text()
     parse_contract_text(_c("accept = { min = 32, max = 4096, multiple_of = 32 }", f"accept = {rng}", producer),
                         "c.contract.toml")
+
+
+# ---- class: an expression or provider nested deeply enough to exhaust Python's recursion (by hand) --------
+# Parsing bounded the text's length, not its depth: a tree that parsed was later walked recursively
+# (ast.unparse naming a zero divisor, the runtime's exact-division check, evaluation) and raised
+# RecursionError there: E-INTERNAL from pack/plan for a zero divisor ~350-475 levels deep, and a
+# traceback at every launch for a grid such as "(blocks + 0 + ... + 0) / 1" that the linker wrote.
+# A host provider nested deeply (`x = ----...1`) made ast.parse raise MemoryError: E-INTERNAL in pack.
+
+DEEP = {
+    "zero divisor": lambda n: "tile // (" + "1+" * n + f"0 - {n})",
+    "sum": lambda n: "tile" + " + 0" * n,
+    "exact division": lambda n: "(tile" + " + 0" * n + ") / 1",
+    "calls": lambda n: "min(" * n + "tile" + ", 1)" * n,
+}
+
+
+@pytest.mark.parametrize("n", [101, 350, 475])
+@pytest.mark.parametrize("shape", sorted(DEEP))
+def test_deeply_nested_expression_is_c_expr(shape, n):
+    d = _contract_rejects(_c("bytes = 2048", f'bytes = "{DEEP[shape](n)}"'), "C-EXPR", "bytes =")
+    # Python's own parser refuses more than 200 nested parentheses (a SyntaxError)
+    assert "nested too deeply" in d.message or (shape == "calls" and n > 200 and "not an arithmetic" in d.message)
+
+
+def test_expression_nested_100_levels_still_parses():
+    from pipelink.common.expr import evaluate
+
+    assert evaluate("t" + " + 1" * 97, {"t": 1}) == 98
+
+
+@pytest.mark.parametrize("n", [101, 400])
+def test_deeply_nested_grid_is_c_expr(toy, n):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]',
+                                                         f'grid = ["(blocks{" + 0" * n}) / 1", 1, 1]')
+    e = rejected(parse_kernel_text, text, "k.kernel.toml", toy.packages)
+    d = diagnostic(e, "C-EXPR")
+    assert "nested too deeply" in d.message and d.clause == "kernel.grid" and d.hint
+
+
+@pytest.mark.parametrize("source", ["x = " + "-" * 100000 + "1", "x = " + "1+" * 100000 + "1", "x = " + "a." * 100000 + "b"])
+def test_deeply_nested_host_provider_is_p_host(tmp_path, source):
+    from types import SimpleNamespace
+
+    from pipelink.linker.package import read_host_provider
+
+    (tmp_path / "p_host.py").write_text("def provide(lent, facts, host):\n    return {}\n" + source + "\n")
+    contract = SimpleNamespace(host=SimpleNamespace(provider="p_host.py", origin="c.toml:3"), file=str(tmp_path / "c.toml"))
+    e = rejected(read_host_provider, contract, tmp_path)
+    assert e.codes == ["P-HOST"] and e.diagnostics[0].hint

@@ -319,6 +319,9 @@ def test_coerce_does_not_need_grid_names_with_explicit_grid(toy_m):
     (lambda d: d.update(format=99), "format 99"),
     (lambda d: d.update(grid=["n / (", "1", "1"]), "not an arithmetic expression"),
     (lambda d: d.update(grid=["x / 64", "1", "1"]), "uses ptr parameter 'x'"),
+    # planning's exact-division check unparsed it recursively: a RecursionError at every launch
+    (lambda d: d.update(grid=["(n" + " + 0" * 400 + ") / 1", "1", "1"]), "nested too deeply"),
+    (lambda d: d.update(requires=["n" + " / 1" * 400]), "nested too deeply"),
     (lambda d: d.update(block=[2048, 1, 1]), "more than 1024 threads"),
     (lambda d: d.update(facts={"n": 3}), "both parameters and facts"),
     (lambda d: d.pop("kernel") and d.pop("entry"), "malformed"),

@@ -100,14 +100,27 @@ def _show(text) -> str:
     return repr(t if len(t) <= 80 else t[:77] + "...")
 
 
+# Real expressions nest about 10 levels; every pass over a tree (evaluation, ast.unparse in messages,
+# the runtime's exact-division check) recurses per level, and past Python's recursion limit raised
+# RecursionError from wherever it was first walked (an E-INTERNAL in pack or plan, a traceback at launch).
+MAX_DEPTH = 100
+
+
 def _parse(text: str) -> ast.Expression:
     if len(str(text)) > 10_000:
         raise ExprError(f"expression too long ({len(str(text))} characters)")
     # ValueError: a NUL byte; RecursionError/MemoryError: absurdly nested input.
     try:
-        return ast.parse(str(text), mode="eval")
+        tree = ast.parse(str(text), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise ExprError(f"not an arithmetic expression: {_show(text)}") from None
+    stack = [(tree, 1)]
+    while stack:  # iteratively: the depth is measured before anything recurses over the tree
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"expression nested too deeply (more than {MAX_DEPTH} levels): {_show(text)}")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return tree
 
 
 def evaluate(text: str | int, env: dict[str, int]) -> int:

@@ -201,7 +201,7 @@ def read_host_provider(contract: Contract, folder: Path, given: str | None = Non
 def check_provider_source(data: bytes) -> bool:
     try:
         tree = ast.parse(data.decode("utf-8"))
-    except (SyntaxError, UnicodeDecodeError, ValueError):
+    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):  # the last two: deep nesting
         return False
     return any(isinstance(n, ast.FunctionDef) and n.name == "provide" and len(n.args.args) == 3 for n in tree.body)
 
