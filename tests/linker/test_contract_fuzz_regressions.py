@@ -385,13 +385,31 @@ def test_deeply_nested_grid_is_c_expr(toy, n):
     assert "nested too deeply" in d.message and d.clause == "kernel.grid" and d.hint
 
 
-@pytest.mark.parametrize("source", ["x = " + "-" * 100000 + "1", "x = " + "1+" * 100000 + "1", "x = " + "a." * 100000 + "b"])
+@pytest.mark.parametrize("source", ["x = " + "-" * 100000 + "1", "x = " + "1+" * 100000 + "1",
+                                    "x = " + "a." * 100000 + "b"])
 def test_deeply_nested_host_provider_is_p_host(tmp_path, source):
     from types import SimpleNamespace
 
     from pipelink.linker.package import read_host_provider
 
     (tmp_path / "p_host.py").write_text("def provide(lent, facts, host):\n    return {}\n" + source + "\n")
-    contract = SimpleNamespace(host=SimpleNamespace(provider="p_host.py", origin="c.toml:3"), file=str(tmp_path / "c.toml"))
+    host = SimpleNamespace(provider="p_host.py", origin="c.toml:3")
+    contract = SimpleNamespace(host=host, file=str(tmp_path / "c.toml"))
     e = rejected(read_host_provider, contract, tmp_path)
     assert e.codes == ["P-HOST"] and e.diagnostics[0].hint
+
+
+def test_tile_with_more_than_eight_extents_is_c_schema():
+    # limits.py multiplies a tile's extents into one expression: with ~100 of them it passed the
+    # depth bound no more, and the register limit went unchecked.
+    d = _contract_rejects(_c("shape = [32, 4]", "shape = [" + "1, " * 8 + "32, 4]"), "C-SCHEMA", "shape =")
+    assert "at most 8" in d.message
+
+
+def test_register_limit_of_a_tile_of_deep_extents_is_still_checked():
+    from pipelink.linker.limits import check_limits
+
+    deep = '"' + "32" + " + 0" * 95 + '"'  # 97 levels: within the bound a contract's expression may use
+    c = parse_contract_text(_c("shape = [32, 4]", f"shape = [{', '.join([deep] * 7)}, 4]"), "c.contract.toml")
+    e = rejected(check_limits, c)
+    assert e.codes == ["P-LIMIT"] and "registers of a thread" in str(e)

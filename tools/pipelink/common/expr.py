@@ -36,15 +36,24 @@ def _bounded(v: int, text) -> int:
     return v
 
 
+# Real expressions nest about 10 levels; every pass over a tree (evaluation, ast.unparse in messages,
+# the runtime's exact-division check) recurses per level, and past Python's recursion limit raised
+# RecursionError from wherever it was first walked (an E-INTERNAL in pack or plan, a traceback at launch).
+# Text a contract, kernel file or manifest states is held to MAX_DEPTH (names_in checks every one);
+# BUILT_DEPTH is for the expressions the passes build from several of them (limits.py multiplies a
+# tile's extents) and what evaluation takes.
+MAX_DEPTH = 100
+BUILT_DEPTH = 2 * MAX_DEPTH
+
 _NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd, ast.BinOp, ast.Add,
           ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Call)
 
 
-def names_in(text: str | int) -> set[str]:
+def names_in(text: str | int, max_depth: int = MAX_DEPTH) -> set[str]:
     """The names an expression reads; raises ExprError for anything `evaluate` would refuse."""
     if isinstance(text, int):
         return set()
-    tree = _parse(text)
+    tree = _parse(text, max_depth)
     for n in ast.walk(tree):
         bad = not isinstance(n, _NODES)
         if isinstance(n, ast.Constant):
@@ -100,13 +109,7 @@ def _show(text) -> str:
     return repr(t if len(t) <= 80 else t[:77] + "...")
 
 
-# Real expressions nest about 10 levels; every pass over a tree (evaluation, ast.unparse in messages,
-# the runtime's exact-division check) recurses per level, and past Python's recursion limit raised
-# RecursionError from wherever it was first walked (an E-INTERNAL in pack or plan, a traceback at launch).
-MAX_DEPTH = 100
-
-
-def _parse(text: str) -> ast.Expression:
+def _parse(text: str, max_depth: int = BUILT_DEPTH) -> ast.Expression:
     if len(str(text)) > 10_000:
         raise ExprError(f"expression too long ({len(str(text))} characters)")
     # ValueError: a NUL byte; RecursionError/MemoryError: absurdly nested input.
@@ -117,8 +120,8 @@ def _parse(text: str) -> ast.Expression:
     stack = [(tree, 1)]
     while stack:  # iteratively: the depth is measured before anything recurses over the tree
         node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ExprError(f"expression nested too deeply (more than {MAX_DEPTH} levels): {_show(text)}")
+        if depth > max_depth:
+            raise ExprError(f"expression nested too deeply (more than {max_depth} levels): {_show(text)}")
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return tree
 

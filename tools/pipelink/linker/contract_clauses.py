@@ -16,8 +16,8 @@ from pipelink.common.diagnostics import Fact, reject
 from pipelink.common.expr import names_in, never_valid
 from pipelink.linker.contract_reader import read_align, read_expr, read_ident, Reader, read_shape_entry, read_u32
 from pipelink.linker.contract_types import (
-    ARCHES, DTYPES, FACT_BOUNDS, FACT_TYPES, MBARRIER_COUNT_MAX, PARAM_TYPES, PROVIDED_TYPES, RUNTIME_NAMES, SCOPES, SPACES,
-    U32_MAX, WORKSPACE_BUILTINS, WORKSPACE_SCOPES, BarrierClaim, CallableDecl, FactDecl, HostDecl, RingSide, RoleDecl,
+    ARCHES, DTYPES, FACT_BOUNDS, FACT_TYPES, MAX_RANK, MBARRIER_COUNT_MAX, PARAM_TYPES, PROVIDED_TYPES, RUNTIME_NAMES,
+    SCOPES, SPACES, U32_MAX, WORKSPACE_BUILTINS, WORKSPACE_SCOPES, BarrierClaim, CallableDecl, FactDecl, HostDecl, RingSide, RoleDecl,
     SmemClaim, TensorDecl, WorkspaceDecl,
 )
 from pipelink.linker.names import reserved_reason
@@ -233,6 +233,9 @@ def parse_tensors(top: Reader, declared_facts: set[str]) -> list[TensorDecl]:
             shape = tr.get("shape", list)
             if not shape or not all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in shape):
                 tr.fail("shape", "must be a list of integers or expressions")
+            if len(shape) > MAX_RANK:  # limits.py multiplies the extents into one expression
+                tr.fail("shape", f"has {len(shape)} extents; a tile has at most {MAX_RANK}",
+                        hint="flatten the tile's extents (the checks compare element counts and extents)")
             for x in shape:
                 read_shape_entry(tr, x, declared_facts)
             dtype = tr.get("dtype", str)

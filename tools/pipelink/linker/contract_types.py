@@ -22,6 +22,7 @@ FACT_C_TYPES = {"u32": "unsigned", "u64": "unsigned long long", "i32": "int", "b
 FACT_BOUNDS = {"u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1), "i32": (-2**31, 2**31 - 1), "bool": (0, 1)}
 DTYPES = {"f32", "f16", "bf16", "u32", "i32", "u8", "e4m3", "e5m2"}
 SPACES = {"reg", "smem", "global"}
+MAX_RANK = 8  # extents of a tensor's shape (the kernels' tiles have 2 or 3)
 SCOPES = {"role", "warpgroup", "warp", "cta"}
 ARCHES = {"sm_90a", "sm_90", "sm_100a", "sm_120a", "sm_80"}
 U32_MAX = 2**32 - 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from pipelink.linker.arch_limits import MAX_WARPS, MIN_BUDGET, REGISTER_FILE, SMEM_CAPACITY
 from pipelink.linker.contract_types import MBARRIER_COUNT_MAX, U32_MAX, Contract, FactDecl, Origin
 from pipelink.common.diagnostics import Fact, Rejected, reject
-from pipelink.common.expr import ExprError, evaluate, names_in
+from pipelink.common.expr import BUILT_DEPTH, ExprError, evaluate, names_in
 
 MAX_THREADS = 32 * MAX_WARPS  # 1024 threads per block
 MAX_REGS_PER_THREAD = 255
@@ -60,7 +60,7 @@ def largest(contract: Contract, text: str | int) -> tuple[int, dict[str, int]] |
     """The greatest value of `text` over the facts' corners, with the corner that gives it; None
     when no corner evaluates (a bad expression or an empty accept set: other passes report those)."""
     try:
-        names = names_in(text)
+        names = names_in(text, BUILT_DEPTH)  # a tile's size multiplies its extents, each up to MAX_DEPTH deep
     except ExprError:
         return None
     best = None
