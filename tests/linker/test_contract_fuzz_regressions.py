@@ -413,3 +413,32 @@ def test_register_limit_of_a_tile_of_deep_extents_is_still_checked():
     c = parse_contract_text(_c("shape = [32, 4]", f"shape = [{', '.join([deep] * 7)}, 4]"), "c.contract.toml")
     e = rejected(check_limits, c)
     assert e.codes == ["P-LIMIT"] and "registers of a thread" in str(e)
+
+
+# ---- class: a size over many facts made `pack` run for hours (found by hand) ------------------------------
+# P-LIMIT evaluates a size at every corner of what the contract accepts: past 4,096 combinations only
+# each fact's least and greatest value, but still all 2^n of those: 18 facts in one expression took
+# minutes, 30 would take days. Now at most 4,096 evaluations per size, the all-least and
+# all-greatest corners and each fact alone at its other end first.
+
+@pytest.mark.parametrize("n,over", [(30, False), (30, True), (13, True)])
+def test_limits_of_a_size_over_many_facts_are_bounded(monkeypatch, n, over):
+    from pipelink.linker import limits
+
+    calls = []
+
+    def counting(text, env):
+        calls.append(1)
+        return limits_evaluate(text, env)
+
+    limits_evaluate = limits.evaluate
+    monkeypatch.setattr(limits, "evaluate", counting)
+    hi = 20000 if over else 64
+    text = LIB + "".join(f"[fact.f{i}]\naccept = {{ min = 1, max = {hi} }}\n" for i in range(n))
+    text += '[smem.s]\nbytes = "' + " + ".join(f"f{i}" for i in range(n)) + '"\n'
+    c = parse_contract_text(text.replace("[fact.tile]\naccept = [256]\n", ""), "c.contract.toml")
+    if over:  # the all-greatest corner is always tried: n * 20000 B is over the shared memory
+        assert rejected(limits.check_limits, c).codes == ["P-LIMIT"]
+    else:
+        limits.check_limits(c)
+    assert len(calls) <= 4096

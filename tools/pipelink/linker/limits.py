@@ -6,12 +6,15 @@ A size may be an expression over the contract's facts. The facts' values are fix
 kernel links, so each expression is evaluated at the corners of what the contract says it
 accepts (an owned value; each value of an `accept` list; the least and greatest multiple in an
 `accept` range; 0 and 2^32-1 for a fact read with no `accept`). Every corner is a value the
-contract accepts, so a corner over a limit is a real counterexample; the message names it.
+contract accepts, so a corner over a limit is a real counterexample; the message names it. Past
+_MAX_CORNERS combinations only each fact's least and greatest value are tried, and past that again
+a bounded sample of those (the link checks the kernel's real values in any case).
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from pathlib import Path
 
 from pipelink.linker.arch_limits import MAX_WARPS, MIN_BUDGET, REGISTER_FILE, SMEM_CAPACITY
@@ -44,16 +47,39 @@ def fact_corners(fact: FactDecl) -> list[int]:
     return [0, U32_MAX]
 
 
-def _environments(contract: Contract, names: set[str]):
-    facts = {f.name: fact_corners(f) for f in contract.facts if f.name in names}
+def _count(facts: dict[str, list[int]]) -> int:
     count = 1
     for values in facts.values():
         count *= max(1, len(values))
-    if count > _MAX_CORNERS:
+    return count
+
+
+def _environments(contract: Contract, names: set[str]):
+    facts = {f.name: fact_corners(f) for f in contract.facts if f.name in names}
+    if _count(facts) > _MAX_CORNERS:
         facts = {n: sorted({v[0], v[-1]}) if v else v for n, v in facts.items()}
     keys = sorted(facts)
-    for combo in itertools.product(*(facts[k] for k in keys)):
-        yield dict(zip(keys, combo))
+    if _count(facts) <= _MAX_CORNERS:
+        for combo in itertools.product(*(facts[k] for k in keys)):
+            yield dict(zip(keys, combo))
+        return
+    # 2^n corners for n facts (13+ of them in one expression): enumerating them all made `pack` run
+    # for minutes, then hours. Each fact all least or all greatest, each one alone at its other end,
+    # then a seeded sample, _MAX_CORNERS in all: every one is still a value the contract accepts;
+    # a corner missed here is still checked with the kernel's real values when it links.
+    lists = [facts[k] for k in keys]
+    if all(lists):  # else a fact accepts no value: other passes report it
+        yield from itertools.islice(_sampled(keys, lists), _MAX_CORNERS)
+
+
+def _sampled(keys: list[str], lists: list[list[int]]):
+    yield from ({k: v[i] for k, v in zip(keys, lists)} for i in (0, -1))
+    for j in range(len(keys)):
+        for base in (0, -1):
+            yield {k: v[(-1 - base) if n == j else base] for n, (k, v) in enumerate(zip(keys, lists))}
+    rng = random.Random(0)
+    while True:
+        yield {k: rng.choice(v) for k, v in zip(keys, lists)}
 
 
 def largest(contract: Contract, text: str | int) -> tuple[int, dict[str, int]] | None:
