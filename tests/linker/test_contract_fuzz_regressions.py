@@ -442,3 +442,33 @@ def test_limits_of_a_size_over_many_facts_are_bounded(monkeypatch, n, over):
     else:
         limits.check_limits(c)
     assert len(calls) <= 4096
+
+
+# ---- class: regular expressions that backtracked exponentially or cubically on contract text (by hand) ----
+# A callable signature with a run of n `*` and no match split the run 2^n ways (22 stars: 5 s; the
+# length bound was checked after the match); LineIndex's table-header pattern was cubic in a line of
+# `[` and spaces with no `]`, which TOML allows inside a multi-line string (2,000 spaces: 20 s).
+
+@pytest.mark.parametrize("sig", ["void(int" + "*" * 40 + "!)", "void(int" + "*" * 990 + "!)", "v(" + "*" * 5000 + ")"])
+def test_callable_signature_of_many_stars_is_c_schema_at_once(sig):
+    import time
+
+    t0 = time.time()
+    d = _contract_rejects(LIB + f"[callable.import.f]\nsignature = {json.dumps(sig)}\n", "C-SCHEMA", "signature =")
+    assert "C function type" in d.message and time.time() - t0 < 10
+
+
+def test_pointer_signatures_still_parse():
+    c = parse_contract_text(LIB + '[callable.import.f]\nsignature = "void(int**const*, const char* const&)"\n',
+                            "c.contract.toml")
+    assert c.callables[0].signature == "void(int**const*,const char*const&)"
+
+
+@pytest.mark.parametrize("line", ["[" + " " * 20000 + "a", "[[" + " \t" * 10000, "  [" + " " * 20000 + "[x"])
+def test_bracket_line_in_a_multiline_string_is_read_at_once(line):
+    import time
+
+    t0 = time.time()
+    text = _c("[params]\n", f'note = """\n{line}\n"""\n[params]\n')  # an unknown key: C-SCHEMA at its line
+    d = _contract_rejects(text, "C-SCHEMA", "note =")
+    assert "not a known field" in d.message and time.time() - t0 < 10

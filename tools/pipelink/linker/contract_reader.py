@@ -20,7 +20,9 @@ from pipelink.linker.contract_types import IDENT, U32_MAX, Origin
 class LineIndex:
     """Maps a TOML path ("ring.ab.depth") to the line it was written on."""
 
-    _header = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
+    # Linear: the name is stripped after matching. `\s*([^\]]+?)\s*\]` backtracked cubically on a line
+    # of `[` and spaces with no `]` (in a multi-line string or array): a 2,000-space line took 20 s.
+    _header = re.compile(r"^\s*\[\[?([^\]]*)\]")
     _key = re.compile(r'^\s*("?[A-Za-z0-9_.-]+"?)\s*=')
 
     def __init__(self, text: str):
@@ -28,8 +30,8 @@ class LineIndex:
         self.occurrences: dict[str, list[int]] = {}  # every line of an array-of-tables header
         table = ""
         for no, line in enumerate(text.splitlines(), 1):
-            if m := self._header.match(line):
-                table = m.group(1).replace('"', "").replace(" ", "")
+            if (m := self._header.match(line)) and m.group(1).strip():
+                table = m.group(1).strip().replace('"', "").replace(" ", "")
                 parts = table.split(".")
                 for n in range(1, len(parts) + 1):  # [callable.export.f] also places "callable"
                     self.lines.setdefault(".".join(parts[:n]), no)
