@@ -17,8 +17,8 @@ from pipelink.common.expr import names_in, never_valid
 from pipelink.linker.contract_reader import read_align, read_expr, read_ident, Reader, read_shape_entry, read_u32
 from pipelink.linker.contract_types import (
     ARCHES, DTYPES, FACT_BOUNDS, FACT_TYPES, MAX_RANK, MBARRIER_COUNT_MAX, PARAM_TYPES, PROVIDED_TYPES, RUNTIME_NAMES,
-    SCOPES, SPACES, U32_MAX, WORKSPACE_BUILTINS, WORKSPACE_SCOPES, BarrierClaim, CallableDecl, FactDecl, HostDecl, RingSide, RoleDecl,
-    SmemClaim, TensorDecl, WorkspaceDecl,
+    SCOPES, SPACES, U32_MAX, WORKSPACE_BUILTINS, WORKSPACE_SCOPES, BarrierClaim, CallableDecl, FactDecl, HostDecl,
+    RingSide, RoleDecl, SmemClaim, TensorDecl, WorkspaceDecl,
 )
 from pipelink.linker.names import reserved_reason
 
