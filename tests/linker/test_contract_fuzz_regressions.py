@@ -472,3 +472,19 @@ def test_bracket_line_in_a_multiline_string_is_read_at_once(line):
     text = _c("[params]\n", f'note = """\n{line}\n"""\n[params]\n')  # an unknown key: C-SCHEMA at its line
     d = _contract_rejects(text, "C-SCHEMA", "note =")
     assert "not a known field" in d.message and time.time() - t0 < 10
+
+
+# ---- class: a non-ASCII name in an expression read as another name (found by hand) -----------------------
+# Python normalises identifiers (NFKC): "ｔile * 4" (a fullwidth t) parsed as tile * 4 and "ﬁle" as file,
+# so a name no [fact.X] could declare (facts are C identifiers) silently read another fact.
+
+@pytest.mark.parametrize("expr", ["ｔile * 4", "tile * ４", "ﬁle + tile", "tïle * 4"])
+def test_non_ascii_expression_is_c_expr(expr):
+    d = _contract_rejects(_c('stage_bytes = "tile * 4"', f'stage_bytes = "{expr}"'), "C-EXPR", "stage_bytes =")
+    assert "non-ASCII" in d.message
+
+
+def test_non_ascii_grid_is_c_expr(toy):
+    text = (TOY / "toy.kernel.toml").read_text().replace('grid = ["blocks", 1, 1]', 'grid = ["ｂlocks", 1, 1]')
+    d = diagnostic(rejected(parse_kernel_text, text, "k.kernel.toml", toy.packages), "C-EXPR")
+    assert "non-ASCII" in d.message and d.clause == "kernel.grid"

@@ -112,6 +112,8 @@ def _show(text) -> str:
 def _parse(text: str, max_depth: int = BUILT_DEPTH) -> ast.Expression:
     if len(str(text)) > 10_000:
         raise ExprError(f"expression too long ({len(str(text))} characters)")
+    if not str(text).isascii():  # Python reads names NFKC-normalised: "ｔile" and "ﬁle" would be tile and file
+        raise ExprError(f"non-ASCII character in {_show(text)}: names are C identifiers")
     # ValueError: a NUL byte; RecursionError/MemoryError: absurdly nested input.
     try:
         tree = ast.parse(str(text), mode="eval")
