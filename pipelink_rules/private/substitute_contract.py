@@ -42,8 +42,10 @@ def _fail(code: str, label: str, message: str, hint: str) -> int:
     return 1
 
 
-_TABLE = re.compile(r"\s*\[\s*([^\[\]]*?)\s*\]\s*(#.*)?")
-_OWN = re.compile(r"(\s*own\s*=\s*)(.*?)(\s*(#.*)?)")
+# Linear patterns: a line of `[` and blanks with no `]` (TOML allows one inside a multi-line
+# string) made the lazy, blank-flanked forms backtrack cubically.
+_TABLE = re.compile(r"\s*\[([^\[\]]*)\]\s*(#.*)?")
+_OWN = re.compile(r"\s*own\s*=\s*")
 _HINT_FACT = ("list in `facts` only the facts whose [fact.<name>] table has an `own` value (the facts this component "
               "owns); a fact it reads comes from its owner")
 
@@ -56,26 +58,38 @@ def _set_owned(text: str, fact: str, value: str) -> str | None:
         body = line.rstrip("\r\n")
         header = _TABLE.fullmatch(body)
         if header:
-            table = header.group(1)
+            table = header.group(1).strip()
             continue
-        own = _OWN.fullmatch(body) if table == f"fact.{fact}" else None
-        if own:
-            lines[i] = own.group(1) + value + own.group(3) + line[len(body):]
+        own = _OWN.match(body) if table == f"fact.{fact}" else None
+        if own:  # the value, then its trailing blanks and comment as they were
+            rest = body[own.end():]
+            old = rest.split("#", 1)[0].rstrip()
+            lines[i] = body[:own.end()] + value + rest[len(old):] + line[len(body):]
             return "".join(lines)
     return None
+
+
+def _owned_value(text: str, fact: str):
+    """The `own` value of [fact.<fact>] as TOML reads it (None: no such value, or not TOML)."""
+    try:
+        return tomllib.loads(text).get("fact", {}).get(fact, {}).get("own")
+    except tomllib.TOMLDecodeError:
+        return None
 
 
 def _apply_facts(label: str, contract: str, text: str, facts: dict) -> tuple[str | None, int]:
     for fact, given in facts.items():
         value = given.partition("=")[2]
+        if isinstance(_owned_value(text, fact), bool):  # a bool fact's -D value is 0 or 1, its own value false or true
+            if value not in ("0", "1"):
+                return None, _fail("B-FACT", label, f"attribute facts: {contract}'s fact {fact!r} is a bool, so "
+                                                    f"-D{given} must set 0 or 1", "give a bool fact 0 or 1")
+            value, expected = ("true", True) if value == "1" else ("false", False)
+        else:
+            expected = int(value) if re.fullmatch(r"-?[0-9]+", value) else value
         new = _set_owned(text, fact, value)
-        owned = None
-        if new is not None:
-            try:
-                owned = tomllib.loads(new).get("fact", {}).get(fact, {}).get("own")
-            except tomllib.TOMLDecodeError:
-                owned = None
-        if new is None or owned != int(value):
+        owned = _owned_value(new, fact) if new is not None else None
+        if new is None or owned != expected or type(owned) is not type(expected):
             return None, _fail("B-FACT", label, f"attribute facts: {contract} owns no fact {fact!r} (no `own = ...` line "
                                                 f"in a [fact.{fact}] table), so -D{given} would disagree with it",
                                _HINT_FACT)

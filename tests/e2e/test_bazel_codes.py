@@ -228,3 +228,32 @@ def test_compile_of_a_source_under_a_glob_named_directory_keeps_the_source(tmp_p
     assert res.returncode == 0, res.stderr
     assert src.read_text() == "__device__ int f() { return 1; }\n"
     assert (tmp_path / "pkg" / "b*" / "comp.o").exists()
+
+
+_BOOL_CONTRACT = '[component]\nname = "c"\n\n[fact.wide]   # a bool the component owns\ntype = "bool"\nown = false\n'
+
+
+@pytest.mark.parametrize("given,own", [("WIDE=1", "true"), ("WIDE=0", "false")])
+def test_a_bool_fact_is_set_true_or_false(tmp_path, given, own):
+    # `own = 1` for a bool fact was C-SCHEMA at pack, far from the attribute that wrote it
+    res, out = _substitute(tmp_path, {}, {"wide": given}, _BOOL_CONTRACT)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == _BOOL_CONTRACT.replace("own = false\n", f"own = {own}\n")
+
+
+def test_a_bool_fact_given_another_number_is_b_fact(tmp_path):
+    res, out = _substitute(tmp_path, {}, {"wide": "WIDE=2"}, _BOOL_CONTRACT)
+    assert res.returncode == 1 and not out.exists()
+    assert "pipelink B-FACT: //pkg:c: attribute facts: " in res.stderr and "must set 0 or 1" in res.stderr
+
+
+def test_a_line_of_brackets_and_blanks_is_read_at_once(tmp_path):
+    # inside a multi-line string TOML allows it; the lazy header pattern backtracked cubically on it
+    import time
+
+    text = _FACTS_CONTRACT + 'note = """\n[' + " " * 4000 + '\n"""\n'
+    t0 = time.monotonic()
+    res, out = _substitute(tmp_path, {}, {"tile": "TILE=128"}, text)
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - t0 < 20
+    assert "own = 128\n" in out.read_text()
