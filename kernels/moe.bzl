@@ -46,7 +46,7 @@ def moe_components():
         name = "moe_router_grouped",
         component = "moe_router",
         srcs = ["moe/router_grouped.cu"],
-        hdrs = MOE_HDRS + ["moe/router_load.h"],
+        hdrs = MOE_HDRS + ["moe/router_common.h"],
         contract = "moe/router_grouped.contract.toml",
         copts = ["-O3"],
     )
@@ -83,7 +83,7 @@ def moe_trace_step(name = "moe_step_trace"):
 
 def _moe_roles(suffix, defines = [], tags = []):
     """Router (R), dispatch (D) and combine (C): one package each, named <package><suffix>."""
-    for role, hdrs in (("router", MOE_HDRS + ["moe/router_load.h"]), ("dispatch", MOE_HDRS), ("combine", ["moe/moe_shapes.h"])):
+    for role, hdrs in (("router", MOE_HDRS + ["moe/router_common.h"]), ("dispatch", MOE_HDRS), ("combine", ["moe/moe_shapes.h"])):
         cuda_component(
             name = "moe_" + role + suffix,
             component = "moe_" + role,

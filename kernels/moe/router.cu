@@ -29,7 +29,7 @@
 #include <cuda_bf16.h>
 
 #include "moe_shapes.h"
-#include "router_load.h"
+#include "router_common.h"
 #include "warp_mma.h"
 
 PL_DECLARE_FACT(top_k);
@@ -62,14 +62,14 @@ constexpr unsigned STAGE_BYTES = W_BYTES + 2 * X_BYTES;     // the slice, then e
 constexpr unsigned STAGES = 6;                              // [smem.wr]: STAGES x STAGE_BYTES, the CTA's
 constexpr unsigned AHEAD = STAGES - 1;                      // steps in flight
 
-using router_load::commit;
-using router_load::fill_x;
-using router_load::lds64;
-using router_load::splits_for;
+using router_common::commit;
+using router_common::fill_x;
+using router_common::lds64;
+using router_common::splits_for;
 // Warp half's share of W_r's k16 slice: experts [64 half, 64 half + 64) of the tile's 128.
 __device__ __forceinline__ void fill_half(uint32_t dst, const __nv_bfloat16* w, unsigned hidden, unsigned experts,
                                           unsigned k, unsigned half, unsigned lane) {
-  router_load::fill_half<EXPERTS>(dst, w, hidden, experts, k, half, lane);
+  router_common::fill_half<EXPERTS>(dst, w, hidden, experts, k, half, lane);
 }
 
 // Logits of one tile in the accumulator layout: float2 (n8 tile j, half h) of lane l at
@@ -184,12 +184,7 @@ PL_ENTRY(run) {
   const unsigned warps = PL_WARPS();
   const unsigned nw = gridDim.x * warps;
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
-  bool last;
-  const unsigned set = moe::enter(sync, moe::ROUTER, nw, lane, last);
-  if (last) moe::finish_launch(sync, moe::ROUTER, set, moe::ROUTED, moe::READY - moe::ROUTED, lane);
-  unsigned* cur = sync + moe::SET(set);
-  moe::stamp(sync, moe::KERNEL_BEGIN, lane);
-  moe::stamp(sync, moe::ROUTER_BEGIN, lane);
+  unsigned* cur = router_common::enter_launch(sync, nw, lane);
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
   const bool renorm = PL_FACT(renormalize);
   const __nv_bfloat16* bias = PL_FACT(biases) ? p.router_b : nullptr;  // (a fact: null folds the adds away)
@@ -293,13 +288,7 @@ PL_ENTRY(run) {
           atomicAdd(part(logits, tile, j, 0, lane), make_float2(acc[j][0], acc[j][1]));
           atomicAdd(part(logits, tile, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
         }
-        __threadfence();
-        __syncwarp();
-        unsigned old = 0;
-        if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if (old != ks - 1) continue;
-        if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;  // every split has counted: zero for the next launch
+        if (!router_common::finishes_tile(sync, tile, ks, lane)) continue;
 #pragma unroll
         for (unsigned j = 0; j < NT; ++j) {
           const float2 lo = __ldcg(part(logits, tile, j, 0, lane)), hi = __ldcg(part(logits, tile, j, 1, lane));

@@ -21,7 +21,7 @@
 #include <cuda_bf16.h>
 
 #include "moe_shapes.h"
-#include "router_load.h"
+#include "router_common.h"
 #include "warp_mma.h"
 
 PL_DECLARE_FACT(top_k);
@@ -161,12 +161,7 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const unsigned nw = gridDim.x * PL_WARPS();
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
-  bool last;
-  const unsigned set = moe::enter(sync, moe::ROUTER, nw, lane, last);
-  if (last) moe::finish_launch(sync, moe::ROUTER, set, moe::ROUTED, moe::READY - moe::ROUTED, lane);
-  unsigned* cur = sync + moe::SET(set);
-  moe::stamp(sync, moe::KERNEL_BEGIN, lane);
-  moe::stamp(sync, moe::ROUTER_BEGIN, lane);
+  unsigned* cur = router_common::enter_launch(sync, nw, lane);
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
   const unsigned groups = PL_FACT(groups), topk_groups = PL_FACT(topk_groups);
   const bool renorm = PL_FACT(renormalize);
@@ -182,7 +177,7 @@ PL_ENTRY(run) {
   const unsigned half = threadIdx.x / 32 - PL_WARP_BEGIN();  // 0 or 1 (the role has 2 warps)
   const unsigned tiles = moe::ceil_div(T, moe::ROUTE_TOKENS);
   const unsigned k32 = hidden / 32, max_splits = min(MAX_SPLITS, k32 & (0u - k32));
-  const unsigned ks = router_load::splits_for(tiles, gridDim.x, max_splits), units = tiles * ks;
+  const unsigned ks = router_common::splits_for(tiles, gridDim.x, max_splits), units = tiles * ks;
   const unsigned krange = hidden / ks, steps = krange / KSTEP;
   const auto ring_sync = [&]() { pl::named_barrier_sync(PL_BARRIER(ring), 64); };
   const uint32_t ring = pl::smem_addr(PL_SMEM_PTR(wr));
@@ -210,27 +205,27 @@ PL_ENTRY(run) {
     const auto fill = [&](unsigned i) {
       const unsigned k = k_begin + kat(i * KSTEP);
       const uint32_t st = ring + i % STAGES * STAGE_BYTES;
-      router_load::fill_half<SLOTS>(st, p.router_w, hidden, experts, k, 2 * half, lane);
-      router_load::fill_half<SLOTS>(st, p.router_w, hidden, experts, k, 2 * half + 1, lane);
-      if (half == 0) router_load::fill_x(st + W_BYTES, p.x, hidden, t0, T, k, lane);
+      router_common::fill_half<SLOTS>(st, p.router_w, hidden, experts, k, 2 * half, lane);
+      router_common::fill_half<SLOTS>(st, p.router_w, hidden, experts, k, 2 * half + 1, lane);
+      if (half == 0) router_common::fill_x(st + W_BYTES, p.x, hidden, t0, T, k, lane);
     };
 #pragma unroll 1
     for (unsigned i = 0; i < AHEAD; ++i) {
       if (i < steps) fill(i);
-      router_load::commit();
+      router_common::commit();
     }
 #pragma unroll 1
     for (unsigned n = 0; n < steps; ++n) {
       asm volatile("cp.async.wait_group %0;" ::"n"(AHEAD - 1) : "memory");
       ring_sync();  // step n's stage has landed (both warps' parts); step n - 1's is free
       if (n + AHEAD < steps) fill(n + AHEAD);
-      router_load::commit();
+      router_common::commit();
       const uint32_t st = ring + n % STAGES * STAGE_BYTES;
-      const uint2 xg = router_load::lds64(st + W_BYTES + g * 32 + q * 8);
-      const uint2 xh = router_load::lds64(st + W_BYTES + (g + 8) * 32 + q * 8);
+      const uint2 xg = router_common::lds64(st + W_BYTES + g * 32 + q * 8);
+      const uint2 xh = router_common::lds64(st + W_BYTES + (g + 8) * 32 + q * 8);
 #pragma unroll
       for (unsigned j = 0; j < NT; ++j) {
-        const uint2 b = router_load::lds64(st + (WARP_SLOTS * half + j * 8 + g) * 32 + q * 8);
+        const uint2 b = router_common::lds64(st + (WARP_SLOTS * half + j * 8 + g) * 32 + q * 8);
         warp_mma::mma16816(acc[j], xg.x, xh.x, xg.y, xh.y, b.x, b.y);
       }
     }
@@ -246,13 +241,7 @@ PL_ENTRY(run) {
         __stcg(part(logits, tile, half, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
       }
     }
-    __threadfence();
-    __syncwarp();
-    unsigned old = 0;
-    if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old != 2 * ks - 1) continue;  // another warp finishes the tile
-    if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;  // every part has counted: zero for the next launch
+    if (!router_common::finishes_tile(sync, tile, 2 * ks, lane)) continue;  // another warp finishes the tile
     moe::stamp(sync, moe::ROUTER_SUMMED, lane);
     const unsigned live = min(moe::ROUTE_TOKENS, T - t0);
 #pragma unroll 1

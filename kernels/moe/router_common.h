@@ -1,11 +1,36 @@
-// router_load.h — the k-step operand loads the routers share (router.cu, router_grouped.cu):
-// cp.async copies of a k16 slice of W_r and of a tile's x rows into a ring stage, and the
+// router_common.h — what the router packages share (router.cu, router_grouped.cu): the router's
+// launch set and a tile's completion count in `sync` (moe_shapes.h), and the k-step operand
+// loads: cp.async copies of a k16 slice of W_r and of a tile's x rows into a ring stage, and the
 // k-split count. A stage's slice is 32 B a W_r row (row r at r * 32), its x rows 32 B each.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-namespace router_load {
+#include "moe_shapes.h"
+
+namespace router_common {
+// The router's launch set: the launch's last warp to enter zeroes the other set's ROUTED and
+// COUNTS; returns this set's counters.
+__device__ __forceinline__ unsigned* enter_launch(unsigned* sync, unsigned warps, unsigned lane) {
+  bool last;
+  const unsigned set = moe::enter(sync, moe::ROUTER, warps, lane, last);
+  if (last) moe::finish_launch(sync, moe::ROUTER, set, moe::ROUTED, moe::READY - moe::ROUTED, lane);
+  moe::stamp(sync, moe::KERNEL_BEGIN, lane);
+  moe::stamp(sync, moe::ROUTER_BEGIN, lane);
+  return sync + moe::SET(set);
+}
+// After this warp's partial logits of `tile` are stored: whether it is the last of the tile's
+// `arrivals` (it then zeroes the count for the next launch and routes the tile).
+__device__ __forceinline__ bool finishes_tile(unsigned* sync, unsigned tile, unsigned arrivals, unsigned lane) {
+  __threadfence();
+  __syncwarp();
+  unsigned old = 0;
+  if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old != arrivals - 1) return false;
+  if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;
+  return true;
+}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
@@ -56,4 +81,4 @@ __device__ __forceinline__ unsigned splits_for(unsigned pairs, unsigned ctas, un
   while (ks < max_splits && pairs * ks * 2 <= ctas) ks *= 2;
   return ks;
 }
-}  // namespace router_load
+}  // namespace router_common
