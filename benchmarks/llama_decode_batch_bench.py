@@ -44,12 +44,12 @@ def batch_one(model: str, batch: int, prompts: list[int], steps: int) -> int:
     s = MegakernelStep(cfg, w, max_seq=max(prompts) + steps, batch=batch)
     s.logits.fill_(float("nan"))
     first, _ = s.prefill([x[:n] for x, n in zip(ids, prompts)])
-    rows = [first.double().cpu()]
+    rows = [first.double().cpu().reshape(batch, -1)]  # batch 1: logits are [vocab]
     for i in range(steps):
         s.logits.fill_(float("nan"))
         s.set_tokens([int(x[n + i]) for x, n in zip(ids, prompts)])
         s.launch()
-        rows.append(s.logits.double().cpu())
+        rows.append(s.logits.double().cpu().reshape(batch, -1))
     torch.cuda.synchronize()
     got = torch.stack(rows, 1)  # [B, steps + 1, vocab]
     worst, bad, mism = 0.0, [], 0
