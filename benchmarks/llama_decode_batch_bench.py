@@ -85,7 +85,7 @@ def cmd_bench(a) -> int:
     import torch
     import llama_models as lm
     from gpu_bench import interleaved
-    from llama_megakernel import MegakernelStep
+    from llama_megakernel import MegakernelStep, default_kernel_dir
     cfg = lm.MODELS["llama3_2_1b"]
     w = _weights(cfg, seed=1)
     contexts = [int(c) for c in a.contexts.split(",")]
@@ -99,6 +99,10 @@ def cmd_bench(a) -> int:
     for c in a.also or ():  # an earlier build of the first batch's target, on the same buffers
         b0 = f"b{batches[0]}"
         steps[f"{b0}_{Path(c).stem}"] = steps[b0].sharing_buffers(Path(c))
+    for n in a.also_target or ():  # another link at the first batch (other facts: its own buffers, packed for it)
+        d = default_kernel_dir()
+        steps[f"b{batches[0]}_{n}"] = MegakernelStep(cfg, w, max_seq=max_seq, batch=batches[0],
+                                                     kernel_files=(d / f"{n}.cubin", d / f"{n}.manifest.json"))
     s1 = steps.get("b1") or next(iter(steps.values()))
     weights = s1.bufs["weights"].numel() * 2 + s1.bufs["head"].numel() * 2
     kv_token = cfg.layers * cfg.kv_heads * cfg.head_dim * 2 * 2  # K and V bytes a cached position
@@ -138,6 +142,9 @@ def main(argv=None) -> int:
     ap.add_argument("--torch-max-context", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--control", action="store_true", help="bench: the first batch's control cubin in the same rounds")
+    ap.add_argument("--also-target", action="append", metavar="TARGET",
+                    help="bench: another //kernels/decode link at the first batch (e.g. llama3_1b_b8_ksplit1), "
+                         "on its own buffers")
     ap.add_argument("--also", action="append", metavar="CUBIN",
                     help="bench: an earlier build of the first batch's target (its cubin) in the same rounds")
     a = ap.parse_args(argv)

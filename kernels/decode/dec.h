@@ -27,7 +27,11 @@
 // (2 tile_elems bytes), so a GU tile is two loads, its gate rows then its up rows, and every
 // stage is full (a stage sized for a whole GU tile would carry plain tiles half empty and hold
 // half as many). Tile i of an op goes to CTA (i + rot) mod G, where rot is the number of tiles
-// of all earlier matvec ops (so the remainders rotate over the grid).
+// of all earlier matvec ops (so the remainders rotate over the grid). The DOWN op's k may be
+// split (fact `down_chunks`, the batched builds'): its tile i = q chunks + c holds rows
+// [q r, q r + r) over k-chunk c of inter / chunks elements, contiguous in the packed buffer, and
+// adds its partial sums into the residual (red.add). A CTA's tiles are G apart, so with chunks
+// dividing G each CTA multiplies one chunk: its input is B rows of that chunk alone.
 //
 // Batch (fact `batch`, B <= MAX_BATCH sequences a step): the weights stream once and every tile
 // multiplies the B input vectors at once (dec_matvec's matvec_batch, tensor cores); the
@@ -38,7 +42,8 @@
 // Packed weights (`weights`, bf16, one buffer; kernels/decode/llama_pack.py writes it), per
 // layer: W_qkv [q_dim + 2 kv_dim, hidden] (q, k, v rows as Hugging Face's q/k/v_proj),
 // W_o [hidden, q_dim], W_gu [2 inter, hidden] (r_h gate rows, then the same r_h up rows, ...),
-// W_down [hidden, inter]. The head is a separate matrix (`head`, [vocab, hidden]: the
+// W_down [hidden, inter] (with down_chunks c > 1: blocks [r rows, inter / c] in tile order,
+// rows-block major). The head is a separate matrix (`head`, [vocab, hidden]: the
 // embedding when tied) and the norms a separate f32 buffer (`norms`: ln1[l], ln2[l] for each
 // layer, then the final norm, each [hidden]).
 //
@@ -60,6 +65,7 @@
   PL_DECLARE_FACT(inter);    \
   PL_DECLARE_FACT(vocab);    \
   PL_DECLARE_FACT(tile_elems); \
+  PL_DECLARE_FACT(down_chunks); \
   PL_DECLARE_FACT_BOOL(unfused)
 #define DEC_MODEL_FIELDS \
   PL_FACT(hidden), PL_FACT(layers), PL_FACT(heads), PL_FACT(kv_heads), PL_FACT(head_dim), PL_FACT(inter), PL_FACT(vocab)
@@ -93,6 +99,9 @@ constexpr unsigned ST_TOKEN = 0, ST_POS = 1, ST_ERROR = 2, ST_WORDS = 4;
 struct Model {
   unsigned hidden, layers, heads, kv_heads, head_dim, inter, vocab;
   unsigned tile_elems;  // the weight stream's fact: elements of a plain tile (a ring stage holds two)
+  // the kernel file's fact: the DOWN op's k in this many chunks (1 at batch 1; its walk only
+  // matters to the roles that take DOWN tiles, the stream and the step)
+  unsigned down_chunks = 1;
   __host__ __device__ unsigned stage_bytes() const { return 2 * tile_elems; }
   // floats of one of the step's two y buffers: a GU tile's 2 r rows (r <= tile_elems / 256)
   __host__ __device__ unsigned y_floats() const { return tile_elems / 128; }
@@ -120,10 +129,16 @@ struct MatOp {
   unsigned kind, layer, k, r, tiles, tile_rows;  // tile_rows: rows a tile holds (GU: 2 r)
   unsigned long long base;                        // first element in its buffer
   bool head;                                      // the head buffer, not the packed weights
+  unsigned chunks;                                // k-chunks a row holds: tile i covers chunk i % chunks
 };
+// The first output row of tile i (GU: its first gate row's pair) and the k-chunk it multiplies:
+// a k-split op's tiles i = q chunks + c are rows [q r, q r + r), k [c k, c k + k) (the packed
+// layout keeps each such block contiguous), so its row sums are partial: the step adds them.
+__host__ __device__ inline unsigned tile_row0(const MatOp& op, unsigned i) { return i / op.chunks * op.r; }
+__host__ __device__ inline unsigned tile_chunk(const MatOp& op, unsigned i) { return i % op.chunks; }
 
 __host__ __device__ inline MatOp mat_op(const Model& m, unsigned kind, unsigned layer) {
-  MatOp op{kind, layer, 0, 0, 0, 0, (unsigned long long)layer * m.layer_elems(), false};
+  MatOp op{kind, layer, 0, 0, 0, 0, (unsigned long long)layer * m.layer_elems(), false, 1};
   switch (kind) {
     case QKV:
       op.k = m.hidden, op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.qkv_rows() / op.r;
@@ -139,7 +154,12 @@ __host__ __device__ inline MatOp mat_op(const Model& m, unsigned kind, unsigned 
     case DOWN:
       op.base += (unsigned long long)m.qkv_rows() * m.hidden + (unsigned long long)m.hidden * m.q_dim() +
                  2ull * m.inter * m.hidden;
-      op.k = m.inter, op.r = tile_rows(op.k, m.tile_elems), op.tiles = m.hidden / op.r;
+      // batch > 1 splits k (the step's xin then holds B rows of inter / down_chunks, not of inter).
+      // down_chunks is a power of two, so the chunk's tile holds down_chunks times the rows and
+      // the tile count is the unsplit one (written so: the walk's loops then compile the same
+      // in the linked kernel and the single-unit control)
+      op.chunks = m.down_chunks, op.k = m.inter / op.chunks, op.r = tile_rows(op.k, m.tile_elems);
+      op.tiles = m.hidden / tile_rows(m.inter, m.tile_elems);
       break;
     default:  // HEAD
       op.base = 0, op.head = true;

@@ -8,7 +8,8 @@
 // an epilogue and the next tile's matvec need no barrier between them. ATTN ops belong to the
 // attention role; this role only waits for them. The last CTA to finish publishes the argmax
 // token, advances the position and zeroes the counters (dec.h). Batch B > 1 (fact `batch`): the
-// same schedule over B rows of every activation, each tile multiplied by matvec_batch (dec.h).
+// same schedule over B rows of every activation, each tile multiplied by matvec_batch (dec.h);
+// a k-split DOWN op (fact down_chunks) builds xin from its chunk of h and adds its partial sums.
 #define PL_COMPONENT dec_step
 #include <pipelink.h>
 
@@ -60,10 +61,11 @@ PL_ENTRY(run) {
   using namespace dec_step;
   const Params& p = PL_PARAMS(Params);
   const unsigned t = threadIdx.x - 32u * PL_WARP_BEGIN();
-  const dec::Model m{DEC_MODEL_FIELDS, PL_FACT(tile_elems)};
+  const dec::Model m{DEC_MODEL_FIELDS, PL_FACT(tile_elems), PL_FACT(down_chunks)};
   const unsigned B = PL_FACT(batch), OPS = dec::ops_base(B);
   if (B > dec::MAX_BATCH) __trap();  // outside accept (folds away)
   if (m.hidden > m.tile_elems || m.inter > m.tile_elems || m.q_dim() > m.tile_elems) __trap();  // a row per tile at least (folds away)
+  if (m.inter % (256 * m.down_chunks)) __trap();  // whole 256s a DOWN chunk (the kernel file's choice; folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   float* x = static_cast<float*>(PL_WORKSPACE(x));
   float* qkv = static_cast<float*>(PL_WORKSPACE(qkv));
@@ -102,7 +104,17 @@ PL_ENTRY(run) {
   const auto stamp = [&](unsigned field, unsigned v) {
     if (DEC_TRACE && t == 0) dec::trace_record(p.state, B, k * G + cta)[field] = v;
   };
-  // One matvec op: `input()` builds xin once (after the wait), `epilogue(i, op, y)` takes the
+  // xin = B rows of src (rows of n elements), or with `chunks` > 1 of their k-chunk `chunk`
+  // (n / chunks elements): every 16-byte copy in flight at once (cp.async through L2: other CTAs
+  // wrote src; no registers held)
+  const auto copy_rows = [&](const uint16_t* src, unsigned n, unsigned chunks, unsigned chunk) {
+    const unsigned kc = n / chunks, row = kc / 8, stride = B == 1 ? row : (kc + dec::XIN_PAD) / 8;  // in 16-byte chunks
+    const uint4* from = reinterpret_cast<const uint4*>(src + (size_t)chunk * kc);
+    for (unsigned c = t; c < B * row; c += dec::THREADS)
+      dec::copy16_async(reinterpret_cast<uint4*>(xin) + c / row * stride + c % row, from + (size_t)(c / row) * (n / 8) + c % row);
+    dec::copy_async_wait_all();
+  };
+  // One matvec op: `input(chunk)` builds xin once (after the wait), `epilogue(i, op, y)` takes the
   // rows of tile i (sequence b's at y + b ys). O and DOWN add their rows to the residual: right
   // after the wait, thread (b mine + j) r + row loads row `row` of this CTA's j-th tile of
   // sequence b (when they all fit), so the add at the end of each tile waits on no load.
@@ -115,16 +127,23 @@ PL_ENTRY(run) {
       if (range.waits_for(k - 1)) wait(OPS + k - 1, prev_need);
       stamp(1, dec::now_ns());
       const bool residual = kind == dec::O || kind == dec::DOWN;
+      const bool partial = op.chunks > 1;  // a k-split op: its tiles' sums are added into x (red.add)
       const unsigned mine = (op.tiles - first + G - 1) / G;
       const unsigned per_seq = mine * op.r, hb = t / per_seq, ht = t % per_seq;  // (held rows)
-      const bool held = residual && per_seq * B <= dec::THREADS;
+      const bool held = residual && !partial && per_seq * B <= dec::THREADS;
       float held_x = 0.f;
       if (held && t < per_seq * B) held_x = __ldcg(x + (size_t)hb * m.hidden + (first + ht / op.r * G) * op.r + ht % op.r);
-      input();
+      unsigned chunk = dec::tile_chunk(op, first);
+      input(chunk);
       pl::named_barrier_sync(bar, dec::THREADS);
       stamp(2, dec::now_ns());
       unsigned j = 0, loads = 0, data_wait = 0;
       for (unsigned i = first; i < op.tiles; i += G, ++j) {
+        if (partial && dec::tile_chunk(op, i) != chunk) {  // DOWN's next chunk (never when chunks divides the grid)
+          chunk = dec::tile_chunk(op, i);
+          copy_rows(h, m.inter, op.chunks, chunk);  // xin is free: the last tile's matvec ended with a barrier
+          pl::named_barrier_sync(bar, dec::THREADS);
+        }
         float* yb = y + (ny++ & 1u) * B * ys;
         for (unsigned hl = 0; hl < dec::loads_per_tile(op); ++hl) {  // GU: gate rows, then up rows
           const unsigned t0 = DEC_TRACE ? dec::now_ns() : 0u;
@@ -140,6 +159,9 @@ PL_ENTRY(run) {
         if (held) {
           if (t < per_seq * B && ht / op.r == j)
             x[(size_t)hb * m.hidden + i * op.r + ht % op.r] = held_x + yb[hb * ys + ht % op.r];
+        } else if (partial) {  // chunks of other CTAs add to the same rows
+          for (unsigned e = t; e < op.r * B; e += dec::THREADS)
+            atomicAdd(x + (size_t)(e / op.r) * m.hidden + dec::tile_row0(op, i) + e % op.r, yb[e / op.r * ys + e % op.r]);
         } else if (residual) {
           for (unsigned e = t; e < op.r * B; e += dec::THREADS) {
             float* xe = x + (size_t)(e / op.r) * m.hidden + i * op.r + e % op.r;
@@ -156,24 +178,19 @@ PL_ENTRY(run) {
   };
   // xin: batch 1 one vector; batch B rows of k + XIN_PAD elements (dec.h)
   const auto norm_input = [&](const float* w) {
-    return [=]() {
+    return [=](unsigned) {
       if (B == 1) PL_CALL(rmsnorm, x, w, xin, m.hidden, p.eps);
       else PL_CALL(rmsnorm_rows, x, w, xin, m.hidden, p.eps, B, m.hidden + dec::XIN_PAD);
     };
   };
-  const auto copy_input = [&](const uint16_t* src, unsigned n) {  // bf16 written by other CTAs: through L2
-    return [=]() {
-      if (B == 1) {  // (the timed batch-1 path as it was measured; cp.async there is untried)
+  const auto copy_input = [&](const uint16_t* src, unsigned n, unsigned chunks) {  // bf16 written by other CTAs: through L2
+    return [=](unsigned chunk) {
+      if (B == 1 && chunks == 1) {  // (the timed batch-1 path as it was measured; cp.async there is untried)
         for (unsigned c = t; c < n / 8; c += dec::THREADS)
           reinterpret_cast<uint4*>(xin)[c] = __ldcg(reinterpret_cast<const uint4*>(src) + c);
         return;
       }
-      // B rows: every chunk's copy in flight at once (cp.async through L2, no registers held)
-      const unsigned row = n / 8, stride = (n + dec::XIN_PAD) / 8;  // in 16-byte chunks
-      for (unsigned c = t; c < B * row; c += dec::THREADS)
-        dec::copy16_async(reinterpret_cast<uint4*>(xin) + c / row * stride + c % row,
-                          reinterpret_cast<const uint4*>(src) + c);
-      dec::copy_async_wait_all();
+      copy_rows(src, n, chunks, chunk);
     };
   };
   const auto residual = [](unsigned, const dec::MatOp&, const float*) {};  // (matvec_op adds it)
@@ -186,13 +203,13 @@ PL_ENTRY(run) {
               });
     // ATTN: the attention role's; every CTA's instance counts once
     prev_need = G, ++k;
-    matvec_op(dec::O, l, copy_input(ao, m.q_dim()), residual);
+    matvec_op(dec::O, l, copy_input(ao, m.q_dim(), 1), residual);
     matvec_op(dec::GU, l, norm_input(p.norms + (size_t)(2 * l + 1) * m.hidden),
               [&](unsigned i, const dec::MatOp& op, const float* yb) {
                 if (B == 1) PL_CALL(swiglu, yb, yb + op.r, h + i * op.r, op.r);
                 else PL_CALL(swiglu_rows, yb, yb + op.r, h + i * op.r, op.r, B, ys, m.inter);
               });
-    matvec_op(dec::DOWN, l, copy_input(h, m.inter), residual);
+    matvec_op(dec::DOWN, l, copy_input(h, m.inter, m.down_chunks), residual);
   }
   unsigned long long* best = reinterpret_cast<unsigned long long*>(sync + dec::BEST);
   matvec_op(dec::HEAD, 0, norm_input(p.norms + (size_t)(2 * m.layers) * m.hidden),

@@ -106,7 +106,7 @@ PL_ENTRY(run) {
   using namespace dec_stream;
   const Params& p = PL_PARAMS(Params);
   if (threadIdx.x % 32 != 0) return;  // one thread issues every copy
-  const dec::Model m{DEC_MODEL_FIELDS, DEC_TILE_ELEMS};
+  const dec::Model m{DEC_MODEL_FIELDS, DEC_TILE_ELEMS, PL_FACT(down_chunks)};
   uint8_t* ring = pl::smem_base() + PL_RING_BUFFER(w);
   uint64_t* full = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_FULL(w));
   uint64_t* empty = reinterpret_cast<uint64_t*>(pl::smem_base() + PL_RING_EMPTY(w));

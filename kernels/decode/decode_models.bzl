@@ -38,20 +38,39 @@ DECODE_BATCHES = {
     "llama_tiny_b3": ("llama_tiny", 3),  # an odd batch for the GPU tests
 }
 
-def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = ":dec_step", stream = ":dec_stream", tags = []):
+def decode_down_chunks(m, batch):
+    """The DOWN op's k-chunks (fact down_chunks, dec.h mat_op) for model row `m` at `batch`: 1 at
+    batch 1 (one input row costs little shared memory), else the fewest chunks (1, 2, 4 or 8,
+    inter / chunks whole 256s) that make the DOWN op's input rows no wider than the other ops',
+    so xin holds B rows of max(hidden, heads · head_dim) and the rest of shared memory goes to the
+    weight ring (Python packs by the manifest's value)."""
+    if batch == 1:
+        return 1
+    widest = max(m["hidden"], m["heads"] * m["head_dim"])
+    fits = [c for c in [1, 2, 4, 8] if m["inter"] % (256 * c) == 0]
+    for c in fits:
+        if m["inter"] // c <= widest:
+            return c
+    return fits[-1]
+
+def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = ":dec_step", stream = ":dec_stream", tags = [], down_chunks = None):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION (or another
     build of package dec_attn, by label). unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
     batch: sequences a step (the kernel fact; the simple attention package accepts 1).
     step, stream: the step role's and the weight stream's packages (other builds of their
-    sources, for a variant)."""
+    sources, for a variant). down_chunks: the DOWN op's k-chunks (default decode_down_chunks)."""
     m = DECODE_MODELS[model]
     fused_kernel(
         name = name,
         arch = "sm_90a",
         components = [{":dec_step": step, ":dec_stream": stream}.get(c, c) for c in DECODE_COMPONENTS] + [DECODE_ATTENTION.get(attention, attention)],
         kernel = "llama_decode.kernel.toml",
-        facts = dict([(f, m[f]) for f in DECODE_FACTS] + [("unfused", unfused), ("batch", batch)]),
+        facts = dict([(f, m[f]) for f in DECODE_FACTS] + [
+            ("unfused", unfused),
+            ("batch", batch),
+            ("down_chunks", decode_down_chunks(m, batch) if down_chunks == None else down_chunks),
+        ]),
         visibility = ["//visibility:public"],
         tags = tags,
     )
@@ -72,6 +91,9 @@ def decode_models():
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
     llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace")
     llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace")
+    # batch 8 with the DOWN op's k whole (xin holds 8 rows of inter: a ring of 2 stages): what
+    # the k-split buys, timed beside llama3_1b_b8
+    llama_decode(name = "llama3_1b_b8_ksplit1", model = "llama3_2_1b", batch = 8, down_chunks = 1)
     # Llama-3.2-1B with the stream's loads in flight uncapped (dec_stream.cu DEC_INFLIGHT; the
     # default is 1): what the cap buys, timed beside llama3_1b
     llama_decode(name = "llama3_1b_uncapped", model = "llama3_2_1b", stream = ":dec_stream_inflight0")

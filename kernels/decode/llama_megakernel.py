@@ -133,10 +133,14 @@ class MegakernelStep:
         if not isinstance(tile_elems, int) or max(cfg.hidden, cfg.inter, cfg.heads * cfg.head_dim) > tile_elems:
             raise LaunchError("R-MANIFEST", f"{target}: tile_elems = {tile_elems!r} cannot hold a row of this model",
                               hint=build)
+        # (a build from before the fact has its DOWN op's k whole)
+        chunks = manifest.facts.get("down_chunks", 1)
+        if not isinstance(chunks, int) or chunks < 1:
+            raise LaunchError("R-MANIFEST", f"{target}: down_chunks = {chunks!r} is not a chunk count", hint=build)
         expect_cubin(cubin, hint=build)
         self.cfg, self.target, self.device, self.batch = cfg, target, device, batch
         dev = torch.device("cuda", device)
-        self.bufs = llama_pack.pack(cfg, weights, device=dev, tile_elems=tile_elems)
+        self.bufs = llama_pack.pack(cfg, weights, device=dev, tile_elems=tile_elems, chunks=chunks)
         lead = (batch,) if batch > 1 else ()
         shape = (*lead, cfg.layers, cfg.kv_heads, self.max_seq, cfg.head_dim)
         self.kcache = torch.zeros(shape, dtype=torch.bfloat16, device=dev)

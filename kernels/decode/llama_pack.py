@@ -140,9 +140,11 @@ def expect_weights(cfg: LlamaConfig, weights) -> None:
                           hint="move every tensor to one device (or leave them on the CPU)")
 
 
-def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_ELEMS) -> dict[str, torch.Tensor]:
+def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_ELEMS,
+         chunks: int = 1) -> dict[str, torch.Tensor]:
     """The megakernel's buffers of `weights` (llama_weights' layout, any float dtype) on `device`,
-    for a kernel whose weight stream has tiles of `tile_elems` (its manifest's fact)."""
+    for a kernel whose weight stream has tiles of `tile_elems` and whose DOWN op's k is in
+    `chunks` chunks (its manifest's facts tile_elems and down_chunks)."""
     expect_config(cfg)
     expect_weights(cfg, weights)
     H, L, I = cfg.hidden, cfg.layers, cfg.inter
@@ -150,6 +152,11 @@ def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_EL
     if I % r:
         raise LaunchError("R-CONFIG", f"inter = {I} is not a multiple of the gate/up tile's {r} rows",
                           hint="the packages accept inter in multiples of 256")
+    if chunks < 1 or I % (256 * chunks):
+        raise LaunchError("R-MANIFEST", f"down_chunks = {chunks}: inter = {I} is not {chunks} chunks of whole 256s",
+                          hint="the kernel file's down_chunks comes from decode_models.bzl decode_down_chunks; rebuild it")
+    rd = tile_rows(I // chunks, tile_elems)  # the DOWN tile's rows: blocks [rd, I / chunks] in tile order
+    down = lambda t: t.reshape(H // rd, rd, chunks, I // chunks).transpose(1, 2).reshape(H, I)  # noqa: E731
     bf = torch.bfloat16
     parts, norms = [], []
     for i in range(L):
@@ -158,7 +165,7 @@ def pack(cfg: LlamaConfig, weights: dict, device=None, tile_elems: int = TILE_EL
         gate, up = w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")
         gu = torch.stack([gate.reshape(I // r, r, H), up.reshape(I // r, r, H)], dim=1).reshape(2 * I, H)
         parts += [w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"), w("self_attn.v_proj.weight"),
-                  w("self_attn.o_proj.weight"), gu, w("mlp.down_proj.weight")]
+                  w("self_attn.o_proj.weight"), gu, down(w("mlp.down_proj.weight"))]
         norms += [w("input_layernorm.weight"), w("post_attention_layernorm.weight")]
     norms.append(weights["model.norm.weight"])
     qk = [torch.stack([weights[f"model.layers.{i}.self_attn.{n}_norm.weight"].to(torch.float32) for n in "qk"])

@@ -22,9 +22,9 @@ def bf16(t: torch.Tensor) -> torch.Tensor:
 
 class Emulator:
     def __init__(self, cfg, bufs: dict, max_seq: int, grid: int = 132, split: bool = True,
-                 tile_elems: int = lp.TILE_ELEMS):
+                 tile_elems: int = lp.TILE_ELEMS, down_chunks: int = 1):
         self.cfg, self.b, self.max_seq, self.grid, self.split = cfg, bufs, max_seq, grid, split
-        self.tile_elems = tile_elems
+        self.tile_elems, self.down_chunks = tile_elems, down_chunks
         L, kvh, hd = cfg.layers, cfg.kv_heads, cfg.head_dim
         self.kcache = torch.zeros(L, kvh, max_seq, hd, dtype=F64)
         self.vcache = torch.zeros(L, kvh, max_seq, hd, dtype=F64)
@@ -32,8 +32,8 @@ class Emulator:
         self.blob = bufs["weights"].to(F64)
 
     def _mat_op(self, kind: str, layer: int):
-        """dec.h mat_op: (k, r, tiles, tile_rows, first element)."""
-        c = self.cfg
+        """dec.h mat_op: (k, r, tiles, tile_rows, first element, k-chunks)."""
+        c, chunks = self.cfg, 1
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         base = layer * lp.layer_elems(c)
         if kind == "qkv":
@@ -46,20 +46,24 @@ class Emulator:
             k, rows = c.hidden, c.inter
         elif kind == "down":
             base += (q + 2 * kv) * c.hidden + c.hidden * q + 2 * c.inter * c.hidden
-            k, rows = c.inter, c.hidden
+            chunks = self.down_chunks
+            k, rows = c.inter // chunks, c.hidden
         else:
             base, k, rows = 0, c.hidden, c.vocab
         r = lp.tile_rows(k, self.tile_elems)
-        return k, r, rows // r, (2 * r if kind == "gu" else r), base
+        return k, r, rows // r * chunks, (2 * r if kind == "gu" else r), base, chunks
 
     def _matvec(self, kind, layer, xin):
-        """All tiles of the op: y per tile (tile_rows sums), in tile order."""
-        k, r, tiles, trows, base = self._mat_op(kind, layer)
+        """All tiles of the op: y per row block (tile_rows sums), in tile order; a k-split op's
+        tile i = q chunks + c multiplies xin's chunk c, its sums added into row block q (the
+        kernel's red.add, here in tile order)."""
+        k, r, tiles, trows, base, chunks = self._mat_op(kind, layer)
         src = self.b["head"].to(F64).reshape(-1) if kind == "head" else self.blob
-        out = []
+        out = [torch.zeros(trows, dtype=F64) for _ in range(tiles // chunks)]
         for i in range(tiles):
             tile = src[base + i * trows * k: base + (i + 1) * trows * k].reshape(trows, k)
-            out.append(tile @ xin)
+            c = i % chunks
+            out[i // chunks] += tile @ xin[c * k:(c + 1) * k]
         return out, r
 
     def _rmsnorm(self, x, w):

@@ -96,16 +96,18 @@ def tiny():
     return w, ids, ref_logits[0]
 
 
-@pytest.mark.parametrize("split,grid,tile_elems", [(True, 132, 16384), (True, 8, 16384), (False, 132, 16384),
-                                                   (True, 132, 8192)])
-def test_emulated_step_meets_issue_43s_criterion(tiny, split, grid, tile_elems):
+@pytest.mark.parametrize("split,grid,tile_elems,chunks", [(True, 132, 16384, 1), (True, 8, 16384, 1),
+                                                          (False, 132, 16384, 1), (True, 132, 8192, 1),
+                                                          (True, 132, 16384, 2), (True, 132, 8192, 4)])
+def test_emulated_step_meets_issue_43s_criterion(tiny, split, grid, tile_elems, chunks):
     """80 teacher-forced steps over the packed buffers agree with the fp32 reference (rtol 2e-2
     of the largest logit, greedy tokens wherever the margin is decisive); grid 8 makes the
     split-KV attention cut each head's positions into up to 4 chunks of 64 and merge them;
-    tile_elems 8192 packs and walks half-size weight tiles (the stream's other accepted value)."""
+    tile_elems 8192 packs and walks half-size weight tiles (the stream's other accepted value);
+    chunks > 1 packs and walks the DOWN op's k in chunks (fact down_chunks, the batched builds')."""
     w, ids, ref_logits = tiny
-    em = Emulator(TINY, lp.pack(TINY, w, tile_elems=tile_elems), max_seq=128, grid=grid, split=split,
-                  tile_elems=tile_elems)
+    em = Emulator(TINY, lp.pack(TINY, w, tile_elems=tile_elems, chunks=chunks), max_seq=128, grid=grid, split=split,
+                  tile_elems=tile_elems, down_chunks=chunks)
     got = _run(em, ids[0].tolist())
     a = ref.agreement(got, ref_logits)
     assert a["ok"], a
