@@ -10,7 +10,8 @@
 // Ends with a barrier: y is complete and the stage may be overwritten.
 //
 // matvec_batch: the same product for the batch's B input vectors at once (fact `batch`, B <= 8),
-// y[b ystride + r] = Σ_c W[r, c] · x[b, c], by tensor cores: mma.sync m16n8k16 with the vectors
+// y[b ystride + r] = s_b · Σ_c W[r, c] · x[b, c] (s_b: with `scaled`, the RMSNorm factor that
+// dec_rmsnorm's rmsnorm_rows left as an f32 in row b's pad, else 1), by tensor cores: mma.sync m16n8k16 with the vectors
 // as A (rows gid < B of the 16; the rest zero) and eight tile rows as B (each n8 group of rows
 // in turn). Warp w takes the k32 blocks w, w + 8, ...: lane (gid, qd) = (lane / 4, lane % 4)
 // loads 16 bytes of row gid of the vectors and of the tile at block column qd · 8, and the mma's
@@ -107,7 +108,7 @@ PL_CALLABLE(matvec)(unsigned pl_inst, const void* tile, const void* xin, unsigne
 }
 
 PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, unsigned rows, unsigned k, float* y,
-                          unsigned ystride) {
+                          unsigned ystride, unsigned scaled) {
   using namespace dec_matvec;
   const unsigned B = PL_FACT(batch);
   if (B > dec::MAX_BATCH) __trap();  // outside accept (folds away)
@@ -169,7 +170,9 @@ PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, u
       float sum = 0.f;
 #pragma unroll
       for (unsigned w8 = 0; w8 < WARPS; ++w8) sum += s[w8 * B * 8];
-      y[b * ystride + 8 * g0 + r] = sum;
+      // scaled: the RMSNorm factor rmsnorm_rows left in the row's pad (past its k elements)
+      const float f = scaled ? *reinterpret_cast<const float*>(static_cast<const uint16_t*>(xin) + (size_t)b * (k + dec::XIN_PAD) + k) : 1.f;
+      y[b * ystride + 8 * g0 + r] = sum * f;
     }
     pl::named_barrier_sync(PL_BARRIER(tile), THREADS);  // y is complete, red and the stage free
   }

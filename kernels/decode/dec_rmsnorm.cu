@@ -2,21 +2,24 @@
 // out[i] = bf16(x[i] · rsqrt(mean(x²) + eps) · w[i]), by the calling role's 256 threads. The
 // sum of squares reduces with CUB's warp reduction (CCCL), then across the 8 warps in shared
 // memory. `x` is written by other CTAs of the grid: read through L2.
-// rmsnorm_rows: the same for `rows` vectors (x [rows][n], out rows `out_stride` elements apart:
-// the batch's input of dec_step), WARPS / rows warps a row, ROW_HELD float4 a lane in flight
-// at once (every op's input is on the step's critical path: its round trips are what it costs).
+// rmsnorm_rows: `rows` vectors (x [rows][n], out rows `out_stride` elements apart: the batch's
+// input of dec_step) as bf16(x · w) and each row's rsqrt(mean(x²) + eps) in the row's pad, which
+// the matvec applies to its sums: the rows of 8 sequences (64 KB) do not fit the step role's
+// registers, and held nowhere they would cost a second read and round trip before the stores
+// (every op's input is on the step's critical path: its round trips are what it costs).
 #define PL_COMPONENT dec_rmsnorm
 #include <pipelink.h>
 
 #include <cub/warp/warp_reduce.cuh>
 
 PL_DECLARE_SMEM(red);
+PL_DECLARE_FACT(batch);
 PL_DECLARE_BARRIER(sums);
 
 namespace dec_rmsnorm {
 constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned HELD = 8;  // elements a thread keeps in registers: n <= 2048 in one read
-constexpr unsigned ROW_HELD = 8;   // rmsnorm_rows: float4 a lane keeps (16 spill the step role's 128 registers)
+constexpr unsigned MAX_ROWS = 8;   // rmsnorm_rows: rows at most (the step's batch, [fact.batch] accept)
 using WarpSum = cub::WarpReduce<float>;
 // A full warp reduces with shuffles: CUB's temp storage is an empty type (a local nothing reads).
 static_assert(sizeof(WarpSum::TempStorage) <= 1, "CUB's shuffle reduction: no temp storage");
@@ -83,74 +86,49 @@ PL_CALLABLE(rmsnorm_rows)(unsigned pl_inst, const float* x, const float* w, void
                           unsigned rows, unsigned out_stride) {
   using namespace dec_rmsnorm;
   const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32;
-  float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));
-  // WARPS / rows warps a row (rows <= WARPS: the step's batch), each lane ROW_HELD float4 of its
-  // row in registers: n <= ROW_HELD · 128 · wpr in one round trip; longer rows in chunks
-  const unsigned wpr = rows && rows <= WARPS ? WARPS / rows : 1u, r = warp / wpr, lanes = 32 * wpr;
-  const unsigned lt = warp % wpr * 32 + lane, n4 = n / 4;
-  const bool live = r < rows;
-  const float4* xr = reinterpret_cast<const float4*>(x + (size_t)r * n);
+  float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));  // [warp][row]
+  if (rows > MAX_ROWS || rows > PL_FACT(batch)) __trap();   // (the step passes its batch: folds away)
+  // out row b = bf16(x_b · w), and its factor rsqrt(mean(x_b²) + eps) as an f32 at element n (the
+  // row's pad: out_stride >= n + 2): the caller's matvec multiplies its row sums by it
+  // (W (x rs w) = rs W (x w)), so nothing waits for the reduction before the stores and nothing
+  // is held: thread t takes float4 column t + p · THREADS of every row, the rows sharing the
+  // weight's load, and each pass's loads go out together.
+  const unsigned n4 = n / 4;
   const float4* w4 = reinterpret_cast<const float4*>(w);
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  const auto sq = [](const float4& e) { return e.x * e.x + e.y * e.y + e.z * e.z + e.w * e.w; };
-  // the lane's ROW_HELD float4 of the chunk at c0, their loads in flight together
-  const auto load_chunk = [&](unsigned c0, float4 (&dst)[ROW_HELD]) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  float ss[MAX_ROWS];
 #pragma unroll
-    for (unsigned u = 0; u < ROW_HELD; ++u) {
-      const unsigned c = c0 + lt + u * lanes;
-      dst[u] = live && c < n4 ? __ldcg(xr + c) : zero;
-    }
-  };
-  float4 v[ROW_HELD];
-  float ss = 0.f;
-  load_chunk(0, v);
+  for (unsigned b = 0; b < MAX_ROWS; ++b) ss[b] = 0.f;
+  for (unsigned c = t; c < n4; c += THREADS) {
+    const float4 g = __ldg(w4 + c);
+    float4 v[MAX_ROWS];
 #pragma unroll
-  for (unsigned u = 0; u < ROW_HELD; ++u) ss += sq(v[u]);
-  if (n4 > ROW_HELD * lanes)  // longer rows: the rest in passes of ROW_HELD loads (folds away with n = 2048)
-    for (unsigned c0 = ROW_HELD * lanes; c0 < n4; c0 += ROW_HELD * lanes) {
-      float4 e[ROW_HELD];
-      load_chunk(c0, e);
+    for (unsigned b = 0; b < MAX_ROWS; ++b)
+      if (b < rows) v[b] = __ldcg(reinterpret_cast<const float4*>(x + (size_t)b * n) + c);
 #pragma unroll
-      for (unsigned u = 0; u < ROW_HELD; ++u) ss += sq(e[u]);
-    }
-#pragma unroll
-  for (unsigned off = 16; off; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (lane == 0) red[warp] = ss;
-  pl::named_barrier_sync(PL_BARRIER(sums), THREADS);
-  float tot = 0.f;
-  for (unsigned q = 0; q < wpr; ++q) tot += red[r * wpr + q];  // (r · wpr + q <= 7, idle warps too)
-  const float rs = rsqrtf(tot / (float)n + eps);
-  uint16_t* o = static_cast<uint16_t*>(out) + (size_t)r * out_stride;
-  const auto store = [&](unsigned c, const float4& xv, const float4& g) {
-    const unsigned lo = (unsigned)to_bf16(xv.x * rs * g.x) | (unsigned)to_bf16(xv.y * rs * g.y) << 16;
-    const unsigned hi = (unsigned)to_bf16(xv.z * rs * g.z) | (unsigned)to_bf16(xv.w * rs * g.w) << 16;
-    *reinterpret_cast<uint2*>(o + 4 * c) = make_uint2(lo, hi);
-  };
-  // a chunk's stores: the weights W_AHEAD float4 at a time, loaded before their stores (out is a
-  // generic pointer: a store in between would order the next load behind it)
-  const auto store_chunk = [&](unsigned c0, const float4 (&vals)[ROW_HELD]) {
-    constexpr unsigned W_AHEAD = 4;
-#pragma unroll
-    for (unsigned u0 = 0; u0 < ROW_HELD; u0 += W_AHEAD) {
-      float4 g[W_AHEAD];
-#pragma unroll
-      for (unsigned u = 0; u < W_AHEAD; ++u) {
-        const unsigned c = c0 + lt + (u0 + u) * lanes;
-        g[u] = c < n4 ? __ldg(w4 + c) : zero;
-      }
-#pragma unroll
-      for (unsigned u = 0; u < W_AHEAD; ++u)
-        if (c0 + lt + (u0 + u) * lanes < n4) store(c0 + lt + (u0 + u) * lanes, vals[u0 + u], g[u]);
-    }
-  };
-  if (live) {
-    store_chunk(0, v);
-    if (n4 > ROW_HELD * lanes)  // the rest from L2 again
-      for (unsigned c0 = ROW_HELD * lanes; c0 < n4; c0 += ROW_HELD * lanes) {
-        float4 e[ROW_HELD];
-        load_chunk(c0, e);
-        store_chunk(c0, e);
+    for (unsigned b = 0; b < MAX_ROWS; ++b)
+      if (b < rows) {
+        const float4 e = v[b];
+        ss[b] += e.x * e.x + e.y * e.y + e.z * e.z + e.w * e.w;
+        const unsigned lo = (unsigned)to_bf16(e.x * g.x) | (unsigned)to_bf16(e.y * g.y) << 16;
+        const unsigned hi = (unsigned)to_bf16(e.z * g.z) | (unsigned)to_bf16(e.w * g.w) << 16;
+        *reinterpret_cast<uint2*>(o + (size_t)b * out_stride + 4 * c) = make_uint2(lo, hi);
       }
   }
-  pl::named_barrier_sync(PL_BARRIER(sums), THREADS);  // red is reused by the next call
+#pragma unroll
+  for (unsigned b = 0; b < MAX_ROWS; ++b)
+    if (b < rows) {
+      float s = ss[b];
+#pragma unroll
+      for (unsigned off = 16; off; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0) red[warp * rows + b] = s;
+    }
+  pl::named_barrier_sync(PL_BARRIER(sums), THREADS);
+  if (t < rows) {
+    float tot = 0.f;
+#pragma unroll
+    for (unsigned q = 0; q < WARPS; ++q) tot += red[q * rows + t];
+    *reinterpret_cast<float*>(o + (size_t)t * out_stride + n) = rsqrtf(tot / (float)n + eps);
+  }
+  pl::named_barrier_sync(PL_BARRIER(sums), THREADS);  // the factors are written; red is reused by the next call
 }

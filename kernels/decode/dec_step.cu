@@ -40,7 +40,7 @@ PL_DECLARE_CALL(embed, unsigned, const void*, float*, unsigned);
 PL_DECLARE_CALL(rmsnorm, const float*, const float*, void*, unsigned, float);
 PL_DECLARE_CALL(rmsnorm_rows, const float*, const float*, void*, unsigned, float, unsigned, unsigned);
 PL_DECLARE_CALL(matvec, const void*, const void*, unsigned, unsigned, float*);
-PL_DECLARE_CALL(matvec_batch, const void*, const void*, unsigned, unsigned, float*, unsigned);
+PL_DECLARE_CALL(matvec_batch, const void*, const void*, unsigned, unsigned, float*, unsigned, unsigned);
 PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
 PL_DECLARE_CALL(swiglu_rows, const float*, const float*, void*, unsigned, unsigned, unsigned, unsigned);
 PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
@@ -152,7 +152,8 @@ PL_ENTRY(run) {
           if (B == 1)
             PL_CALL(matvec, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r);
           else
-            PL_CALL(matvec_batch, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r, ys);
+            PL_CALL(matvec_batch, ring + (size_t)stage * m.stage_bytes(), xin, op.r, op.k, yb + hl * op.r, ys,
+                    residual ? 0u : 1u);  // QKV, GU, HEAD: xin = bf16(x w), the rows' RMSNorm factors in their pads
           if (t == 0) pl::mbar_arrive(empty + stage);  // matvec's last barrier: every thread is done with the stage
           if (++stage == depth) stage = 0, phase ^= 1u;
         }

@@ -91,9 +91,6 @@ def decode_models():
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
     llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace")
     llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace")
-    # batch 8 with the DOWN op's k whole (xin holds 8 rows of inter: a ring of 2 stages): what
-    # the k-split buys, timed beside llama3_1b_b8
-    llama_decode(name = "llama3_1b_b8_ksplit1", model = "llama3_2_1b", batch = 8, down_chunks = 1)
     # Llama-3.2-1B with the stream's loads in flight uncapped (dec_stream.cu DEC_INFLIGHT; the
     # default is 1): what the cap buys, timed beside llama3_1b
     llama_decode(name = "llama3_1b_uncapped", model = "llama3_2_1b", stream = ":dec_stream_inflight0")

@@ -37,8 +37,9 @@ def _mma(c, a_regs, b_regs):
             c[lane][i] += C[gid + (8 if i >= 2 else 0), 2 * qd + (i & 1)]
 
 
-def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int) -> np.ndarray:
-    """dec_matvec.cu's matvec_batch, line by line: W [rows, k] the tile, X [batch][k + PAD] xin."""
+def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int, factors=None) -> np.ndarray:
+    """dec_matvec.cu's matvec_batch, line by line: W [rows, k] the tile, X [batch][k + PAD] xin;
+    `factors` [batch] (scaled = 1): the f32 rmsnorm_rows left in each row's pad at element k."""
     rows, k = W.shape
     groups, blocks = (rows + 7) // 8, k // 32
     y = np.full(batch * ystride, np.nan)
@@ -79,7 +80,8 @@ def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int) -> np.n
         for i in range(batch * rn):
             b, r = i // rn, i % rn
             s = ((r // 8 * WARPS) * batch + b) * 8 + r % 8
-            y[b * ystride + 8 * g0 + r] = sum(red[s + w8 * batch * 8] for w8 in range(WARPS))
+            f = 1.0 if factors is None else factors[b]
+            y[b * ystride + 8 * g0 + r] = sum(red[s + w8 * batch * 8] for w8 in range(WARPS)) * f
     return y
 
 
@@ -103,6 +105,21 @@ def test_the_batched_tile_product_is_w_times_x(k, batch):
     for b in range(batch):
         assert np.array_equal(y[b * ystride: b * ystride + rows], W @ x[b])
     assert np.isnan(y[rows:ystride]).all()  # nothing written past a sequence's rows
+
+
+@pytest.mark.parametrize("k,batch", [(2048, 8), (256, 3)])
+def test_a_scaled_product_applies_each_rows_factor(k, batch):
+    """scaled = 1 (the QKV, GU and HEAD ops: xin = bf16(x w) from rmsnorm_rows): y_b = f_b W x_b."""
+    rng = np.random.default_rng(k * batch)
+    rows = tile_rows(k)
+    W = rng.integers(-8, 8, (rows, k)).astype(np.float64)
+    x = rng.integers(-8, 8, (batch, k)).astype(np.float64)
+    f = 2.0 ** rng.integers(-4, 4, batch)  # powers of two: exact
+    X = np.zeros((batch, k + PAD))
+    X[:, :k] = x
+    y = matvec_batch(W, X, batch, 128, factors=f)
+    for b in range(batch):
+        assert np.array_equal(y[b * 128: b * 128 + rows], f[b] * (W @ x[b]))
 
 
 def test_a_k_order_the_operands_do_not_share_is_caught():

@@ -1,6 +1,6 @@
 """The batch's row-wise helpers of the decode megakernel emulated thread by thread on the CPU, as
-the kernel indexes them: dec_rmsnorm.cu's rmsnorm_rows (8 / rows warps a row, ROW_HELD float4 a
-lane, longer rows in chunks), dec_swiglu.cu's swiglu_rows and dec_argmax.cu's argmax_rows. Each
+the kernel indexes them: dec_rmsnorm.cu's rmsnorm_rows (a thread the same float4 columns of every
+row; out = x · w and each row's factor in its pad), dec_swiglu.cu's swiglu_rows and dec_argmax.cu's argmax_rows. Each
 must write every element of every row exactly once and nothing else (the output is poisoned
 first), for every batch 1 .. 8 and the row lengths the contracts accept."""
 
@@ -9,76 +9,54 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-THREADS, WARPS, ROW_HELD, W_AHEAD = 256, 8, 8, 4
+THREADS, WARPS = 256, 8
 
 
-def rmsnorm_rows(x: np.ndarray, w: np.ndarray, eps: float, rows: int, out_stride: int) -> tuple[np.ndarray, np.ndarray]:
-    """dec_rmsnorm.cu's rmsnorm_rows: x [rows][n] f32 -> out [rows][out_stride] (NaN where not
-    written), and how many times each element was written."""
+def rmsnorm_rows(x: np.ndarray, w: np.ndarray, eps: float, rows: int, out_stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dec_rmsnorm.cu's rmsnorm_rows: x [rows][n] f32 -> out [rows][out_stride] = x · w (NaN where
+    not written), each row's factor rsqrt(mean(x²) + eps) (the f32 the kernel leaves at element n,
+    over the pad's first two bf16 slots), and how many times each element was written."""
     n = x.shape[1]
     n4 = n // 4
     out = np.full((rows, out_stride), np.nan, dtype=np.float32)
     writes = np.zeros((rows, out_stride), dtype=int)
-    wpr = WARPS // rows if 0 < rows <= WARPS else 1
-    lanes = 32 * wpr
-    red = np.full(WARPS, np.nan, dtype=np.float32)
-    held = {}
-    for warp in range(WARPS):  # the sums of squares: held chunk, then the rest in chunks
-        r = warp // wpr
-        live = r < rows
-        lane_ss = np.zeros(32, dtype=np.float32)
-        for lane in range(32):
-            lt = warp % wpr * 32 + lane
-            v = []
-            for u in range(ROW_HELD):
-                c = lt + u * lanes
-                v.append(x[r, 4 * c: 4 * c + 4] if live and c < n4 else np.zeros(4, np.float32))
-            held[warp, lane] = v
-            ss = np.float32(sum(float((e * e).sum()) for e in v))
-            if n4 > ROW_HELD * lanes:
-                for c0 in range(ROW_HELD * lanes, n4, ROW_HELD * lanes):
-                    for u in range(ROW_HELD):
-                        c = c0 + lt + u * lanes
-                        if live and c < n4:
-                            ss += np.float32((x[r, 4 * c: 4 * c + 4] ** 2).sum())
-            lane_ss[lane] = ss
-        red[warp] = lane_ss.sum()
+    red = np.full(WARPS * rows, np.nan, dtype=np.float32)
     for warp in range(WARPS):
-        r = warp // wpr
-        tot = sum(float(red[r * wpr + q]) for q in range(wpr))  # r · wpr + q <= 7
-        assert r * wpr + wpr - 1 < WARPS
-        if r >= rows:
-            continue
-        rs = np.float32(1.0 / np.sqrt(tot / n + eps))
+        lane_ss = np.zeros((32, rows), dtype=np.float32)
         for lane in range(32):
-            lt = warp % wpr * 32 + lane
-
-            def store(c, xv):
-                out[r, 4 * c: 4 * c + 4] = xv * rs * w[4 * c: 4 * c + 4]
-                writes[r, 4 * c: 4 * c + 4] += 1
-            for u in range(ROW_HELD):
-                if lt + u * lanes < n4:
-                    store(lt + u * lanes, held[warp, lane][u])
-            if n4 > ROW_HELD * lanes:
-                for c0 in range(ROW_HELD * lanes, n4, ROW_HELD * lanes):
-                    for u in range(ROW_HELD):
-                        c = c0 + lt + u * lanes
-                        if c < n4:
-                            store(c, x[r, 4 * c: 4 * c + 4])
-    return out, writes
+            t = warp * 32 + lane
+            for c in range(t, n4, THREADS):  # thread t: column c of every row, the weight loaded once
+                g = w[4 * c: 4 * c + 4]
+                for b in range(rows):
+                    e = x[b, 4 * c: 4 * c + 4]
+                    lane_ss[lane, b] += np.float32((e * e).sum())
+                    out[b, 4 * c: 4 * c + 4] = e * g
+                    writes[b, 4 * c: 4 * c + 4] += 1
+        for b in range(rows):
+            red[warp * rows + b] = lane_ss[:, b].sum()
+    factor = np.full(rows, np.nan, dtype=np.float32)
+    for t in range(rows):  # threads t < rows: row t's total over the warps
+        tot = sum(float(red[q * rows + t]) for q in range(WARPS))
+        factor[t] = np.float32(1.0 / np.sqrt(tot / n + eps))
+        writes[t, n: n + 2] += 1
+    assert not np.isnan(red).any()  # every warp wrote its sum of every row
+    return out, factor, writes
 
 
 @pytest.mark.parametrize("rows", range(1, 9))
 @pytest.mark.parametrize("n", [256, 2048, 4096, 5120, 14336])
-def test_rmsnorm_rows_writes_each_element_once_with_its_rows_norm(rows, n):
+def test_rmsnorm_rows_writes_each_element_once_and_its_rows_factor(rows, n):
     rng = np.random.default_rng(rows * 100000 + n)
     x = rng.standard_normal((rows, n)).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32)
-    stride = n + 32  # dec.h XIN_PAD
-    out, writes = rmsnorm_rows(x, w, 1e-5, rows, stride)
-    assert (writes[:, :n] == 1).all() and (writes[:, n:] == 0).all()
-    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * w
-    np.testing.assert_allclose(out[:, :n], want, rtol=1e-5, atol=1e-5)
+    stride = n + 32  # dec.h XIN_PAD: the factor's f32 fits the pad
+    out, factor, writes = rmsnorm_rows(x, w, 1e-5, rows, stride)
+    assert (writes[:, :n + 2] == 1).all() and (writes[:, n + 2:] == 0).all()
+    np.testing.assert_allclose(out[:, :n], x * w, rtol=1e-6)
+    want = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5)
+    np.testing.assert_allclose(factor, want, rtol=1e-5)
+    # what the matvec then computes: factor · W (x w) = W (rmsnorm(x) w)
+    np.testing.assert_allclose(factor[:, None] * out[:, :n], x * want[:, None] * w, rtol=1e-5, atol=1e-6)
     assert np.isnan(out[:, n:]).all()
 
 
