@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_bench import parse_counts, refused_as_fail, require_gpu  # noqa: E402
 
-TRACE_WORD, SLOTS = 6144, 20  # moe_shapes.h: moe::TRACE, moe::TRACE_SLOTS
+TRACE_WORD, SLOTS = 14848, 20  # moe_shapes.h: moe::TRACE, moe::TRACE_SLOTS
 # the last three: the router's tile finishers (latest stamps only, moe::Stamp): partial sums
 # read, tokens routed, ROUTED released
 PHASES = ["router", "dispatch", "gate/up", "down", "combine", "kernel", "(unused)", "router sum",

@@ -22,7 +22,7 @@ MOE_MODELS = {
     # softmax over the top-k logits = the top-k softmax probabilities renormalized
     "mixtral_8x7b": {"target": "mixtral_8x7b", "hidden": 4096, "inter": 14336, "experts": 8, "top_k": 2, "renormalize": True, "biases": False, "router": "moe_router", "activation": "moe_swiglu", "served": True},
     # DeepSeek-V3's grouped-sigmoid router (kernels/moe/router_grouped.cu) reads groups and topk_groups
-    "deepseek_v3": {"target": "deepseek_v3", "hidden": 7168, "inter": 2048, "experts": 256, "top_k": 8, "renormalize": True, "biases": False, "groups": 8, "topk_groups": 4, "router": "moe_router_grouped", "activation": "moe_swiglu", "served": False},
+    "deepseek_v3": {"target": "deepseek_v3", "hidden": 7168, "inter": 2048, "experts": 256, "top_k": 8, "renormalize": True, "biases": False, "groups": 8, "topk_groups": 4, "router": "moe_router_grouped", "activation": "moe_swiglu", "served": True},
     # router and expert biases, gpt-oss's clamped SwiGLU library (kernels/moe/swiglu_clamped.cu)
     "gpt_oss_120b": {"target": "gpt_oss_120b", "hidden": 2880, "inter": 2880, "experts": 128, "top_k": 4, "renormalize": True, "biases": True, "router": "moe_router", "activation": "moe_swiglu_clamped", "served": True},
 }

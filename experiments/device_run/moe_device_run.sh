@@ -3,7 +3,8 @@
 # persistent kernel must not take the whole call: it cost 767 device-seconds once), logs in $OUT.
 #   device run, carry ["bazel-bin/kernels", "bazel-bin/experiments", ".whl"]:
 #     bash experiments/device_run/moe_device_run.sh
-#   STEPS="tests check trace pair bench sanitize ep cx models"   (default: all, in this order)
+#   STEPS="tests check trace pair bench sanitize ep cx models"   (default: all, in this order; STEPS=dsv3:
+#     DeepSeek-V3's check and sanitizers, needs //kernels:deepseek_v3 built)
 #   MODELS="qwen3_30b_a3b qwen3_235b_a22b olmoe_1b_7b mixtral_8x7b gpt_oss_120b"   the linked models (issue 41), for
 #     `models`: MSTEPS="check bench pair sanitize ncu" of each (needs their targets built); OLD=dir
 #     times the constant-header moe_step beside Qwen3-30B-A3B's target
@@ -43,6 +44,18 @@ if has models; then
     [[ $msteps == *" ncu "* ]] && TAIL=14 step "ncu_$M" 240 ncu --clock-control none --profile-from-start off \
       --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,gpu__time_duration.sum \
       python3 benchmarks/moe_bench.py profile --model "$M" --tokens 16,128
+  done
+fi
+if has dsv3; then
+  # DeepSeek-V3 (//kernels:deepseek_v3, 22.5 GB of weights): against its f64 reference (grouped
+  # routing, the shared expert applied after the kernel), then each sanitizer at T = 1 (the
+  # worker prints RESULT correct). Not in the default STEPS: STEPS=dsv3.
+  TAIL=8 step check_deepseek_v3 540 python3 tests/helpers/moe_model_check.py --model deepseek_v3 \
+    --tokens ${DSV3_TOKENS:-1,16,37,128,1024,4096}
+  for tool in memcheck racecheck synccheck; do
+    extra=(); [[ $tool == memcheck ]] && extra=(--report-api-errors no)
+    TAIL=6 step "sanitize_deepseek_v3_$tool" 560 compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 \
+      --print-limit 10 python3 tests/helpers/moe_model_check.py --model deepseek_v3 --tokens 1
   done
 fi
 exit $rc

@@ -39,8 +39,10 @@ struct Params {  // [params]: out, b2 = "ptr", t, rank, world = "u32", peers = "
 constexpr unsigned MAX_TOP_K = 8;  // [fact.top_k] accept = [1, 2, 4, 8]: a choice per lane, 32 / top_k tokens a test
 }  // namespace moe_combine
 
-PL_ENTRY(run) {
-  using namespace moe_combine;
+namespace moe_combine {
+// The role over C chunks of 128 experts' counters (moe_shapes.h).
+template <unsigned C>
+__device__ __forceinline__ void run_chunks(unsigned pl_inst, const void* pl_params) {
   const Params& p = PL_PARAMS(Params);
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
@@ -53,9 +55,9 @@ PL_ENTRY(run) {
   bool last;
   unsigned gen;
   const unsigned set = moe::enter(sync, moe::COMBINE, nw, lane, last, gen);
-  if (last) moe::finish_launch(sync, moe::COMBINE, set, 0, 0, lane);
-  if (top_k > MAX_TOP_K || 32 % top_k || experts > moe::EXPERT_SLOTS) __trap();  // outside accept (folds away)
-  const unsigned* cur = sync + moe::SET(set);
+  if (last) moe::finish_launch(sync, moe::COMBINE, set, C, 0, 0, lane);
+  if (top_k > MAX_TOP_K || 32 % top_k || experts > moe::EXPERT_SLOTS * C) __trap();  // outside accept (folds away)
+  const unsigned* cur = sync + moe::SET(set, C);
   bool first = true;
   const unsigned T = p.t, S = T * top_k;
   const unsigned* route_e = static_cast<const unsigned*>(PL_WORKSPACE(route));
@@ -78,8 +80,8 @@ PL_ENTRY(run) {
   // Combine reads nothing before the experts are done, so it polls ROUTED slowly.
   moe::wait_at_least(cur + moe::ROUTED, T, 1024);
   if (world > 1) {  // every rank's counts of this launch
-    unsigned tot[4], below[4];
-    moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);
+    unsigned tot[4 * C], below[4 * C];
+    moe::gather_counts<C>(sync, set, gen + 1, p.rank, world, lane, tot, below);
   }
   // Several ranks: lane k's expert of choice k is done, all its down tiles counted on its
   // owner's YDONE (system scope; one rank: done_bits below).
@@ -88,16 +90,16 @@ PL_ENTRY(run) {
     // (not unrolled: unrolled or not as the optimiser judged the code around it, the linked and
     // the single-unit builds came out different)
 #pragma unroll 1
-    for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r) + e);
+    for (unsigned r = 0; r < world; ++r) cnt += __ldcg(sync + moe::EX_COUNTS(set, r, C) + e);
     const unsigned owner = e / (experts / world);
-    const unsigned* done = cur + moe::YDONE + e;
+    const unsigned* done = cur + moe::YDONE(C) + e;
     if (owner != p.rank)
-      done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set) + moe::YDONE + e;
+      done = reinterpret_cast<const unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set, C) + moe::YDONE(C) + e;
     return moe::ld_acquire_sys(done) >= moe::ceil_div(cnt, bm) * blocks;
   };
-  // One rank: which experts this warp has acquired done, lane l holding bit i for expert
-  // 4 l + i (like the expert's Known). A refresh reads all 128 YDONE counters and counts at
-  // once (16 B a lane each), and runs only when a group of units has a pending choice whose
+  // One rank: which experts this warp has acquired done, lane l holding bit 4 c + i for expert
+  // 128 c + 4 l + i (like the expert's Known). A refresh reads all YDONE counters and counts at
+  // once (16 B a lane each, a chunk of 128 experts at a time), and runs only when a group of units has a pending choice whose
   // bit is not set: testing each pending choice's counter instead (ncu at T = 16384)
   // made 96 M L2 sector requests a launch to the few lines that hold YDONE and COUNTS, 16% of
   // the kernel's warp samples, the slices the expert's loads and signals also use. Bits stay
@@ -106,11 +108,13 @@ PL_ENTRY(run) {
   // any expert's rows).
   unsigned done_bits = 0;
   const auto refresh_done = [&]() {
-    const uint4 y = moe::ld_acquire4(cur + moe::YDONE + 4 * lane);
-    const uint4 c = __ldcg(reinterpret_cast<const uint4*>(cur + moe::COUNTS + 4 * lane));
-    const unsigned yv[4] = {y.x, y.y, y.z, y.w}, cv[4] = {c.x, c.y, c.z, c.w};
+    moe::for_chunks<C>([&](unsigned k) {
+      const uint4 y = moe::ld_acquire4(cur + moe::YDONE(C) + moe::EXPERT_SLOTS * k + 4 * lane);
+      const uint4 c = __ldcg(reinterpret_cast<const uint4*>(cur + moe::COUNTS + moe::EXPERT_SLOTS * k + 4 * lane));
+      const unsigned yv[4] = {y.x, y.y, y.z, y.w}, cv[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) done_bits |= yv[i] >= moe::ceil_div(cv[i], bm) * blocks ? 1u << i : 0u;
+      for (unsigned i = 0; i < 4; ++i) done_bits |= yv[i] >= moe::ceil_div(cv[i], bm) * blocks ? 1u << (4 * k + i) : 0u;
+    });
     __syncwarp();
   };
   // out[tok]'s columns of part `part` from its top_k ys rows (every choice's expert done,
@@ -215,7 +219,7 @@ PL_ENTRY(run) {
         bool ok;
         if (world == 1) {  // (every lane: full-warp shuffles and ballot)
           const unsigned e = pending ? __ldcg(route_e + ((gw + (w0 + j) * nw) >> shift) * top_k + lane % top_k) : 0u;
-          const auto known = [&]() { return __shfl_sync(0xffffffffu, done_bits, e / 4) >> (e % 4) & 1u; };
+          const auto known = [&]() { return __shfl_sync(0xffffffffu, done_bits, e / 4) >> moe::bit_of<C>(e) & 1u; };
           unsigned bit = known();  // (outside the && below: every lane must shuffle)
           if (__any_sync(0xffffffffu, pending && !bit)) {
             refresh_done();
@@ -244,3 +248,6 @@ PL_ENTRY(run) {
   moe::stamp(sync, moe::COMBINE_END, lane);
   moe::stamp(sync, moe::KERNEL_END, lane);
 }
+}  // namespace moe_combine
+
+MOE_CHUNKED_ENTRY(moe_combine, run)

@@ -40,20 +40,22 @@ struct Params {  // [params]: x = "ptr", t, rank, world = "u32", peers = "ptr"
 };
 }  // namespace moe_dispatch
 
-PL_ENTRY(run) {
-  using namespace moe_dispatch;
+namespace moe_dispatch {
+// The role over C chunks of 128 experts' counters (moe_shapes.h).
+template <unsigned C>
+__device__ __forceinline__ void run_chunks(unsigned pl_inst, const void* pl_params) {
   const Params& p = PL_PARAMS(Params);
   const unsigned lane = threadIdx.x % 32;
   const unsigned warps = PL_WARPS();
   const unsigned gw = blockIdx.x * warps + (threadIdx.x / 32 - PL_WARP_BEGIN()), nw = gridDim.x * warps;
   const unsigned bm = PL_FACT(block_m), top_k = PL_FACT(top_k), hidden = PL_FACT(hidden), experts = PL_FACT(experts);
-  if (experts > moe::EXPERT_SLOTS) __trap();  // the counters' lane layout (accept; folds away)
+  if (experts > moe::EXPERT_SLOTS * C) __trap();  // the counters' lane layout (accept; folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
   bool last;
   unsigned gen;
   const unsigned set = moe::enter(sync, moe::DISPATCH, nw, lane, last, gen);
-  if (last) moe::finish_launch(sync, moe::DISPATCH, set, moe::READY, moe::EXPERT_SLOTS, lane);
-  unsigned* cur = sync + moe::SET(set);
+  if (last) moe::finish_launch(sync, moe::DISPATCH, set, C, moe::READY(C), moe::EXPERT_SLOTS * C, lane);
+  unsigned* cur = sync + moe::SET(set, C);
   const unsigned T = p.t, S = T * top_k;
   const unsigned* route_e = static_cast<const unsigned*>(PL_WORKSPACE(route));
   const unsigned* route_pos = route_e + 2 * S;
@@ -63,36 +65,48 @@ PL_ENTRY(run) {
   if (p.world == 1 && gw * 32 >= S) return;  // no slot for this warp: it need not poll ROUTED
   moe::wait_at_least(cur + moe::ROUTED, T);
   moe::stamp(sync, moe::DISPATCH_BEGIN, lane);
-  unsigned padded[4], first[4], total;
+  unsigned padded[4 * C], first[4 * C], total;  // value 4 c + i: expert 128 c + 4 lane + i
   const unsigned world = p.world, per_rank = experts / world;
   if (world == 1) {
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + 4 * lane + i), bm) * bm;
-    moe::exclusive_scan4(padded, first, lane, total);
-  } else {  // first[i]: this rank's first row of expert 4 lane + i on the expert's owner
+    for (unsigned c = 0; c < C; ++c)
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i)
+        padded[4 * c + i] = moe::ceil_div(__ldcg(cur + moe::COUNTS + moe::EXPERT_SLOTS * c + 4 * lane + i), bm) * bm;
+    moe::exclusive_scan<C>(padded, first, lane, total);
+  } else {  // first[4 c + i]: this rank's first row of its expert on the expert's owner
     if (per_rank % 4 || per_rank * world != experts) __trap();  // whole lanes per rank (moe_ep.py: world | experts / 4)
-    if (gw == 0) moe::post_counts(cur, p.peers, set, gen + 1, p.rank, world, lane);
-    unsigned tot[4], below[4];
-    moe::gather_counts(sync, set, gen + 1, p.rank, world, lane, tot, below);
+    if (gw == 0) moe::post_counts<C>(cur, p.peers, set, gen + 1, p.rank, world, lane);
+    unsigned tot[4 * C], below[4 * C];
+    moe::gather_counts<C>(sync, set, gen + 1, p.rank, world, lane, tot, below);
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(tot[i], bm) * bm;
-    moe::exclusive_scan4(padded, first, lane, total);
-    const unsigned lanes = per_rank / 4;  // lanes per owner (per_rank >= 16)
-    const unsigned base = __shfl_sync(0xffffffffu, first[0], lane / lanes * lanes);
+    for (unsigned i = 0; i < 4 * C; ++i) padded[i] = moe::ceil_div(tot[i], bm) * bm;
+    moe::exclusive_scan<C>(padded, first, lane, total);
+    if constexpr (C == 1) {
+      const unsigned lanes = per_rank / 4;  // lanes per owner (per_rank >= 16)
+      const unsigned base = __shfl_sync(0xffffffffu, first[0], lane / lanes * lanes);
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) first[i] += below[i] - base;
+      for (unsigned i = 0; i < 4; ++i) first[i] += below[i] - base;
+    } else {  // the owner's first expert's row, expert by expert (owners may span chunks)
+      unsigned base[4 * C];
+#pragma unroll
+      for (unsigned j = 0; j < 4 * C; ++j)
+        base[j] = moe::pick<C>(first, (moe::EXPERT_SLOTS * (j / 4) + 4 * lane + j % 4) / per_rank * per_rank);
+#pragma unroll
+      for (unsigned j = 0; j < 4 * C; ++j) first[j] += below[j] - base[j];
+    }
   }
 
   if (world == 1) {  // one slot per lane: its row, the row's token, READY
     unsigned* xrow = static_cast<unsigned*>(PL_WORKSPACE(xrow));
-    for (unsigned base = gw * 32; base < S; base += nw * 32) {  // (warp-uniform: pick4 shuffles)
+    for (unsigned base = gw * 32; base < S; base += nw * 32) {  // (warp-uniform: pick shuffles)
       const unsigned slot = base + lane;
       const unsigned e = slot < S ? __ldcg(route_e + slot) : 0u;
-      const unsigned rk = moe::pick4(first, e) + (slot < S ? __ldcg(route_pos + slot) : 0u);
+      const unsigned rk = moe::pick<C>(first, e) + (slot < S ? __ldcg(route_pos + slot) : 0u);
       if (slot < S) {
         rows[slot] = rk;
         xrow[rk] = slot / top_k;
-        moe::red_release(cur + moe::READY + e, 1);
+        moe::red_release(cur + moe::READY(C) + e, 1);
       }
     }
     moe::stamp(sync, moe::DISPATCH_END, lane);
@@ -122,15 +136,15 @@ PL_ENTRY(run) {
       const unsigned e4 = e;
       for (unsigned k = 0; k < top_k; ++k) {
         const unsigned ek = __shfl_sync(0xffffffffu, e4, k);
-        const unsigned rk = moe::pick4(first, ek) + __shfl_sync(0xffffffffu, row, k);
+        const unsigned rk = moe::pick<C>(first, ek) + __shfl_sync(0xffffffffu, row, k);
         const unsigned owner = ek / per_rank;
         __nv_bfloat16* dst_xs = xs;
         unsigned* dst_sync = cur;
         if (owner != p.rank) {  // the expert's rank: its peer-mapped buffers
           dst_xs = reinterpret_cast<__nv_bfloat16*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_XS]);
-          dst_sync = reinterpret_cast<unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set);
+          dst_sync = reinterpret_cast<unsigned*>(p.peers[moe::PEER_WORDS * owner + moe::PEER_SYNC]) + moe::SET(set, C);
         }
-        if (c0 == 0 && lane == k) rows[tok * top_k + k] = rk, ready = dst_sync + moe::READY + ek;
+        if (c0 == 0 && lane == k) rows[tok * top_k + k] = rk, ready = dst_sync + moe::READY(C) + ek;
         uint4* dst = reinterpret_cast<uint4*>(dst_xs + (size_t)rk * hidden);
 #pragma unroll
         for (unsigned j = 0; j < CHUNK; ++j)
@@ -143,3 +157,6 @@ PL_ENTRY(run) {
   }
   moe::stamp(sync, moe::DISPATCH_END, lane);
 }
+}  // namespace moe_dispatch
+
+MOE_CHUNKED_ENTRY(moe_dispatch, run)

@@ -54,7 +54,6 @@ constexpr unsigned BM = EXPERT_BLOCK_M, BH = EXPERT_BLOCK_H, BN = EXPERT_BLOCK_N
 static_assert(BM == 16 || BM == 32 || BM == 64, "block_m: 16, 32 or 64 (one wgmma m64)");
 static_assert(BH == 32 || BH == 64, "block_h: 32 or 64 (gate/up wgmma N = 2 * block_h)");
 static_assert(BN == 64 || BN == 128, "block_n: 64 or 128 (down wgmma N)");
-constexpr unsigned EXPERTS = moe::EXPERT_SLOTS;  // Sched, the counters' lane layout: slots past [fact.experts] hold 0 rows
 // Both modes' stage counts size the smem claims ([smem.stages], [smem.bars]): the contract
 // computes them from the owned facts expert_stages and team_stages, so a stage count changed
 // here but not there (or there but not here) is P-FACT-VALUE at pack, never an overflow into
@@ -93,11 +92,15 @@ static_assert(offsetof(Params, tmap_w13) == 64 && offsetof(Params, tmap_w2) == 1
 // the role's first warp: per expert its rows (count), its first row in dispatch's layout
 // (block_m tiles) and its first unit in each pass. Held in registers (4 a lane each) it was
 // live through every unit, the SwiGLU export included, where the budget is tightest, and
-// tile geometries spilled there. A unit reads it a few times.
+// tile geometries spilled there. A unit reads it a few times. C chunks of 128 experts (the
+// counters' layout, moe_shapes.h); slots past [fact.experts] hold 0 rows. The claim is
+// sched_bytes (one chunk's table) times the model's chunks (the contract).
+template <unsigned C>
 struct Sched {
+  static constexpr unsigned EXPERTS = moe::EXPERT_SLOTS * C;
   unsigned count[EXPERTS], first_row[EXPERTS], first[2][EXPERTS];
 };
-// Lane l's four values of a per-expert table (experts 4 l .. 4 l + 3), as count[] was held.
+// Lane l's four values of a per-expert table (experts 4 l .. 4 l + 3 of a chunk), as count[] was held.
 __device__ __forceinline__ uint4 lane4(const unsigned* table, unsigned lane) {
   return reinterpret_cast<const uint4*>(table)[lane];
 }
@@ -111,16 +114,20 @@ __device__ __forceinline__ void store4(unsigned* table, const unsigned* v, unsig
 struct Unit {
   unsigned e, count, block, tile;
 };
-template <unsigned ROWS>
-__device__ __forceinline__ Unit locate(unsigned u, const Sched& s, unsigned pass, unsigned blocks, unsigned lane) {
-  const uint4 c = lane4(s.count, lane), f = lane4(s.first[pass], lane);
-  const unsigned count[4] = {c.x, c.y, c.z, c.w}, first[4] = {f.x, f.y, f.z, f.w};
-  unsigned hit = 4;
+template <unsigned ROWS, unsigned C>
+__device__ __forceinline__ Unit locate(unsigned u, const Sched<C>& s, unsigned pass, unsigned blocks, unsigned lane) {
+  unsigned hit = 4 * C;  // value 4 c + i of this lane: expert 128 c + 4 lane + i
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i)
-    if (u >= first[i] && u < first[i] + moe::ceil_div(count[i], ROWS) * blocks) hit = i;
-  const unsigned src = __ffs(__ballot_sync(0xffffffffu, hit < 4)) - 1;
-  const unsigned e = 4 * src + __shfl_sync(0xffffffffu, hit, src);
+  for (unsigned k = 0; k < C; ++k) {
+    const uint4 c = lane4(s.count + moe::EXPERT_SLOTS * k, lane), f = lane4(s.first[pass] + moe::EXPERT_SLOTS * k, lane);
+    const unsigned count[4] = {c.x, c.y, c.z, c.w}, first[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i)
+      if (u >= first[i] && u < first[i] + moe::ceil_div(count[i], ROWS) * blocks) hit = 4 * k + i;
+  }
+  const unsigned src = __ffs(__ballot_sync(0xffffffffu, hit < 4 * C)) - 1;
+  const unsigned h = __shfl_sync(0xffffffffu, hit, src);
+  const unsigned e = C == 1 ? 4 * src + h : h / 4 * moe::EXPERT_SLOTS + 4 * src + h % 4;
   const unsigned cnt = s.count[e], local = u - s.first[pass][e], tiles = moe::ceil_div(cnt, ROWS);
   return {e, cnt, local / tiles, local % tiles};
 }
@@ -163,34 +170,44 @@ constexpr unsigned NO_ROW = ~0u;
 // One unit's operands, in three words (registers are tight): the weight tile's first row b
 // (`parts` boxes of the map at rows b and b + part_stride), the first of its rows in the A
 // workspace, and `meta` = valid rows | VALID (the unit exists) | READY (its readiness counter
-// was complete when checked, so its rows may be loaded ahead) | its expert << EXPERT_SHIFT (so the
-// expert is not a division of b by the model's row count, a link-time value).
+// was complete when checked, so its rows may be loaded ahead) | its expert << expert_shift<C> (so the
+// expert is not a division of b by the model's row count, a link-time value): 8 bits up to 256
+// experts, 9 up to 384.
 struct Tile {
   int b;
   unsigned row0, meta;
 };
-constexpr unsigned VALID = 1u << 16, READY = 1u << 17, EXPERT_SHIFT = 24;
-__device__ __forceinline__ unsigned expert_of(const Tile& t) { return t.meta >> EXPERT_SHIFT; }
+constexpr unsigned VALID = 1u << 16, READY = 1u << 17;
+template <unsigned C>
+constexpr unsigned expert_shift = C <= 2 ? 24 : 23;
+static_assert(moe::MAX_EXPERTS <= 1u << (32 - expert_shift<moe::MAX_CHUNKS>), "the expert fits above meta's flags");
+template <unsigned C>
+__device__ __forceinline__ unsigned expert_of(const Tile& t) { return t.meta >> expert_shift<C>; }
 // Whether every lane of the warp already acquired the unit's readiness counter complete (the
 // READY bit of its check a unit ago): then the unit starts without another L2 round trip.
 __device__ __forceinline__ bool known_ready(const Tile& t) { return __all_sync(0xffffffffu, t.meta & READY); }
 // Which experts' readiness counters of a pass this warp has acquired complete: lane l holds
-// bits i for experts 4 l + i (like count[]). One refresh reads all 128 counters (16 B a lane,
-// one acquire), so a unit's check costs an L2 round trip only while some expert is still
-// incomplete; an acquire per unit stalled every unit's start on one.
+// bits 4 c + i for experts 128 c + 4 l + i (like count[]). One refresh reads all counters (16 B a
+// lane a chunk, one acquire each), so a unit's check costs an L2 round trip only while some
+// expert is still incomplete; an acquire per unit stalled every unit's start on one.
+template <unsigned C>
 struct Known {
   unsigned bits;
   __device__ __forceinline__ bool has(unsigned e) const {
-    return __shfl_sync(0xffffffffu, bits, e / 4) >> (e % 4) & 1u;
+    return __shfl_sync(0xffffffffu, bits, e / 4) >> moe::bit_of<C>(e) & 1u;
   }
   // counters[e] >= count[e] * scale; the warp barrier orders every lane's later loads after
   // each lane's acquire (any lane may load any expert's rows).
-  __device__ __forceinline__ void refresh(const unsigned* counters, const Sched& s, unsigned scale, bool sys,
+  __device__ __forceinline__ void refresh(const unsigned* counters, const Sched<C>& s, unsigned scale, bool sys,
                                           unsigned lane) {
-    const uint4 c = moe::ld_acquire4(counters + 4 * lane, sys), n = lane4(s.count, lane);
-    const unsigned v[4] = {c.x, c.y, c.z, c.w}, count[4] = {n.x, n.y, n.z, n.w};
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) bits |= v[i] >= count[i] * scale ? 1u << i : 0u;
+    for (unsigned k = 0; k < C; ++k) {
+      const uint4 c = moe::ld_acquire4(counters + moe::EXPERT_SLOTS * k + 4 * lane, sys);
+      const uint4 n = lane4(s.count + moe::EXPERT_SLOTS * k, lane);
+      const unsigned v[4] = {c.x, c.y, c.z, c.w}, count[4] = {n.x, n.y, n.z, n.w};
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i) bits |= v[i] >= count[i] * scale ? 1u << (4 * k + i) : 0u;
+    }
     __syncwarp();
   }
 };
@@ -377,7 +394,7 @@ PL_OWN_FACT(block_h, moe_expert::BH);
 PL_OWN_FACT(block_n, moe_expert::BN);
 PL_OWN_FACT(expert_stages, moe_expert::Solo::STAGES);  // with team_stages, sizes the smem claims (contract)
 PL_OWN_FACT(team_stages, moe_expert::Team::STAGES);
-PL_OWN_FACT(sched_bytes, (unsigned)sizeof(moe_expert::Sched));  // sizes [smem.sched]
+PL_OWN_FACT(sched_bytes, (unsigned)sizeof(moe_expert::Sched<1>));  // one chunk's table: sizes [smem.sched] (x chunks)
 PL_DECLARE_FACT(top_k);
 PL_DECLARE_FACT(hidden);
 PL_DECLARE_FACT(inter);
@@ -396,8 +413,10 @@ PL_DECLARE_BARRIER(wg0);
 PL_DECLARE_BARRIER(wg1);
 PL_DECLARE_BARRIER(team);
 
-PL_ENTRY(run) {
-  using namespace moe_expert;
+namespace moe_expert {
+// The role over C chunks of 128 experts' counters (moe_shapes.h).
+template <unsigned C>
+__device__ __forceinline__ void run_chunks(unsigned pl_inst, const void* pl_params) {
   const Params& p = PL_PARAMS(Params);
   const unsigned lane = threadIdx.x % 32;
   const unsigned rt = pl::role_thread(PL_WARP_BEGIN()), wg = rt / 128, warp = rt / 32;
@@ -417,7 +436,7 @@ PL_ENTRY(run) {
   bool last;
   unsigned gen;
   const unsigned set = moe::enter(sync, moe::EXPERT, nw, lane, last, gen);
-  unsigned* cur = sync + moe::SET(set);
+  unsigned* cur = sync + moe::SET(set, C);
   const __nv_bfloat16* xs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(xs));
   const unsigned* xrow = static_cast<const unsigned*>(PL_WORKSPACE(xrow));
   const __nv_bfloat16* hs = static_cast<const __nv_bfloat16*>(PL_WORKSPACE(hs));
@@ -425,14 +444,14 @@ PL_ENTRY(run) {
 
   // Outside the accepted values (L-FACT-ACCEPT stops such a link; these fold away).
   const unsigned experts = PL_FACT(experts);
-  if (PL_FACT(top_k) > 8 || experts > EXPERTS) __trap();
+  if (PL_FACT(top_k) > 8 || experts > Sched<C>::EXPERTS) __trap();
   const unsigned hidden = PL_FACT(hidden);
   const unsigned inter = PL_FACT(inter);
   // down's last column block is part of one where hidden % block_n != 0 (accept: whole 64s): its
   // weight rows past the expert's are the next expert's, or zeros past the last (TMA), and its
   // columns past hidden are not stored.
   const unsigned hblocks = inter / BH, nblocks = moe::ceil_div(hidden, BN);
-  unsigned count[4], padded[4], first_row[4];
+  unsigned count[4 * C], padded[4 * C], first_row[4 * C];  // value 4 c + i: expert 128 c + 4 lane + i
   if (p.world == 1) {
     // One warp polls ROUTED and the role's barrier hands its acquire on (the CUTLASS semaphore
     // pattern): 132 pollers of the word the router's finisher releases, not 1,056. (Per unit,
@@ -440,12 +459,17 @@ PL_ENTRY(run) {
     if (warp == 0) moe::wait_at_least(cur + moe::ROUTED, p.t);
     team_sync();
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) count[i] = __ldcg(cur + moe::COUNTS + 4 * lane + i);
-  } else {  // this rank's experts only: their rows from every rank (the count exchange)
-    moe::gather_counts(sync, set, gen + 1, p.rank, p.world, lane, count, padded);
-    const bool mine = 4 * lane / (experts / p.world) == p.rank;
+    for (unsigned c = 0; c < C; ++c)
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) count[i] = mine ? count[i] : 0u;
+      for (unsigned i = 0; i < 4; ++i) count[4 * c + i] = __ldcg(cur + moe::COUNTS + moe::EXPERT_SLOTS * c + 4 * lane + i);
+  } else {  // this rank's experts only: their rows from every rank (the count exchange)
+    moe::gather_counts<C>(sync, set, gen + 1, p.rank, p.world, lane, count, padded);
+#pragma unroll
+    for (unsigned c = 0; c < C; ++c) {
+      const bool mine = (moe::EXPERT_SLOTS * c + 4 * lane) / (experts / p.world) == p.rank;
+#pragma unroll
+      for (unsigned i = 0; i < 4; ++i) count[4 * c + i] = mine ? count[4 * c + i] : 0u;
+    }
   }
   // (after the exchange: no rank still reads this rank's other-set YDONE, moe_shapes.h)
   if (last) {
@@ -454,14 +478,14 @@ PL_ENTRY(run) {
     // (fused_kernel_sass_test).
     unsigned s = set;
     asm("" : "+r"(s));
-    moe::finish_launch(sync, moe::EXPERT, s, moe::HREADY, 2 * EXPERTS, lane);
+    moe::finish_launch(sync, moe::EXPERT, s, C, moe::HREADY(C), 2 * Sched<C>::EXPERTS, lane);
   }
   unsigned total;
 #pragma unroll
-  for (unsigned i = 0; i < 4; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
-  moe::exclusive_scan4(padded, first_row, lane, total);  // dispatch's layout: block_m tiles
+  for (unsigned i = 0; i < 4 * C; ++i) padded[i] = moe::ceil_div(count[i], BM) * BM;
+  moe::exclusive_scan<C>(padded, first_row, lane, total);  // dispatch's layout: block_m tiles
   const bool one_rank = p.world == 1;
-  Sched& sched = *reinterpret_cast<Sched*>(pl::smem_base() + PL_SMEM(sched));
+  Sched<C>& sched = *reinterpret_cast<Sched<C>*>(pl::smem_base() + PL_SMEM(sched));
 
   // Both passes in mode M (Solo or Team), chosen once per launch by T.
   const auto passes = [&](auto mode) {
@@ -487,18 +511,22 @@ PL_ENTRY(run) {
     }
     // The schedule: the role's first warp writes it, the role's barrier publishes it. Every
     // warp counts the pass's units (tiles x blocks) itself.
-    unsigned tiles[4], first[4], tiles_total;
+    unsigned tiles[4 * C], first[4 * C], tiles_total;
 #pragma unroll
-    for (unsigned i = 0; i < 4; ++i) tiles[i] = moe::ceil_div(count[i], ROWS);
-    moe::exclusive_scan4(tiles, first, lane, tiles_total);
+    for (unsigned i = 0; i < 4 * C; ++i) tiles[i] = moe::ceil_div(count[i], ROWS);
+    moe::exclusive_scan<C>(tiles, first, lane, tiles_total);
     if (warp == 0) {
-      store4(sched.count, count, lane);
-      store4(sched.first_row, first_row, lane);
 #pragma unroll
-      for (unsigned pass = 0; pass < 2; ++pass) {
-        const unsigned blocks = pass == 0 ? hblocks : nblocks;
-        const unsigned f[4] = {first[0] * blocks, first[1] * blocks, first[2] * blocks, first[3] * blocks};
-        store4(sched.first[pass], f, lane);
+      for (unsigned c = 0; c < C; ++c) {
+        const unsigned k = moe::EXPERT_SLOTS * c, *fc = first + 4 * c;
+        store4(sched.count + k, count + 4 * c, lane);
+        store4(sched.first_row + k, first_row + 4 * c, lane);
+#pragma unroll
+        for (unsigned pass = 0; pass < 2; ++pass) {
+          const unsigned blocks = pass == 0 ? hblocks : nblocks;
+          const unsigned f[4] = {fc[0] * blocks, fc[1] * blocks, fc[2] * blocks, fc[3] * blocks};
+          store4(sched.first[pass] + k, f, lane);
+        }
       }
     }
     team_sync();
@@ -506,15 +534,15 @@ PL_ENTRY(run) {
     // Pass 1: gate/up ([gate; up] rows of w13 as one N = 2 * block_h tile), SwiGLU into hs.
     unsigned total = tiles_total * hblocks;
     // Unit u of pass 1: [gate; up] rows of w13, x rows of xs; `check`: test READY now.
-    Known known{0};
+    Known<C> known{0};
     const auto gateup_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
-      const Unit w = locate<ROWS>(u, sched, 0, hblocks, lane);
+      const Unit w = locate<ROWS, C>(u, sched, 0, hblocks, lane);
       const unsigned cnt = w.count, row0 = sched.first_row[w.e] + w.tile * ROWS;
-      if (check && !known.has(w.e)) known.refresh(cur + moe::READY, sched, 1, p.world > 1, lane);
+      if (check && !known.has(w.e)) known.refresh(cur + moe::READY(C), sched, 1, p.world > 1, lane);
       const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * 2 * inter + w.block * BH), row0,
-                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u) | w.e << EXPERT_SHIFT};
+                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u) | w.e << expert_shift<C>};
     };
     Tile tile = gateup_tile(gwg, false);
     prime<M, 2 * BH, 2>(ring, &p.tmap_w13, tile, (int)inter);
@@ -524,12 +552,12 @@ PL_ENTRY(run) {
     // from its three words after the main loop, so nothing else is live through it.
     for (unsigned u = gwg; u < total; u += nwg) {
       if (!known_ready(tile)) {
-        const unsigned e = expert_of(tile), cnt = sched.count[e];
+        const unsigned e = expert_of<C>(tile), cnt = sched.count[e];
         if (p.world > 1) {  // rows from other GPUs: system scope
-          while (moe::ld_acquire_sys(cur + moe::READY + e) < cnt) __nanosleep(64);
+          while (moe::ld_acquire_sys(cur + moe::READY(C) + e) < cnt) __nanosleep(64);
           __syncwarp();
         } else {
-          moe::wait_at_least(cur + moe::READY + e, cnt);
+          moe::wait_at_least(cur + moe::READY(C) + e, cnt);
         }
       }
       const Tile next = gateup_tile(u + nwg, true);
@@ -539,12 +567,12 @@ PL_ENTRY(run) {
       const Tile done = tile;
       tile = next;
       pending.release(cur, lane == 0);  // the last unit's HREADY (its h rows were stored a unit ago)
-      const unsigned valid = done.meta & 0xFFFFu, e = expert_of(done);
+      const unsigned valid = done.meta & 0xFFFFu, e = expert_of<C>(done);
       // Solo: rows >= block_m belong to the next tile. Team: a unit's rows past its valid ones
       // may be the next expert's (whole block_m tiles of padding are never read): only warps
       // with a valid row export (their 16 rows lie in one block_m tile of this expert).
       if (r0 < (TEAM ? valid : BM)) {
-        if (valid > r0) pending = {moe::HREADY + e, min(16u, valid - r0) * BH};
+        if (valid > r0) pending = {moe::HREADY(C) + e, min(16u, valid - r0) * BH};
         if (PL_FACT(biases))  // (a fact: false folds it away; b13 is laid out as w13's rows)
           add_gateup_bias<BH / 8>(acc, p.b13 + (size_t)done.b, inter, lane);
         PL_EXPORT(acc, acc, done.row0 + r0, (unsigned)done.b - e * 2 * inter);  // (w13 row = h column)
@@ -560,12 +588,12 @@ PL_ENTRY(run) {
     // Unit u of pass 2: rows of w2, h rows of hs; `check`: test HREADY now.
     const auto down_tile = [&](unsigned u, bool check) {
       if (u >= total) return Tile{0, 0, 0};
-      const Unit w = locate<ROWS>(u, sched, 1, nblocks, lane);
+      const Unit w = locate<ROWS, C>(u, sched, 1, nblocks, lane);
       const unsigned cnt = w.count, row0 = sched.first_row[w.e] + w.tile * ROWS;
-      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY, sched, inter, false, lane);
+      if (check && !known.has(w.e)) known.refresh(cur + moe::HREADY(C), sched, inter, false, lane);
       const bool ready = check && known.has(w.e);
       return Tile{(int)(w.e * hidden + w.block * BN), row0,
-                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u) | w.e << EXPERT_SHIFT};
+                  min(ROWS, cnt - w.tile * ROWS) | VALID | (ready ? READY : 0u) | w.e << expert_shift<C>};
     };
     known = {0};
     tile = down_tile(gwg, false);
@@ -573,15 +601,15 @@ PL_ENTRY(run) {
     moe::stamp(sync, moe::DOWN_BEGIN, lane);
     for (unsigned u = gwg; u < total; u += nwg) {  // (the unit is `tile`, as in pass 1)
       if (!known_ready(tile)) {
-        const unsigned e = expert_of(tile);
-        moe::wait_at_least(cur + moe::HREADY + e, sched.count[e] * inter);
+        const unsigned e = expert_of<C>(tile);
+        moe::wait_at_least(cur + moe::HREADY(C) + e, sched.count[e] * inter);
       }
       const Tile next = down_tile(u + nwg, true);
       float acc[BN / 2];
       mainloop<M, BN, 1>(acc, ring, hs, nullptr, &p.tmap_w2, tile, next, ring_sync, inter, 0);
       const Tile done = tile;
       tile = next;
-      const unsigned valid = done.meta & 0xFFFFu, e = expert_of(done), row0 = done.row0;
+      const unsigned valid = done.meta & 0xFFFFu, e = expert_of<C>(done), row0 = done.row0;
       const unsigned col0 = (unsigned)done.b - e * hidden;  // (w2 row = ys column)
       // One rank: the last unit's YDONE, by one thread. Its ys rows were stored before this
       // unit's ring barriers, so the release covers every thread's stores (CUTLASS's
@@ -593,9 +621,9 @@ PL_ENTRY(run) {
       if (p.world > 1) {  // combine may read ys from another GPU: every thread's stores fenced at system scope
         moe::fence_sys();
         ring_sync();  // the whole unit is stored
-        if (ring.t == 0) moe::red_release_sys(cur + moe::YDONE + e, tiles);
+        if (ring.t == 0) moe::red_release_sys(cur + moe::YDONE(C) + e, tiles);
       } else {
-        pending = {moe::YDONE + e, tiles};
+        pending = {moe::YDONE(C) + e, tiles};
       }
     }
     ring_sync();  // every thread's ys rows are stored before the ring's thread 0 releases them
@@ -612,3 +640,6 @@ PL_ENTRY(run) {
   else passes(Solo{});
   moe::stamp(sync, moe::DOWN_END, lane);
 }
+}  // namespace moe_expert
+
+MOE_CHUNKED_ENTRY(moe_expert, run)

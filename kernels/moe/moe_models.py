@@ -109,6 +109,11 @@ class MoeModel:
     def extras(self) -> tuple[str, ...]:
         return tuple(n for n in self.tensors() if n not in ("router_w", "w13", "w2"))
 
+    def kernel_tensors(self) -> tuple[str, ...]:
+        """The tensors the linked kernel takes as parameters: all but the shared expert's, which
+        the Python entry applies after the kernel (no kernel component computes it yet)."""
+        return tuple(n for n in self.tensors() if n not in SHARED_TENSORS)
+
     def facts(self) -> dict[str, int]:
         """The linked facts a kernel for this model carries in its manifest (a bool as 0/1).
         renormalize: softmax over the top-k logits equals the renormalized top-k probabilities."""
@@ -161,10 +166,10 @@ SERVED = "; ".join(m.describe() for m in MODELS.values())
 # Models no kernel target serves yet: the owners' contracts do not accept their facts, so the
 # linker refuses them (kernels/moe_models.bzl `served`; tests/kernels/test_moe_model_targets.py
 # asserts the two tables agree). Their reference and weight converter work already.
-NOT_LINKED = {
-    "deepseek_v3": "dispatch, expert and combine accept at most 128 experts (it has 256; its router, "
-                   "moe_router_grouped, takes 256), and no shared-expert component exists yet",
-}
+NOT_LINKED: dict[str, str] = {}
+# The shared expert's weights (DeepSeek-V3): not kernel parameters; moe_step applies the shared
+# expert with torch on the launch's stream after the kernel (kernels/moe/README.md, "Models").
+SHARED_TENSORS = ("shared_w13", "shared_w2")
 LINKED = tuple(m for m in MODELS if m not in NOT_LINKED)
 # Links of the same packages that serve no published model: another package in one slot, for
 # its tests (kernels/BUILD.bazel). Not in MODELS: model_from_hf_config never picks them.

@@ -65,8 +65,8 @@ def bias_params(model: MoeModel) -> tuple[str, ...]:
 
 def model_params(model: MoeModel) -> set[str]:
     """The manifest's lent parameters of `model`'s kernel: x, the model's tensors, the bias
-    tensors, the router's scalars, the launch values."""
-    return {"x"} | set(model.tensors()) | set(bias_params(model)) | set(model.launch_values()) | set(LAUNCH_VALUES)
+    tensors, the router's scalars, the launch values (not the shared expert's: moe_step applies it)."""
+    return {"x"} | set(model.kernel_tensors()) | set(bias_params(model)) | set(model.launch_values()) | set(LAUNCH_VALUES)
 
 
 PARAMS = model_params(DEFAULT_MODEL)
@@ -159,23 +159,77 @@ class MoeStep:
         if out is None:
             out = torch.empty((tokens, self.model.hidden), dtype=torch.bfloat16, device=x.device)
         unread = dict.fromkeys((n for n in bias_params(self.model) if n not in weights), 0)
-        return {"x": x, **weights, **unread, **self.model.launch_values(), "out": out, "t": tokens, "rank": 0,
+        kernel = {n: weights[n] for n in self.model.kernel_tensors()}
+        return {"x": x, **kernel, **unread, **self.model.launch_values(), "out": out, "t": tokens, "rank": 0,
                 "world": 1, "peers": 0}
 
     def __call__(self, x, router_w, w13, w2, out=None, *, stream=None, tokens: int | None = None, **extras):
         expect_stream(stream)
         p = self.params(x, router_w, w13, w2, out, tokens=tokens, **extras)
         self.kernel.launch_with(p, stream=stream)
+        if self.model.shared_inter:
+            add_shared_expert(self.model, x, p["out"], extras["shared_w13"], extras["shared_w2"], stream)
         return p["out"]
 
     def open(self, x, router_w, w13, w2, out=None, *, tokens: int | None = None, workspaces=None, **extras):
         """A planned session: `s.launch()` replays with no host work (CUDA-graph capturable);
         `s.out` is the output tensor. The tensors must outlive the session. `workspaces`: lent
-        buffers (Kernel.plan), e.g. another MoeStep's `kernel.workspace_buffers()`."""
+        buffers (Kernel.plan), e.g. another MoeStep's `kernel.workspace_buffers()`. A model with a
+        shared expert: launch() also applies it (torch, on the launch's stream; capturable too)."""
         p = self.params(x, router_w, w13, w2, out, tokens=tokens, **extras)
         s = self.kernel.open(workspaces=workspaces, **p)
         s.out = p["out"]
+        if self.model.shared_inter:
+            return _SharedSession(s, self.model, x, extras["shared_w13"], extras["shared_w2"])
         return s
+
+
+def _torch_stream(stream):
+    """torch's stream object for a launch's `stream` (None: the current stream)."""
+    import torch
+
+    if stream is None or isinstance(stream, torch.cuda.Stream):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return torch.cuda.ExternalStream(int(stream.__cuda_stream__()[1]))
+    if hasattr(stream, "cuda_stream"):
+        return torch.cuda.ExternalStream(int(stream.cuda_stream))
+    return torch.cuda.ExternalStream(int(stream))
+
+
+def add_shared_expert(model: MoeModel, x, out, shared_w13, shared_w2, stream=None) -> None:
+    """out += the shared expert of x (DeepSeek-V3: weight 1, added to the routed sum), on `stream`
+    after the kernel: gate/up and down by cuBLAS (bf16 in, f32 accumulation), h = silu(gate) * up
+    in f32 rounded to bf16 as the routed experts keep it. No kernel component computes it yet
+    (kernels/moe/README.md, "Models")."""
+    import contextlib
+
+    import torch
+
+    ts = _torch_stream(stream)
+    with torch.cuda.stream(ts) if ts is not None else contextlib.nullcontext():
+        Is = model.shared_inter
+        gu = torch.nn.functional.linear(x, shared_w13).float()
+        h = (torch.nn.functional.silu(gu[:, :Is]) * gu[:, Is:]).to(torch.bfloat16)
+        out.add_(torch.nn.functional.linear(h, shared_w2))
+
+
+class _SharedSession:
+    """A kernel session of a model with a shared expert: launch() runs the kernel, then the shared
+    expert (add_shared_expert) on the same stream."""
+
+    def __init__(self, session, model: MoeModel, x, shared_w13, shared_w2):
+        self.session, self.model, self.x, self.w13, self.w2 = session, model, x, shared_w13, shared_w2
+        self.out = session.out
+
+    def launch(self, stream=None):
+        expect_stream(stream)
+        plan = self.session.launch(stream)
+        add_shared_expert(self.model, self.x, self.out, self.w13, self.w2, stream)
+        return plan
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
 
 
 def load(kernel_dir: str | Path | None = None, device: int = 0, *, control: bool = False,

@@ -184,7 +184,7 @@ PL_ENTRY(run) {
   const unsigned warps = PL_WARPS();
   const unsigned nw = gridDim.x * warps;
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
-  unsigned* cur = router_common::enter_launch(sync, nw, lane);
+  unsigned* cur = router_common::enter_launch(sync, nw, lane, moe::chunks(PL_FACT(experts)));
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
   const bool renorm = PL_FACT(renormalize);
   const __nv_bfloat16* bias = PL_FACT(biases) ? p.router_b : nullptr;  // (a fact: null folds the adds away)
@@ -288,7 +288,7 @@ PL_ENTRY(run) {
           atomicAdd(part(logits, tile, j, 0, lane), make_float2(acc[j][0], acc[j][1]));
           atomicAdd(part(logits, tile, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
         }
-        if (!router_common::finishes_tile(sync, tile, ks, lane)) continue;
+        if (!router_common::finishes_tile(sync, tile, ks, lane, moe::chunks(experts))) continue;
 #pragma unroll
         for (unsigned j = 0; j < NT; ++j) {
           const float2 lo = __ldcg(part(logits, tile, j, 0, lane)), hi = __ldcg(part(logits, tile, j, 1, lane));

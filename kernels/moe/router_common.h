@@ -10,25 +10,26 @@
 
 namespace router_common {
 // The router's launch set: the launch's last warp to enter zeroes the other set's ROUTED and
-// COUNTS; returns this set's counters.
-__device__ __forceinline__ unsigned* enter_launch(unsigned* sync, unsigned warps, unsigned lane) {
+// COUNTS; returns this set's counters. `chunks`: moe::chunks(experts), the counters' layout (a fact).
+__device__ __forceinline__ unsigned* enter_launch(unsigned* sync, unsigned warps, unsigned lane, unsigned chunks) {
   bool last;
   const unsigned set = moe::enter(sync, moe::ROUTER, warps, lane, last);
-  if (last) moe::finish_launch(sync, moe::ROUTER, set, moe::ROUTED, moe::READY - moe::ROUTED, lane);
+  if (last) moe::finish_launch(sync, moe::ROUTER, set, chunks, moe::ROUTED, moe::READY(chunks) - moe::ROUTED, lane);
   moe::stamp(sync, moe::KERNEL_BEGIN, lane);
   moe::stamp(sync, moe::ROUTER_BEGIN, lane);
-  return sync + moe::SET(set);
+  return sync + moe::SET(set, chunks);
 }
 // After this warp's partial logits of `tile` are stored: whether it is the last of the tile's
 // `arrivals` (it then zeroes the count for the next launch and routes the tile).
-__device__ __forceinline__ bool finishes_tile(unsigned* sync, unsigned tile, unsigned arrivals, unsigned lane) {
+__device__ __forceinline__ bool finishes_tile(unsigned* sync, unsigned tile, unsigned arrivals, unsigned lane,
+                                              unsigned chunks) {
   __threadfence();
   __syncwarp();
   unsigned old = 0;
-  if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT + tile, 1);
+  if (lane == 0) old = moe::atom_acq_rel(sync + moe::BLOCKCNT(chunks) + tile, 1);
   old = __shfl_sync(0xffffffffu, old, 0);
   if (old != arrivals - 1) return false;
-  if (lane == 0) sync[moe::BLOCKCNT + tile] = 0;
+  if (lane == 0) sync[moe::BLOCKCNT(chunks) + tile] = 0;
   return true;
 }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {

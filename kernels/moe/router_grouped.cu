@@ -161,7 +161,7 @@ PL_ENTRY(run) {
   const unsigned lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const unsigned nw = gridDim.x * PL_WARPS();
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
-  unsigned* cur = router_common::enter_launch(sync, nw, lane);
+  unsigned* cur = router_common::enter_launch(sync, nw, lane, moe::chunks(PL_FACT(experts)));
   const unsigned hidden = PL_FACT(hidden), experts = PL_FACT(experts), top_k = PL_FACT(top_k);
   const unsigned groups = PL_FACT(groups), topk_groups = PL_FACT(topk_groups);
   const bool renorm = PL_FACT(renormalize);
@@ -241,7 +241,7 @@ PL_ENTRY(run) {
         __stcg(part(logits, tile, half, j, 1, lane), make_float2(acc[j][2], acc[j][3]));
       }
     }
-    if (!router_common::finishes_tile(sync, tile, 2 * ks, lane)) continue;  // another warp finishes the tile
+    if (!router_common::finishes_tile(sync, tile, 2 * ks, lane, moe::chunks(experts))) continue;  // another warp finishes the tile
     moe::stamp(sync, moe::ROUTER_SUMMED, lane);
     const unsigned live = min(moe::ROUTE_TOKENS, T - t0);
 #pragma unroll 1

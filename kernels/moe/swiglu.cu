@@ -14,6 +14,7 @@ PL_DECLARE_FACT(block_h);
 PL_DECLARE_FACT(inter);  // the model's expert intermediate size: hs's row stride
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_FACT(top_k);  // sizes `hs` (contract)
+PL_DECLARE_FACT(experts);  // sizes `hs` (contract): each expert's rows padded to block_m
 
 namespace moe_swiglu {
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
@@ -25,7 +26,7 @@ PL_IMPORT(acc) {
   __nv_bfloat16* hs = static_cast<__nv_bfloat16*>(PL_WORKSPACE(hs));
   const float* f = static_cast<const float*>(pl_frag);
   const unsigned bh = PL_FACT(block_h);
-  if (PL_FACT(top_k) > 8) __trap();  // outside accept (folds away)
+  if (PL_FACT(top_k) > 8 || PL_FACT(experts) > 384) __trap();  // outside accept (folds away)
   if (PL_FACT(block_m) % 16) __trap();  // a warp's 16 rows lie in one tile (sizes hs too)
   // One instantiation per accepted block_h; the linked fact folds this to one branch.
   if (bh == 32) return moe_gu::store_h<4>(f, hs, PL_FACT(inter), pl_row0, pl_col0, silu_mul);

@@ -13,6 +13,7 @@ PL_DECLARE_FACT(block_h);
 PL_DECLARE_FACT(inter);  // hs's row stride (the model's expert intermediate size)
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_FACT(top_k);
+PL_DECLARE_FACT(experts);  // sizes `hs` (contract): each expert's rows padded to block_m
 
 namespace swiglu2 {
 __device__ __forceinline__ float silu_tanh(float x) {
@@ -47,7 +48,7 @@ __device__ __forceinline__ void write_tile(const float* acc, uint32_t* hs_words,
 PL_IMPORT(acc) {
   uint32_t* words = static_cast<uint32_t*>(PL_WORKSPACE(hs));
   const float* acc = static_cast<const float*>(pl_frag);
-  if (PL_FACT(top_k) > 8u) __trap();
+  if (PL_FACT(top_k) > 8u || PL_FACT(experts) > 384u) __trap();
   if ((PL_FACT(block_m) & 15u) != 0u) __trap();  // whole 16-row warp slices per tile
   switch (PL_FACT(block_h)) {  // one warp's 16 rows: a single row tile
     case 32: return swiglu2::write_tile<1, 4>(acc, words, PL_FACT(inter), pl_row0, pl_col0);

@@ -16,6 +16,7 @@ PL_DECLARE_FACT(block_h);
 PL_DECLARE_FACT(inter);  // the model's expert intermediate size: hs's row stride
 PL_DECLARE_WORKSPACE(hs);
 PL_DECLARE_FACT(top_k);  // sizes `hs` (contract)
+PL_DECLARE_FACT(experts);  // sizes `hs` (contract): each expert's rows padded to block_m
 
 namespace moe_swiglu_clamped {
 constexpr float LIMIT = 7.0f, ALPHA = 1.702f;  // gpt-oss: swiglu_limit, the sigmoid's gain
@@ -31,7 +32,7 @@ PL_IMPORT(acc) {
   __nv_bfloat16* hs = static_cast<__nv_bfloat16*>(PL_WORKSPACE(hs));
   const float* f = static_cast<const float*>(pl_frag);
   const unsigned bh = PL_FACT(block_h);
-  if (PL_FACT(top_k) > 8) __trap();  // outside accept (folds away)
+  if (PL_FACT(top_k) > 8 || PL_FACT(experts) > 384) __trap();  // outside accept (folds away)
   if (PL_FACT(block_m) % 16) __trap();  // a warp's 16 rows lie in one tile (sizes hs too)
   if (bh == 32) return moe_gu::store_h<4>(f, hs, PL_FACT(inter), pl_row0, pl_col0, act);
   if (bh == 64) return moe_gu::store_h<8>(f, hs, PL_FACT(inter), pl_row0, pl_col0, act);

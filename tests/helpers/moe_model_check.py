@@ -27,12 +27,22 @@ def model_weights(torch, m, seed):
     """Random weights of model m (and the generator, for its tokens)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     E, H, I = m.experts, m.hidden, m.inter
-    r = lambda *s, scale: (torch.randn(*s, generator=g, device="cuda") * scale).to(torch.bfloat16)  # noqa: E731
+
+    def r(*s, scale):  # bf16 normal * scale, drawn 16 rows of dim 0 at a time (DeepSeek-V3's w13 is 15 GB)
+        out = torch.empty(*s, dtype=torch.bfloat16, device="cuda")
+        for i in range(0, s[0], 16):
+            part = out[i:i + 16]
+            part.copy_(torch.randn(*part.shape, generator=g, device="cuda") * scale)
+        return out
+
     w = {"router_w": r(E, H, scale=H**-0.5), "w13": r(E, 2 * I, H, scale=H**-0.5), "w2": r(E, H, I, scale=I**-0.5)}
     if m.biases:  # gate/up biases of several units: gpt-oss's clamp (7) is reached
         w |= {"router_b": r(E, scale=1.0), "b13": r(E, 2 * I, scale=6.0), "b2": r(E, H, scale=0.5)}
     if m.routing == moe_models.SIGMOID_GROUPED:  # a bias spread like the scores': groups and experts reorder
         w["score_bias"] = torch.randn(E, generator=g, device="cuda") * 0.1
+    if m.shared_inter:  # DeepSeek-V3's shared expert (weight 1, added to the routed sum)
+        Is = m.shared_inter
+        w |= {"shared_w13": r(2 * Is, H, scale=H**-0.5), "shared_w2": r(H, Is, scale=Is**-0.5)}
     return w, g
 
 

@@ -50,8 +50,13 @@ def test_header_agrees_with_the_entry():
     consts = dict(re.findall(r"\b([A-Z_]+) = (\d+)", HEADER))
     assert int(re.search(r"SYNC_BYTES = (\d+)", HEADER).group(1)) == SYNC_BYTES
     assert (consts["PEER_XS"], consts["PEER_SYNC"], consts["PEER_YS"], consts["PEER_WORDS"]) == ("0", "1", "2", "3")
-    ex, mw = int(consts["EX"]), int(consts["MAX_WORLD"])
-    assert mw == 8 and (ex + 2 * mw + 2 * mw * 128) * 4 <= SYNC_BYTES
+    # the exchange area of c chunks of 128 experts (EX(c)) fits in sync for every c up to MAX_CHUNKS
+    ex0, step = map(int, re.search(r"EX\(unsigned c\) \{ return (\d+) \+ (\d+) \* EXPERT_SLOTS \* \(c - 1\)", HEADER).groups())
+    mw, chunks = int(consts["MAX_WORLD"]), int(consts["MAX_CHUNKS"])
+    for c in range(1, chunks + 1):
+        ex = ex0 + step * 128 * (c - 1)
+        assert mw == 8 and (ex + 2 * mw + 2 * mw * 128 * c) * 4 <= SYNC_BYTES
+    assert ex0 == 6400  # one chunk (128 experts, the expert-parallel model): the exchange where it was
     for c in ("router", "dispatch", "expert", "combine"):
         assert f"bytes = {SYNC_BYTES}" in (ROOT / "kernels" / "moe" / f"{c}.contract.toml").read_text(), c
     assert capacity_rows(2, 100, 64) == 2 * 100 * 8 + 128 * 64
@@ -84,8 +89,8 @@ def test_manifest_has_the_ep_parameters_and_world_sized_workspaces():
                         "comb": ("rank", "world", "peers")}.items():
         assert all((inst, n) in fields for n in names), inst
     sizes = {w["name"]: w["bytes"] for w in m["workspaces"] if w.get("scope") == "kernel"}
-    assert sizes["ys"] == "(world * t * top_k + 128 * block_m) * 2 * hidden"
-    assert sizes["xs"] == "max(min(world - 1, 1) * (world * t * top_k + 128 * block_m) * 2 * hidden, 2 * hidden)"
+    assert sizes["ys"] == "(world * t * top_k + experts * block_m) * 2 * hidden"
+    assert sizes["xs"] == "max(min(world - 1, 1) * (world * t * top_k + experts * block_m) * 2 * hidden, 2 * hidden)"
     assert sizes["sync"] == str(SYNC_BYTES)
 
 

@@ -35,8 +35,13 @@ MODELS = _table()
 SERVED = [m for m, v in MODELS.items() if v["served"]]
 UNSERVED = [m for m, v in MODELS.items() if not v["served"]]
 # The facts each unserved model breaks, and which owners refuse them (their accept clauses).
-REFUSED = {
-    "deepseek_v3": {"experts": {"moe_dispatch", "moe_expert", "moe_combine"}},  # (its router takes 256)
+REFUSED: dict[str, dict[str, set[str]]] = {}
+# Links beyond what the owners hold (a model's facts with some changed), and who refuses which
+# fact: 512 experts are past the counters' 3 chunks of 128 (moe_shapes.h MAX_CHUNKS), the
+# SwiGLU libraries' hs sizing and the grouped router's 256 slots.
+BEYOND = {
+    "deepseek_v3_512": ("deepseek_v3", {"experts": 512},
+                        {"experts": {"moe_router", "moe_dispatch", "moe_expert", "moe_swiglu", "moe_combine"}}),
 }
 
 _BUILT = all((BIN / f"moe_{o}.plpkg").is_file() for o in OWNERS + ("router_grouped",))
@@ -75,26 +80,31 @@ def test_served_model_links_its_shape_as_kernel_facts(model):
 
 @built
 def test_every_served_model_links_the_same_packages():
-    """The same five packages; the activation library is the one the model's table row picks
-    (moe_swiglu, or gpt-oss's moe_swiglu_clamped with moe_swiglu's interface)."""
+    """The same five packages; the router and the activation library are the ones the model's
+    table row picks (moe_router or DeepSeek-V3's moe_router_grouped with its interface; moe_swiglu
+    or gpt-oss's moe_swiglu_clamped with moe_swiglu's)."""
     digests = {model: {i["package"]: i["package_digest"] for i in _manifest(MODELS[model]["target"])["instances"]}
                for model in SERVED}
     first = digests[SERVED[0]]
     assert set(first) == {f"moe_{o}" for o in OWNERS}
-    for act in {MODELS[m]["activation"] for m in SERVED}:
-        group = [digests[m] for m in SERVED if MODELS[m]["activation"] == act]
-        assert all(d == group[0] for d in group), (act, group)
-    assert all({k: v for k, v in d.items() if k != "moe_swiglu"} == {k: v for k, v in first.items() if k != "moe_swiglu"}
-               for d in digests.values()), digests
-    assert len({d["moe_swiglu"] for d in digests.values()}) == len({MODELS[m]["activation"] for m in SERVED})
+    picked = {"moe_swiglu": "activation", "moe_router": "router"}
+    for slot, key in picked.items():
+        for choice in {MODELS[m][key] for m in SERVED}:
+            group = {digests[m][slot] for m in SERVED if MODELS[m][key] == choice}
+            assert len(group) == 1, (slot, choice, group)
+        assert len({d[slot] for d in digests.values()}) == len({MODELS[m][key] for m in SERVED}), slot
+    same = lambda d: {k: v for k, v in d.items() if k not in picked}  # noqa: E731
+    assert all(same(d) == same(first) for d in digests.values()), digests
 
 
 @built
-@pytest.mark.parametrize("model", UNSERVED)
-def test_unserved_model_is_refused_naming_each_limited_fact(model, tmp_path):
+@pytest.mark.parametrize("case", UNSERVED + list(BEYOND))
+def test_unserved_model_is_refused_naming_each_limited_fact(case, tmp_path):
+    model, changed, expected = BEYOND.get(case, (case, {}, REFUSED.get(case)))
+    table = MODELS[model] | changed
     kernel = tmp_path / "moe_step.kernel.toml"
     facts = "".join(f"\n[fact.{k}]\n" + (f'type = "bool"\nown = {str(v).lower()}\n' if isinstance(v, bool) else f"own = {v}\n")
-                    for k, v in ((k, MODELS[model][k]) for k in FACTS if k in MODELS[model]))
+                    for k, v in ((k, table[k]) for k in FACTS if k in table))
     kernel.write_text((ROOT / "kernels" / "moe" / "moe_step.kernel.toml").read_text() + facts)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "pipelink", "link", "--format", "json", "--kernel", str(kernel), "--out-dir", str(out)]
@@ -112,5 +122,5 @@ def test_unserved_model_is_refused_naming_each_limited_fact(model, tmp_path):
         refused.setdefault(fact, set()).add(d["facts"][1]["side"].split("(")[1].rstrip(")"))
         assert d["facts"][0]["origin"].startswith(str(kernel)), d  # the kernel file's own line
         assert d["hint"]
-    assert refused == REFUSED[model]
+    assert refused == expected
     assert not out.exists() or not any(out.iterdir())  # nothing half-written

@@ -170,10 +170,11 @@ def test_bad_inputs_are_coded(weights):
 
 @pytest.mark.requires_gpu
 # 1024, 2048 and 4096: each model's expert on both sides of its team-mode bound (T >= min(4096,
-# 256 experts / top_k): Mixtral from 1024, OLMoE from 2048, the others from 4096)
+# 256 experts / top_k): Mixtral from 1024, OLMoE from 2048, the others from 4096; DeepSeek-V3's
+# weights are 22.5 GB)
 @pytest.mark.parametrize("T", [1, 16, 128, 1024, 2048, 4096])
 @pytest.mark.parametrize("model", ["qwen3_235b_a22b", "olmoe_1b_7b", "mixtral_8x7b", "gpt_oss_120b",
-                                   "qwen3_30b_a3b_grouped"])
+                                   "qwen3_30b_a3b_grouped", "deepseek_v3"])
 def test_linked_model_matches_its_f64_reference(model, T):
     _torch()
     from helpers.moe_model_check import check
