@@ -10,9 +10,11 @@ gate, 768..1535 up), w2 [128, 2048, 768]; top-8, weights renormalised to sum 1:
     # device tool, carry [".xfer/...", ".whl"] (liger-kernel):
     python3 benchmarks/moe_bench.py all [--tokens 1,16,128,1024,4096,16384] [--model qwen3_235b_a22b]
 
---model takes a model a kernel target serves (kernels/moe/moe_models.py LINKED; not DeepSeek-V3,
-whose routing and shared expert this script's reference lacks: tests/helpers/moe_model_check.py): the shapes below
+--model takes a model a kernel target serves (kernels/moe/moe_models.py LINKED): the shapes below
 become that model's (hidden, inter, experts, top-k) and the moe_step columns load its target.
+DeepSeek-V3's grouped sigmoid routing is moe_reference's (float32 in the baselines, float64 in
+the reference) and its shared expert a dense SwiGLU added to every implementation's output (the
+kernel's session adds it with torch on the launch's stream, moe_step.add_shared_expert).
 
 Columns:
   moe_step, moe_step:control  kernels/moe/moe_step.py over bazel-bin/kernels/moe_step{,.control}.cubin
@@ -81,6 +83,9 @@ MODEL, TARGET, RENORM = "qwen3_30b_a3b", "moe_step", True
 # A bias model's (gpt-oss) router_b, b13 and b2, made by weights(); empty for the others. Every
 # column reads them from here, so the subcommands call all implementations with (x, rw, w13, w2).
 BIASES: dict = {}
+# DeepSeek-V3's score_bias (f32) and shared expert (shared_w13, shared_w2), made by weights();
+# empty for the others.
+EXTRAS: dict = {}
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 TOL = 2e-2  # moe_step (f32 accumulators into SwiGLU; h and the expert outputs rounded to bf16)
 # The baselines also round gate/up to bf16 before SwiGLU (grouped_mm's bf16 output), as the models
@@ -91,10 +96,7 @@ BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kern
 
 # ---- inputs and the float64 reference ------------------------------------------------------
 
-# The linked models this script's softmax reference and baselines describe (not DeepSeek-V3's
-# grouped sigmoid routing nor its shared expert).
-BENCH_MODELS = tuple(m for m in moe_models.LINKED if moe_models.MODELS[m].routing != moe_models.SIGMOID_GROUPED
-                     and not moe_models.MODELS[m].shared_inter)
+BENCH_MODELS = tuple(moe_models.LINKED)
 
 
 def weights(seed=None):
@@ -102,9 +104,22 @@ def weights(seed=None):
     g = torch.Generator(device="cuda")
     g.manual_seed(seed if seed is not None else torch.seed() % 2**31)
     u = lambda *s: torch.rand(*s, device="cuda", generator=g) * 2 - 1  # noqa: E731
+
+    def ub(*s, scale):  # bf16 uniform * scale, drawn 16 rows of dim 0 at a time (DeepSeek-V3's w13 is 15 GB)
+        out = torch.empty(*s, dtype=torch.bfloat16, device="cuda")
+        for i in range(0, s[0], 16):
+            out[i:i + 16] = (u(*out[i:i + 16].shape) * scale).bfloat16()
+        return out
     router_w = (u(E, H) / H**0.5).bfloat16()
-    w13 = (u(E, 2 * I, H) * (2 / H**0.5)).bfloat16()
-    w2 = (u(E, H, I) * (2 / I**0.5)).bfloat16()
+    w13 = ub(E, 2 * I, H, scale=2 / H**0.5)
+    w2 = ub(E, H, I, scale=2 / I**0.5)
+    m = moe_models.MODELS[MODEL]
+    EXTRAS.clear()
+    if m.routing == moe_models.SIGMOID_GROUPED:  # a bias spread like the scores': groups and experts reorder
+        EXTRAS["score_bias"] = u(E) * 0.1
+    if m.shared_inter:
+        EXTRAS.update(shared_w13=ub(2 * m.shared_inter, H, scale=2 / H**0.5),
+                      shared_w2=ub(H, m.shared_inter, scale=2 / m.shared_inter**0.5))
     BIASES.clear()
     if moe_models.MODELS[MODEL].biases:  # gate/up biases up to 16: many gates and ups pass gpt-oss's clamp (7)
         BIASES.update(router_b=u(E).bfloat16(), b13=(u(E, 2 * I) * 16).bfloat16(), b2=(u(E, H) / 2).bfloat16())
@@ -119,6 +134,11 @@ def tokens(T, g):
 def reference(x, router_w, w13, w2, rows):
     """float64 out[rows] and which of those rows route ambiguously (8th/9th logit gap < 1e-4)."""
     import torch
+    if EXTRAS:  # DeepSeek-V3: moe_reference's grouped routing and shared expert
+        import moe_reference
+        out, gap = moe_reference.reference(moe_models.MODELS[MODEL], x[rows],
+                                           {"router_w": router_w, "w13": w13, "w2": w2, **EXTRAS})
+        return out, gap < 1e-4
     xd = x[rows].double()
     logits = xd @ router_w.double().t()
     b = {n: v.double() for n, v in BIASES.items()}
@@ -167,6 +187,10 @@ def error(out, ref, keep) -> tuple[int, float, float]:
 
 def route(x, router_w):
     import torch
+    if "score_bias" in EXTRAS:  # DeepSeek-V3's grouped sigmoid routing, in float32
+        import moe_reference
+        ids, wv, _ = moe_reference.route(moe_models.MODELS[MODEL], x, {"router_w": router_w, **EXTRAS}, torch.float32)
+        return wv, ids
     logits = x.float() @ router_w.float().t()
     if BIASES:
         logits = logits + BIASES["router_b"].float()
@@ -197,7 +221,19 @@ def torch_step(x, router_w, w13, w2):
         y = y.float() + BIASES["b2"][e].float()
     out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
     out.index_add_(0, tok, y.float() * wv.flatten()[order, None])
-    return out.bfloat16()
+    return with_shared(x, out).bfloat16()
+
+
+def with_shared(x, out):
+    """out plus DeepSeek-V3's shared expert of x (bf16 projections, as the routed ones): out as is
+    for the other models."""
+    import torch
+    if "shared_w13" not in EXTRAS:
+        return out
+    Is = EXTRAS["shared_w2"].shape[1]
+    gu = torch.nn.functional.linear(x, EXTRAS["shared_w13"])
+    h = torch.nn.functional.silu(gu[:, :Is]) * gu[:, Is:]
+    return out + torch.nn.functional.linear(h, EXTRAS["shared_w2"]).to(out.dtype)
 
 
 def liger_step_factory():
@@ -207,7 +243,7 @@ def liger_step_factory():
 
     def liger_step(x, router_w, w13, w2):
         wv, ei = route(x, router_w)
-        return LigerFusedMoEFunction.apply(x, w13, w2, ei.int(), wv)  # f32 routing weights
+        return with_shared(x, LigerFusedMoEFunction.apply(x, w13, w2, ei.int(), wv))  # f32 routing weights
     return liger_step
 
 
@@ -218,7 +254,13 @@ def sglang_factory():
         raise moe_sglang.Unavailable("PIPELINK_SGLANG_DIR is not set (kernels/moe/moe_sglang.py says how)")
     m = moe_models.MODELS[MODEL]
     act = None if m.activation == moe_models.SILU else _activation
-    return moe_sglang.step_factory(root, route, E, TOP_K, I, biases=BIASES, activation=act)
+    step, kernels, prepare = moe_sglang.step_factory(root, route, E, TOP_K, I, biases=BIASES, activation=act)
+    if "shared_w13" not in EXTRAS:
+        return step, kernels, prepare
+    # DeepSeek-V3: the shared expert added to both columns (sglang:kernels still leaves the routing out)
+    with_step = lambda x, rw, w13, w2: with_shared(x, step(x, rw, w13, w2))  # noqa: E731
+    with_step.configs = step.configs
+    return with_step, lambda x, w13, w2, r: with_shared(x, kernels(x, w13, w2, r)), prepare
 
 
 def moe_step_columns(builds=()) -> tuple[dict, str]:
@@ -252,7 +294,8 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
             print(f"{name}: column skipped: {e}" + (f" (hint: {e.hint})" if getattr(e, "hint", "") else ""))
             continue
         cols[name] = lambda x, rw, w13, w2, out, workspaces=None, k=k: k.open(x, rw, w13, w2, out,
-                                                                             workspaces=workspaces, **BIASES).launch
+                                                                             workspaces=workspaces, **BIASES,
+                                                                             **EXTRAS).launch
         cols[name].step = k
     return cols, ""
 
@@ -535,10 +578,7 @@ def main() -> int:
                                               "layers over 2 GB: Qwen3-235B at T = 37 ran past 500 s)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
     ap.add_argument("--builds", default="", help="check, bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
-    ap.add_argument("--model", default=MODEL, choices=BENCH_MODELS,
-                    help="the linked model (default %(default)s); DeepSeek-V3's grouped routing and shared expert "
-                         "are not in this script's reference and baselines: tests/helpers/moe_model_check.py "
-                         "--model deepseek_v3 checks it")
+    ap.add_argument("--model", default=MODEL, choices=BENCH_MODELS, help="the linked model (default %(default)s)")
     ap.add_argument("--json")
     a = ap.parse_args()
     use_model(a.model)
