@@ -114,6 +114,29 @@ def test_emulated_step_meets_issue_43s_criterion(tiny, split, grid, tile_elems, 
     assert a["worst_rel"] < 1e-2
 
 
+@pytest.mark.parametrize("chunks", [0, 3, 8])
+def test_a_down_chunk_count_the_model_cannot_take_is_refused(tiny, chunks):
+    """pack's chunks come from a manifest (fact down_chunks): a count that leaves inter = 1024 not
+    in whole 256-element chunks is R-MANIFEST with a hint, before anything is packed."""
+    w, _, _ = tiny
+    e = refused(lp.pack, TINY, w, chunks=chunks)
+    assert e.code == "R-MANIFEST" and "down_chunks" in str(e)
+
+
+def test_the_down_chunks_keep_the_other_ops_packed_as_before(tiny):
+    """Only the DOWN op's block order changes with chunks: every other element of the packed
+    buffer is where it was, and the DOWN elements are a permutation of the unsplit ones."""
+    w, _, _ = tiny
+    a, b = lp.pack(TINY, w)["weights"], lp.pack(TINY, w, chunks=2)["weights"]
+    per = lp.layer_elems(TINY)
+    down = TINY.hidden * TINY.inter
+    for layer in range(TINY.layers):
+        lo, hi = layer * per, (layer + 1) * per
+        assert torch.equal(a[lo:hi - down], b[lo:hi - down])
+        assert torch.equal(a[hi - down:hi].sort().values, b[hi - down:hi].sort().values)
+        assert not torch.equal(a[hi - down:hi], b[hi - down:hi])
+
+
 def test_emulated_qk_norm_step_meets_issue_43s_criterion():
     """Qwen3's per-head q/k RMSNorm (dec_rope's headnorm) on the tiny shape, against the reference."""
     cfg = dataclasses.replace(TINY, name="qwen_tiny", qk_norm=True, rope_scaling=None, rms_eps=1e-6)
