@@ -121,11 +121,11 @@ def test_a_stage_count_on_one_side_only_is_refused_at_pack(expert_objects, packe
 
 
 def test_a_schedule_size_on_the_contract_side_only_is_refused_at_pack(expert_objects, packer):
-    """[smem.sched] is sized by the owned fact sched_bytes (sizeof the expert's Sched table): a
-    contract that states another size than the source's table is refused at pack, never an
-    overflow into the next claim."""
+    """[smem.sched] is sized by the owned fact sched_bytes (sizeof the expert's Sched table of one
+    chunk of 128 experts, times the chunks): a contract that states another size than the
+    source's table is refused at pack, never an overflow into the next claim."""
     text = (MOE / "expert.contract.toml").read_text()
-    assert text.count("own = 2048") == 1 and 'bytes = "sched_bytes"' in text
+    assert text.count("own = 2048") == 1 and 'bytes = "sched_bytes * ceil_div(experts, 128)"' in text
     path = packer.contract_file(text.replace("own = 2048", "own = 1024"), "moe_expert")
     shutil.copy(MOE / "expert_host.py", path.parent / "expert_host.py")
     e = rejected(packer.pack, path, [expert_objects[4]])
