@@ -143,8 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--control", action="store_true", help="bench: the first batch's control cubin in the same rounds")
     ap.add_argument("--also-target", action="append", metavar="TARGET",
-                    help="bench: another //kernels/decode link at the first batch (e.g. llama3_1b_b8_ksplit1), "
-                         "on its own buffers")
+                    help="bench: another //kernels/decode link at the first batch (other facts, e.g. another "
+                         "down_chunks), on its own buffers, packed for it")
     ap.add_argument("--also", action="append", metavar="CUBIN",
                     help="bench: an earlier build of the first batch's target (its cubin) in the same rounds")
     a = ap.parse_args(argv)

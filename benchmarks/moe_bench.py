@@ -96,9 +96,6 @@ BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kern
 
 # ---- inputs and the float64 reference ------------------------------------------------------
 
-BENCH_MODELS = tuple(moe_models.LINKED)
-
-
 def weights(seed=None):
     import torch
     g = torch.Generator(device="cuda")
@@ -225,15 +222,13 @@ def torch_step(x, router_w, w13, w2):
 
 
 def with_shared(x, out):
-    """out plus DeepSeek-V3's shared expert of x (bf16 projections, as the routed ones): out as is
-    for the other models."""
-    import torch
+    """out plus DeepSeek-V3's shared expert of x, as moe_step applies it after its kernel (so every
+    column pays the same for it): out as is for the other models."""
     if "shared_w13" not in EXTRAS:
         return out
-    Is = EXTRAS["shared_w2"].shape[1]
-    gu = torch.nn.functional.linear(x, EXTRAS["shared_w13"])
-    h = torch.nn.functional.silu(gu[:, :Is]) * gu[:, Is:]
-    return out + torch.nn.functional.linear(h, EXTRAS["shared_w2"]).to(out.dtype)
+    import moe_step
+    moe_step.add_shared_expert(moe_models.MODELS[MODEL], x, out, EXTRAS["shared_w13"], EXTRAS["shared_w2"])
+    return out
 
 
 def liger_step_factory():
@@ -578,7 +573,7 @@ def main() -> int:
                                               "layers over 2 GB: Qwen3-235B at T = 37 ran past 500 s)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile column")
     ap.add_argument("--builds", default="", help="check, bench: name=dir,... other builds' moe_step (columns moe_step_<name>)")
-    ap.add_argument("--model", default=MODEL, choices=BENCH_MODELS, help="the linked model (default %(default)s)")
+    ap.add_argument("--model", default=MODEL, choices=moe_models.LINKED, help="the linked model (default %(default)s)")
     ap.add_argument("--json")
     a = ap.parse_args()
     use_model(a.model)

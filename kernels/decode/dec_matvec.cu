@@ -11,8 +11,8 @@
 //
 // matvec_batch: the same product for the batch's B input vectors at once (fact `batch`, B <= 8),
 // y[b ystride + r] = s_b · Σ_c W[r, c] · x[b, c] (s_b: with `scaled`, the RMSNorm factor that
-// dec_rmsnorm's rmsnorm_rows left as an f32 in row b's pad, else 1), by tensor cores: mma.sync m16n8k16 with the vectors
-// as A (rows gid < B of the 16; the rest zero) and eight tile rows as B (each n8 group of rows
+// dec_rmsnorm's rmsnorm_rows left as an f32 in row b's pad, else 1), by tensor cores:
+// mma.sync m16n8k16 with the vectors as A (rows gid < B of the 16; the rest zero) and eight tile rows as B (each n8 group of rows
 // in turn). Warp w takes the k32 blocks w, w + 8, ...: lane (gid, qd) = (lane / 4, lane % 4)
 // loads 16 bytes of row gid of the vectors and of the tile at block column qd · 8, and the mma's
 // k order is a permutation of the block's columns that both operands share (as dec_attn_split's

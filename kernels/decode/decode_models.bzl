@@ -53,13 +53,13 @@ def decode_down_chunks(m, batch):
             return c
     return fits[-1]
 
-def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = ":dec_step", stream = ":dec_stream", tags = [], down_chunks = None):
+def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = ":dec_step", stream = ":dec_stream", tags = []):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION (or another
     build of package dec_attn, by label). unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
     batch: sequences a step (the kernel fact; the simple attention package accepts 1).
     step, stream: the step role's and the weight stream's packages (other builds of their
-    sources, for a variant). down_chunks: the DOWN op's k-chunks (default decode_down_chunks)."""
+    sources, for a variant)."""
     m = DECODE_MODELS[model]
     fused_kernel(
         name = name,
@@ -69,7 +69,7 @@ def llama_decode(name, model, attention = "split", unfused = False, batch = 1, s
         facts = dict([(f, m[f]) for f in DECODE_FACTS] + [
             ("unfused", unfused),
             ("batch", batch),
-            ("down_chunks", decode_down_chunks(m, batch) if down_chunks == None else down_chunks),
+            ("down_chunks", decode_down_chunks(m, batch)),
         ]),
         visibility = ["//visibility:public"],
         tags = tags,
