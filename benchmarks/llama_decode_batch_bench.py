@@ -1,7 +1,7 @@
 """The decode megakernel at batch > 1 (issue 43's B = 8 / 32 rows; kernels/decode/decode_models.bzl
 DECODE_BATCHES): correctness of a ragged batch against the fp32 reference, and µs per step.
 
-    python3 benchmarks/llama_decode_batch_bench.py check     # llama_tiny_b3, llama3_1b_b4/b8: ragged
+    python3 benchmarks/llama_decode_batch_bench.py check     # llama_tiny_b3/b20, llama3_1b_b4/b8/b32: ragged
                                                              # prompts through the attention prefill, then
                                                              # teacher-forced steps, every row vs fp32
     python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024,4096 --rounds 4
@@ -26,8 +26,11 @@ for p in (ROOT / "benchmarks", ROOT / "kernels" / "decode", ROOT / "tools"):
 from llama_decode_bench import _at_context, _config, _torch_step, _weights, hbm, run_watched  # noqa: E402
 
 # (model, batch, prompt lengths, decode steps): what `check` runs, each in a worker
-CHECKS = [("llama_tiny", 3, (7, 1, 300), 24), ("llama3_2_1b", 8, (1, 5, 17, 64, 100, 300, 513, 1000), 16),
-          ("llama3_2_1b", 4, (1000, 1, 40, 7), 16)]
+CHECKS = [("llama_tiny", 3, (7, 1, 300), 24),
+          ("llama_tiny", 20, (7, 1, 300, 2, 64, 65, 127, 128, 129, 3, 5, 200, 250, 31, 33, 17, 16, 15, 100, 90), 12), ("llama3_2_1b", 8, (1, 5, 17, 64, 100, 300, 513, 1000), 16),
+          ("llama3_2_1b", 4, (1000, 1, 40, 7), 16),
+          ("llama3_2_1b", 32, (1, 3, 7, 15, 31, 64, 100, 127, 128, 129, 200, 255, 256, 257, 300, 400, 450, 511, 512,
+                               513, 600, 700, 777, 800, 850, 900, 950, 999, 1000, 17, 40, 5), 8)]
 
 
 def batch_one(model: str, batch: int, prompts: list[int], steps: int) -> int:

@@ -23,6 +23,7 @@ PL_DECLARE_FACT(batch);
 PL_OWN_FACT(max_group, dec_attn::MAX_GROUP);  // sizes the group's shared-memory claims
 PL_DECLARE_SMEM(pr);
 PL_DECLARE_SMEM(red);
+PL_DECLARE_SMEM(seqs);
 PL_DECLARE_WORKSPACE(part);
 PL_DECLARE_WORKSPACE(arr);
 
@@ -42,6 +43,9 @@ constexpr unsigned MAX_HD = 128;     // [fact.head_dim] accept
 // its key row, before the scores, so a block costs one round trip to memory, not two.
 constexpr unsigned VPRE = 8;
 constexpr unsigned MERGE_BATCH = 16;  // partials the merging task loads at once (one round trip a batch)
+// Batches up to this keep every sequence's position in registers; larger ones (which would spill
+// the role's budget) keep position, first task, chunks and chunk size a sequence in [smem.seqs].
+constexpr unsigned REG_BATCH = 8;
 
 // The scores by mma.sync m16n8k16 (bf16 operands, f32 sums): rows are the group's query heads
 // (rows from g on zero), columns the block's positions, warp w taking positions 32 w .. 32 w + 31
@@ -110,26 +114,53 @@ PL_ENTRY(run) {
 
   const unsigned B = PL_FACT(batch), OPS = dec::ops_base(B);
   if (B > dec::MAX_BATCH) __trap();  // outside accept (folds away)
-  // every sequence's position, in registers (the loops over the batch unroll: B is a fact)
-  unsigned posv[dec::MAX_BATCH];
+  // chunks a head: enough to give every CTA a task, positions in whole 64s
+  const unsigned per_head = min(MAX_CHUNKS, max(1u, G / (m.kv_heads * B)));
+  const auto chunk_size = [&](unsigned len) { return ((len + per_head - 1) / per_head + 63) / 64 * 64; };
+  const auto chunks = [&](unsigned len) { return len ? (len + chunk_size(len) - 1) / chunk_size(len) : 0u; };
+  // every sequence's position, in registers (the loops over the batch unroll: B is a fact), or
+  // past REG_BATCH in seqs[4 s], with its first task, chunks and chunk size in seqs[4 s + 1 .. 3]
+  // and the task count and the full-cache flag in seqs[4 B], seqs[4 B + 1]: thread 0 writes them
+  // all (a handful of predicates held by one thread, not B of them by every thread)
+  unsigned posv[REG_BATCH];
+  unsigned* seqs = reinterpret_cast<unsigned*>(PL_SMEM_PTR(seqs));
   bool ok = true;
+  unsigned tasks = 0;
+  if (B <= REG_BATCH) {
 #pragma unroll
-  for (unsigned s = 0; s < dec::MAX_BATCH; ++s) {
-    posv[s] = s < B ? (unsigned)__ldcg(p.state + dec::ST_WORDS * s + dec::ST_POS) : 0u;
-    ok = ok && posv[s] < p.max_seq;
+    for (unsigned s = 0; s < REG_BATCH; ++s) {
+      posv[s] = s < B ? (unsigned)__ldcg(p.state + dec::ST_WORDS * s + dec::ST_POS) : 0u;
+      ok = ok && posv[s] < p.max_seq;
+    }
+  } else {
+    posv[0] = 0;  // (read only at batch 1)
+    if (t == 0) {
+      unsigned full = 0, first = 0;
+#pragma unroll 1
+      for (unsigned s = 0; s < B; ++s) {
+        const unsigned pos = (unsigned)__ldcg(p.state + dec::ST_WORDS * s + dec::ST_POS);
+        seqs[4 * s] = pos, full |= pos >= p.max_seq;
+      }
+#pragma unroll 1
+      for (unsigned s = 0; s < B; ++s) {
+        const unsigned len = full ? 0 : seqs[4 * s] + 1, n = chunks(len);
+        seqs[4 * s + 1] = first, seqs[4 * s + 2] = n, seqs[4 * s + 3] = chunk_size(len);
+        first += m.kv_heads * n;
+      }
+      seqs[4 * B] = first, seqs[4 * B + 1] = full;
+    }
+    sync_role();
+    tasks = seqs[4 * B], ok = seqs[4 * B + 1] == 0;
   }
   const dec::OpRange range{PL_FACT(unfused), p.op_begin, p.op_end};
   // only a launch that runs an attention op flags a full cache (unfused, the HEAD launch's last
   // CTA advances the position while this role may still be reading it; fused, this folds away)
   if (!ok && range.runs_attention(m.layers) && cta == 0 && t == 0) p.state[dec::ST_ERROR] = 1;
-  // chunks a head: enough to give every CTA a task, positions in whole 64s
-  const unsigned per_head = min(MAX_CHUNKS, max(1u, G / (m.kv_heads * B)));
-  const auto chunk_size = [&](unsigned len) { return ((len + per_head - 1) / per_head + 63) / 64 * 64; };
-  const auto chunks = [&](unsigned len) { return len ? (len + chunk_size(len) - 1) / chunk_size(len) : 0u; };
-  unsigned tasks = 0;
+  if (B <= REG_BATCH) {
 #pragma unroll
-  for (unsigned s = 0; s < dec::MAX_BATCH; ++s)
-    if (s < B) tasks += m.kv_heads * chunks(ok ? posv[s] + 1 : 0);
+    for (unsigned s = 0; s < REG_BATCH; ++s)
+      if (s < B) tasks += m.kv_heads * chunks(ok ? posv[s] + 1 : 0);
+  }
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;  // softmax in base 2
   const unsigned DCH = hd / 8, NSETS = THREADS / DCH, dch = t % DCH, pset = t / DCH;
 
@@ -152,9 +183,20 @@ PL_ENTRY(run) {
       return Chunk{0, j / nch0, c, c * cs0, min(len0, c * cs0 + cs0), posv[0], len0, nch0};
     }
     Chunk r{0, 0, 0, 0, 0, 0, 0, 0};
+    if (B > REG_BATCH) {
+#pragma unroll 1
+      for (unsigned s = 0; s < B; ++s) {
+        const unsigned first = seqs[4 * s + 1], n = seqs[4 * s + 2], cs = seqs[4 * s + 3];
+        if (j >= first && j - first < m.kv_heads * n) {
+          const unsigned jj = j - first, c = jj % n, pos = seqs[4 * s], len = pos + 1;  // (a full cache has no tasks)
+          r = Chunk{s, jj / n, c, c * cs, min(len, c * cs + cs), pos, len, n};
+        }
+      }
+      return r;
+    }
     unsigned first = 0;
 #pragma unroll
-    for (unsigned s = 0; s < dec::MAX_BATCH; ++s) {
+    for (unsigned s = 0; s < REG_BATCH; ++s) {
       if (s >= B) break;
       const unsigned len = ok ? posv[s] + 1 : 0, n = chunks(len), cs = chunk_size(len), tb = m.kv_heads * n;
       if (j >= first && j - first < tb) {

@@ -9,7 +9,7 @@
 // warp; fewer rows add their warps' sums through y[8 .. 16), which the caller leaves free.
 // Ends with a barrier: y is complete and the stage may be overwritten.
 //
-// matvec_batch: the same product for the batch's B input vectors at once (fact `batch`, B <= 8),
+// matvec_batch: the same product for the batch's B input vectors at once (fact `batch`),
 // y[b ystride + r] = s_b · Σ_c W[r, c] · x[b, c] (s_b: with `scaled`, the RMSNorm factor that
 // dec_rmsnorm's rmsnorm_rows left as an f32 in row b's pad, else 1), by tensor cores:
 // mma.sync m16n8k16 with the vectors as A (rows gid < B of the 16; the rest zero) and eight tile rows as B (each n8 group of rows
@@ -18,6 +18,9 @@
 // k order is a permutation of the block's columns that both operands share (as dec_attn_split's
 // scores), so every load is a whole 16-byte run. The warps' partial sums meet in [smem.red], then
 // B · rows threads add them. x's rows are k + dec::XIN_PAD elements apart (dec.h).
+// B > 8 (up to 32, dec.h MAX_BATCH) takes the wide path: the vectors fill both halves of A (rows
+// gid and gid + 8) of one or two m16 tiles, one n8 group of tile rows a pass, and the warps'
+// sums meet in [smem.red] as [warp][b][8 columns] (the contract's 1024 · min(batch, 8) bytes).
 #define PL_COMPONENT dec_matvec
 #include <pipelink.h>
 
@@ -35,6 +38,8 @@ constexpr unsigned INFLIGHT = 8;  // chunks a lane loads before it multiplies: 1
 constexpr unsigned SCRATCH = 8;   // y[SCRATCH + w]: warp w's segment sum when rows < WARPS
 constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a pass of matvec_batch ([smem.red])
 constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
+constexpr unsigned NARROW_BATCH = 8;    // matvec_batch's A holds the vectors in rows gid < 8 up to here
+constexpr unsigned WIDE_INFLIGHT = 2;   // the wide path's k32 blocks in flight (four A runs a block)
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const unsigned aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
@@ -71,6 +76,17 @@ __device__ __forceinline__ float lane_sum(const TW& W, const TX& X, unsigned row
 __device__ __forceinline__ void mma_k32(float (&c)[4], const uint4& a, const uint4& b) {
   dec::mma_k16(c, a.x, a.y, b.x, b.y);
   dec::mma_k16(c, a.z, a.w, b.z, b.w);
+}
+
+// c += A · B for one m16n8k16 step with every A row live: a0, a2 row gid's words (k pairs 2 qd,
+// 2 qd + 8), a1, a3 row gid + 8's
+__device__ __forceinline__ void mma_k16_rows16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -117,6 +133,65 @@ PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, u
   const uint16_t* X = static_cast<const uint16_t*>(xin) + (size_t)gid * (k + dec::XIN_PAD) + qd * 8;
   float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));  // [group][warp][b][8 columns]
   const unsigned groups = (rows + 7) / 8, blocks = k / 32;
+  if (B > NARROW_BATCH) {  // (the fact folds the choice)
+    // lane (gid, qd): 16 bytes of vector rows gid + 8 h (h < 4: A rows gid, gid + 8 of m16 tiles
+    // 0 and 1) and of tile row 8 g + gid, at block column qd · 8, each block's two k16 steps
+    const size_t xs = k + dec::XIN_PAD;
+    const uint16_t* X0 = static_cast<const uint16_t*>(xin) + (size_t)gid * xs + qd * 8;
+    const unsigned mtiles = (B + 15) / 16;
+    for (unsigned g = 0; g < groups; ++g) {
+      const unsigned rn = min(8u, rows - 8 * g), wr = 8 * g + gid;
+      float acc[2][4];
+#pragma unroll
+      for (unsigned mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) acc[mt][e] = 0.f;
+      for (unsigned kb0 = warp; kb0 < blocks; kb0 += WARPS * WIDE_INFLIGHT) {
+        uint4 a[WIDE_INFLIGHT][4], w[WIDE_INFLIGHT];
+#pragma unroll
+        for (unsigned u = 0; u < WIDE_INFLIGHT; ++u) {
+          const unsigned kb = kb0 + u * WARPS;
+#pragma unroll
+          for (unsigned hh = 0; hh < 4; ++hh)
+            a[u][hh] = kb < blocks && gid + 8 * hh < B ? *reinterpret_cast<const uint4*>(X0 + 8 * hh * xs + kb * 32)
+                                                       : make_uint4(0, 0, 0, 0);
+          w[u] = kb < blocks && wr < rows ? *reinterpret_cast<const uint4*>(W + (size_t)wr * k + kb * 32 + qd * 8)
+                                          : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (unsigned u = 0; u < WIDE_INFLIGHT; ++u)
+#pragma unroll
+          for (unsigned mt = 0; mt < 2; ++mt)
+            if (mt < mtiles) {
+              const uint4 &lo = a[u][2 * mt], &hi = a[u][2 * mt + 1];
+              mma_k16_rows16(acc[mt], lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
+              mma_k16_rows16(acc[mt], lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
+            }
+      }
+      // C: acc[mt][0, 1] row 16 mt + gid, acc[mt][2, 3] row 16 mt + 8 + gid; columns 2 qd, 2 qd + 1
+#pragma unroll
+      for (unsigned mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (unsigned hh = 0; hh < 2; ++hh) {
+          const unsigned b = 16 * mt + 8 * hh + gid;
+          if (b < B) {
+            float* d = red + ((size_t)warp * B + b) * 8 + 2 * qd;
+            d[0] = acc[mt][2 * hh], d[1] = acc[mt][2 * hh + 1];
+          }
+        }
+      pl::named_barrier_sync(PL_BARRIER(tile), THREADS);
+      for (unsigned i = t; i < B * rn; i += THREADS) {
+        const unsigned b = i / rn, r = i % rn;
+        float sum = 0.f;
+#pragma unroll
+        for (unsigned w8 = 0; w8 < WARPS; ++w8) sum += red[((size_t)w8 * B + b) * 8 + r];
+        const float f = scaled ? *reinterpret_cast<const float*>(static_cast<const uint16_t*>(xin) + (size_t)b * xs + k) : 1.f;
+        y[b * ystride + 8 * g + r] = sum * f;
+      }
+      pl::named_barrier_sync(PL_BARRIER(tile), THREADS);  // y is complete, red and the stage free
+    }
+    return;
+  }
   // MAX_GROUPS n8 groups a pass (one pass up to 32 rows: every k >= 512; k = 256 makes 64-row tiles)
   for (unsigned g0 = 0; g0 < groups; g0 += MAX_GROUPS) {
     const unsigned gn = min(MAX_GROUPS, groups - g0), rn = min(8 * MAX_GROUPS, rows - 8 * g0);

@@ -19,7 +19,8 @@ PL_DECLARE_BARRIER(sums);
 namespace dec_rmsnorm {
 constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned HELD = 8;  // elements a thread keeps in registers: n <= 2048 in one read
-constexpr unsigned MAX_ROWS = 8;   // rmsnorm_rows: rows at most (the step's batch, [fact.batch] accept)
+constexpr unsigned MAX_ROWS = 8;   // rmsnorm_rows: rows a pass (their float4s in registers at once)
+constexpr unsigned MAX_BATCH = 32; // rmsnorm_rows: rows at most (the step's batch, [fact.batch] accept)
 using WarpSum = cub::WarpReduce<float>;
 // A full warp reduces with shuffles: CUB's temp storage is an empty type (a local nothing reads).
 static_assert(sizeof(WarpSum::TempStorage) <= 1, "CUB's shuffle reduction: no temp storage");
@@ -87,7 +88,7 @@ PL_CALLABLE(rmsnorm_rows)(unsigned pl_inst, const float* x, const float* w, void
   using namespace dec_rmsnorm;
   const unsigned t = pl::role_thread(PL_WARP_BEGIN()), warp = t / 32, lane = t % 32;
   float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red));  // [warp][row]
-  if (rows > MAX_ROWS || rows > PL_FACT(batch)) __trap();   // (the step passes its batch: folds away)
+  if (rows > MAX_BATCH || rows > PL_FACT(batch)) __trap();   // (the step passes its batch: folds away)
   // out row b = bf16(x_b · w), and its factor rsqrt(mean(x_b²) + eps) as an f32 at element n (the
   // row's pad: out_stride >= n + 2): the caller's matvec multiplies its row sums by it
   // (W (x rs w) = rs W (x w)), so nothing waits for the reduction before the stores and nothing
@@ -96,33 +97,41 @@ PL_CALLABLE(rmsnorm_rows)(unsigned pl_inst, const float* x, const float* w, void
   const unsigned n4 = n / 4;
   const float4* w4 = reinterpret_cast<const float4*>(w);
   uint16_t* o = static_cast<uint16_t*>(out);
-  float ss[MAX_ROWS];
+  // (more than MAX_ROWS rows: passes of MAX_ROWS, each reading the weight again from L1; unrolled
+  // once `rows` folds, so each pass's row count is a constant, not eight predicates to spill)
 #pragma unroll
-  for (unsigned b = 0; b < MAX_ROWS; ++b) ss[b] = 0.f;
-  for (unsigned c = t; c < n4; c += THREADS) {
-    const float4 g = __ldg(w4 + c);
-    float4 v[MAX_ROWS];
+  for (unsigned b0 = 0; b0 < rows; b0 += MAX_ROWS) {
+    const unsigned rp = min(MAX_ROWS, rows - b0);
+    const float* xp = x + (size_t)b0 * n;
+    uint16_t* op = o + (size_t)b0 * out_stride;
+    float ss[MAX_ROWS];
+#pragma unroll
+    for (unsigned b = 0; b < MAX_ROWS; ++b) ss[b] = 0.f;
+    for (unsigned c = t; c < n4; c += THREADS) {
+      const float4 g = __ldg(w4 + c);
+      float4 v[MAX_ROWS];
+#pragma unroll
+      for (unsigned b = 0; b < MAX_ROWS; ++b)
+        if (b < rp) v[b] = __ldcg(reinterpret_cast<const float4*>(xp + (size_t)b * n) + c);
+#pragma unroll
+      for (unsigned b = 0; b < MAX_ROWS; ++b)
+        if (b < rp) {
+          const float4 e = v[b];
+          ss[b] += e.x * e.x + e.y * e.y + e.z * e.z + e.w * e.w;
+          const unsigned lo = (unsigned)to_bf16(e.x * g.x) | (unsigned)to_bf16(e.y * g.y) << 16;
+          const unsigned hi = (unsigned)to_bf16(e.z * g.z) | (unsigned)to_bf16(e.w * g.w) << 16;
+          *reinterpret_cast<uint2*>(op + (size_t)b * out_stride + 4 * c) = make_uint2(lo, hi);
+        }
+    }
 #pragma unroll
     for (unsigned b = 0; b < MAX_ROWS; ++b)
-      if (b < rows) v[b] = __ldcg(reinterpret_cast<const float4*>(x + (size_t)b * n) + c);
+      if (b < rp) {
+        float s = ss[b];
 #pragma unroll
-    for (unsigned b = 0; b < MAX_ROWS; ++b)
-      if (b < rows) {
-        const float4 e = v[b];
-        ss[b] += e.x * e.x + e.y * e.y + e.z * e.z + e.w * e.w;
-        const unsigned lo = (unsigned)to_bf16(e.x * g.x) | (unsigned)to_bf16(e.y * g.y) << 16;
-        const unsigned hi = (unsigned)to_bf16(e.z * g.z) | (unsigned)to_bf16(e.w * g.w) << 16;
-        *reinterpret_cast<uint2*>(o + (size_t)b * out_stride + 4 * c) = make_uint2(lo, hi);
+        for (unsigned off = 16; off; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) red[warp * rows + b0 + b] = s;
       }
   }
-#pragma unroll
-  for (unsigned b = 0; b < MAX_ROWS; ++b)
-    if (b < rows) {
-      float s = ss[b];
-#pragma unroll
-      for (unsigned off = 16; off; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) red[warp * rows + b] = s;
-    }
   pl::named_barrier_sync(PL_BARRIER(sums), THREADS);
   if (t < rows) {
     float tot = 0.f;

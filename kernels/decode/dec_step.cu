@@ -43,8 +43,10 @@ PL_DECLARE_CALL(matvec, const void*, const void*, unsigned, unsigned, float*);
 PL_DECLARE_CALL(matvec_batch, const void*, const void*, unsigned, unsigned, float*, unsigned, unsigned);
 PL_DECLARE_CALL(swiglu, const float*, const float*, void*, unsigned);
 PL_DECLARE_CALL(swiglu_rows, const float*, const float*, void*, unsigned, unsigned, unsigned, unsigned);
-PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned, unsigned long long*);
-PL_DECLARE_CALL(argmax_rows, const float*, unsigned, unsigned, unsigned long long*, unsigned, unsigned);
+PL_DECLARE_CALL(argmax_reset, unsigned);
+PL_DECLARE_CALL(argmax, const float*, unsigned, unsigned);
+PL_DECLARE_CALL(argmax_rows, const float*, unsigned, unsigned, unsigned, unsigned);
+PL_DECLARE_CALL(argmax_publish, unsigned long long*, unsigned);
 
 namespace dec_step {
 struct Params {  // [params]: norms, embed, logits, state = "ptr", eps = "f32", op_begin, op_end = "u32"
@@ -92,6 +94,7 @@ PL_ENTRY(run) {
     if (t == 0) pl::red_release(sync + word, n);
   };
 
+  PL_CALL(argmax_reset, B);  // this CTA's best of each sequence (shared memory: undefined at launch)
   if (cta == 0 && range.runs(0)) {  // op 0: the embedding rows of the tokens into the residual
     for (unsigned b = 0; b < B; ++b) {
       const unsigned token = __ldcg(reinterpret_cast<const unsigned*>(p.state) + dec::ST_WORDS * b + dec::ST_TOKEN);
@@ -172,6 +175,10 @@ PL_ENTRY(run) {
           epilogue(i, op, yb);
         }
       }
+      if (kind == dec::HEAD) {  // this CTA's best of each sequence joins the step's, once
+        pl::named_barrier_sync(bar, dec::THREADS);
+        PL_CALL(argmax_publish, reinterpret_cast<unsigned long long*>(sync + dec::BEST), B);
+      }
       stamp(3, dec::now_ns()), stamp(4, data_wait), stamp(5, loads);
       signal(OPS + k, j);
     }
@@ -217,8 +224,8 @@ PL_ENTRY(run) {
             [&](unsigned i, const dec::MatOp& op, const float* yb) {
               for (unsigned e = t; e < op.r * B; e += dec::THREADS)
                 p.logits[(size_t)(e / op.r) * m.vocab + i * op.r + e % op.r] = yb[e / op.r * ys + e % op.r];
-              if (B == 1) PL_CALL(argmax, yb, op.r, i * op.r, best);
-              else PL_CALL(argmax_rows, yb, op.r, i * op.r, best, B, ys);
+              if (B == 1) PL_CALL(argmax, yb, op.r, i * op.r);
+              else PL_CALL(argmax_rows, yb, op.r, i * op.r, B, ys);
             });
 
   // Unfused: a launch that runs an attention op but not the O op after it waits for the attention

@@ -30,13 +30,25 @@ DECODE_ATTENTION = {
 
 DECODE_COMPONENTS = [":dec_step", ":dec_stream", ":dec_embed", ":dec_rmsnorm", ":dec_matvec", ":dec_rope", ":dec_swiglu", ":dec_argmax"]
 
-# Batched links (kernel fact `batch`: sequences a step, 1 .. 8): target -> (model, batch). The
+# Batched links (kernel fact `batch`: sequences a step, 1 .. 32): target -> (model, batch). The
 # packages are the same; llama_megakernel.MegakernelStep(batch = B) picks <target>_b<B>.
 DECODE_BATCHES = {
+    "llama3_1b_b32": ("llama3_2_1b", 32),
     "llama3_1b_b8": ("llama3_2_1b", 8),
     "llama3_1b_b4": ("llama3_2_1b", 4),
     "llama_tiny_b3": ("llama_tiny", 3),  # an odd batch for the GPU tests
+    "llama_tiny_b20": ("llama_tiny", 20),  # the wide path (batch > 8): two m16 tiles, the second part-filled
 }
+
+def decode_step(batch):
+    """The step role's build for `batch`: more than 8 sequences link :dec_step_wide (the same
+    source, its contract accepting batch 9 .. 32 and inputs at most 3584 wide)."""
+    return ":dec_step_wide" if batch > 8 else ":dec_step"
+
+def decode_stream(batch):
+    """The weight stream's build for `batch`: more than 8 sequences take :dec_stream_wide (its
+    warp group's registers go to the wide step)."""
+    return ":dec_stream_wide" if batch > 8 else ":dec_stream"
 
 def decode_down_chunks(m, batch):
     """The DOWN op's k-chunks (fact down_chunks, dec.h mat_op) for model row `m` at `batch`: 1 at
@@ -47,20 +59,22 @@ def decode_down_chunks(m, batch):
     if batch == 1:
         return 1
     widest = max(m["hidden"], m["heads"] * m["head_dim"])
-    fits = [c for c in [1, 2, 4, 8] if m["inter"] % (256 * c) == 0]
+    fits = [c for c in ([4, 8] if batch > 8 else [1, 2, 4, 8]) if m["inter"] % (256 * c) == 0]  # (dec_step_wide accepts 4, 8)
     for c in fits:
         if m["inter"] // c <= widest:
             return c
     return fits[-1]
 
-def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = ":dec_step", stream = ":dec_stream", tags = []):
+def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = None, stream = None, spills = "error", tags = []):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION (or another
     build of package dec_attn, by label). unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
     batch: sequences a step (the kernel fact; the simple attention package accepts 1).
     step, stream: the step role's and the weight stream's packages (other builds of their
-    sources, for a variant)."""
+    sources, for a variant; by default decode_step(batch) and decode_stream(batch)).
+    spills: fused_kernel's ("warning" for a diagnostic build whose stamps cost registers)."""
     m = DECODE_MODELS[model]
+    step, stream = step or decode_step(batch), stream or decode_stream(batch)
     fused_kernel(
         name = name,
         arch = "sm_90a",
@@ -71,6 +85,7 @@ def llama_decode(name, model, attention = "split", unfused = False, batch = 1, s
             ("batch", batch),
             ("down_chunks", decode_down_chunks(m, batch)),
         ]),
+        spills = spills,
         visibility = ["//visibility:public"],
         tags = tags,
     )
@@ -91,6 +106,10 @@ def decode_models():
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
     llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace")
     llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace")
+    # batch 32 with stages of 16 KB (three of them, not two of 32 KB): timed beside llama3_1b_b32
+    llama_decode(name = "llama3_1b_b32_8k", model = "llama3_2_1b", batch = 32, stream = ":dec_stream_wide_8k")
+    llama_decode(name = "llama3_1b_b32_trace", model = "llama3_2_1b", batch = 32, step = ":dec_step_wide_trace", attention = ":dec_attn_split_trace",
+                 spills = "warning")  # (the stamps spill 24 B at batch 32: the timeline's own cost)
     # Llama-3.2-1B with the stream's loads in flight uncapped (dec_stream.cu DEC_INFLIGHT; the
     # default is 1): what the cap buys, timed beside llama3_1b
     llama_decode(name = "llama3_1b_uncapped", model = "llama3_2_1b", stream = ":dec_stream_inflight0")

@@ -37,7 +37,7 @@ TILE_ELEMS = 16384  # dec_stream's fact tile_elems as built: a plain weight tile
 MAX_GROUP = 8       # dec_attn.h: query heads a KV head
 FACTS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "inter", "vocab", "qk_norm")
 MAX_K = 14336       # dec_step's accept for hidden, inter, heads · head_dim: 8 rows of the widest fit shared memory
-MAX_BATCH = 8       # [fact.batch] accept (dec.h MAX_BATCH)
+MAX_BATCH = 32      # [fact.batch] accept (dec.h MAX_BATCH)
 
 
 def _table(name: str = "DECODE_MODELS") -> dict:

@@ -5,7 +5,8 @@ row gid (a0, a2) / gid + 8 (a1, a3) and columns 2 qd + (0, 1), + 8 for a2, a3; B
 with rows 2 qd + (0, 1) (b0) and + 8 (b1), column gid; C rows gid (c0, c1) / gid + 8, columns
 2 qd + (0, 1)), the warps' sums through [smem.red] as the kernel indexes it. The product must
 equal W · x for every batch 1 .. 8 and the tile shapes the weight stream makes (dec.h
-tile_rows: 64 rows at k = 256, two passes), so the k permutation both operands share is checked, not only the arithmetic."""
+tile_rows: 64 rows at k = 256, two passes), and through the wide path (batch 9 .. 32: A's rows
+gid + 8 too, two m16 tiles) for the 16 KB stages those links stream, so the k permutation both operands share is checked, not only the arithmetic."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 WARPS, INFLIGHT, MAX_GROUPS, PAD = 8, 4, 4, 32
+NARROW_BATCH, WIDE_INFLIGHT = 8, 2  # dec_matvec.cu: batches past 8 take the wide path
 
 
 def _mma(c, a_regs, b_regs):
@@ -43,6 +45,8 @@ def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int, factors
     rows, k = W.shape
     groups, blocks = (rows + 7) // 8, k // 32
     y = np.full(batch * ystride, np.nan)
+    if batch > NARROW_BATCH:
+        return _matvec_wide(W, X, batch, ystride, factors, y)
     for g0 in range(0, groups, MAX_GROUPS):  # passes of MAX_GROUPS n8 groups
         gn, rn = min(MAX_GROUPS, groups - g0), min(8 * MAX_GROUPS, rows - 8 * g0)
         red = np.full(MAX_GROUPS * WARPS * batch * 8, np.nan)
@@ -85,6 +89,53 @@ def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int, factors
     return y
 
 
+def _matvec_wide(W, X, batch, ystride, factors, y):
+    """matvec_batch's wide path (batch > 8): lane (gid, qd) loads vector rows gid + 8 h (h < 4:
+    A rows gid / gid + 8 of m16 tiles 0 and 1) and tile row 8 g + gid, one n8 group a pass; the
+    warps' sums through [smem.red] as [warp][b][8 columns]."""
+    rows, k = W.shape
+    groups, blocks, mtiles = (rows + 7) // 8, k // 32, (batch + 15) // 16
+    for g in range(groups):
+        rn = min(8, rows - 8 * g)
+        red = np.full(WARPS * batch * 8, np.nan)
+        for warp in range(WARPS):
+            acc = np.zeros((2, 32, 4))
+            for kb0 in range(warp, blocks, WARPS * WIDE_INFLIGHT):
+                for u in range(WIDE_INFLIGHT):
+                    kb = kb0 + u * WARPS
+                    a = np.zeros((32, 4, 8))
+                    w = np.zeros((32, 8))
+                    for lane in range(32):
+                        gid, qd = lane // 4, lane % 4
+                        for h in range(4):
+                            if kb < blocks and gid + 8 * h < batch:
+                                a[lane, h] = X[gid + 8 * h, kb * 32 + qd * 8: kb * 32 + qd * 8 + 8]
+                        if kb < blocks and 8 * g + gid < rows:
+                            w[lane] = W[8 * g + gid, kb * 32 + qd * 8: kb * 32 + qd * 8 + 8]
+                    for mt in range(mtiles):  # mma_k16_rows16: a0, a2 row gid's words, a1, a3 row gid + 8's
+                        for step in range(2):
+                            lo, hi = a[:, 2 * mt], a[:, 2 * mt + 1]
+                            a_regs = [[lo[ln, 4 * step: 4 * step + 2], hi[ln, 4 * step: 4 * step + 2],
+                                       lo[ln, 4 * step + 2: 4 * step + 4], hi[ln, 4 * step + 2: 4 * step + 4]]
+                                      for ln in range(32)]
+                            b_regs = [[w[ln, 4 * step: 4 * step + 2], w[ln, 4 * step + 2: 4 * step + 4]]
+                                      for ln in range(32)]
+                            _mma(acc[mt], a_regs, b_regs)
+            for lane in range(32):
+                gid, qd = lane // 4, lane % 4
+                for mt in range(2):
+                    for hh in range(2):
+                        b = 16 * mt + 8 * hh + gid
+                        if b < batch:
+                            d = (warp * batch + b) * 8 + 2 * qd
+                            red[d], red[d + 1] = acc[mt, lane, 2 * hh], acc[mt, lane, 2 * hh + 1]
+        for i in range(batch * rn):
+            b, r = i // rn, i % rn
+            f = 1.0 if factors is None else factors[b]
+            y[b * ystride + 8 * g + r] = sum(red[(w8 * batch + b) * 8 + r] for w8 in range(WARPS)) * f
+    return y
+
+
 def tile_rows(k: int, tile_elems: int = 16384) -> int:
     r = 1
     while 2 * r * k <= tile_elems:
@@ -92,22 +143,24 @@ def tile_rows(k: int, tile_elems: int = 16384) -> int:
     return r
 
 
-@pytest.mark.parametrize("k,batch", [(2048, 8), (8192, 8), (512, 3), (256, 1), (256, 7), (1024, 5), (14336, 2)])
-def test_the_batched_tile_product_is_w_times_x(k, batch):
+@pytest.mark.parametrize("k,batch,tile_elems", [(2048, 8, 16384), (8192, 8, 16384), (512, 3, 16384), (256, 1, 16384),
+                                                 (256, 7, 16384), (1024, 5, 16384), (14336, 2, 16384),
+                                                 (2048, 32, 8192), (1024, 20, 8192), (256, 9, 8192), (512, 16, 8192)])
+def test_the_batched_tile_product_is_w_times_x(k, batch, tile_elems):
     rng = np.random.default_rng(k + batch)
-    rows = tile_rows(k)
+    rows = tile_rows(k, tile_elems)
     W = rng.integers(-8, 8, (rows, k)).astype(np.float64)  # small integers: exact sums
     x = rng.integers(-8, 8, (batch, k)).astype(np.float64)
     X = np.zeros((batch, k + PAD))
     X[:, :k] = x
-    ystride = 16384 // 128  # dec.h y_floats
+    ystride = tile_elems // 128  # dec.h y_floats
     y = matvec_batch(W, X, batch, ystride)
     for b in range(batch):
         assert np.array_equal(y[b * ystride: b * ystride + rows], W @ x[b])
     assert np.isnan(y[rows:ystride]).all()  # nothing written past a sequence's rows
 
 
-@pytest.mark.parametrize("k,batch", [(2048, 8), (256, 3)])
+@pytest.mark.parametrize("k,batch", [(2048, 8), (256, 3), (512, 24)])
 def test_a_scaled_product_applies_each_rows_factor(k, batch):
     """scaled = 1 (the QKV, GU and HEAD ops: xin = bf16(x w) from rmsnorm_rows): y_b = f_b W x_b."""
     rng = np.random.default_rng(k * batch)

@@ -2,7 +2,8 @@
 the kernel indexes them: dec_rmsnorm.cu's rmsnorm_rows (a thread the same float4 columns of every
 row; out = x · w and each row's factor in its pad), dec_swiglu.cu's swiglu_rows and dec_argmax.cu's argmax_rows. Each
 must write every element of every row exactly once and nothing else (the output is poisoned
-first), for every batch 1 .. 8 and the row lengths the contracts accept."""
+first), for every batch 1 .. 32 (rmsnorm_rows: passes of 8 rows) and the row lengths the
+contracts accept."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 THREADS, WARPS = 256, 8
+MAX_ROWS = 8  # dec_rmsnorm.cu: rows a pass of rmsnorm_rows
 
 
 def rmsnorm_rows(x: np.ndarray, w: np.ndarray, eps: float, rows: int, out_stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -21,19 +23,21 @@ def rmsnorm_rows(x: np.ndarray, w: np.ndarray, eps: float, rows: int, out_stride
     out = np.full((rows, out_stride), np.nan, dtype=np.float32)
     writes = np.zeros((rows, out_stride), dtype=int)
     red = np.full(WARPS * rows, np.nan, dtype=np.float32)
-    for warp in range(WARPS):
-        lane_ss = np.zeros((32, rows), dtype=np.float32)
-        for lane in range(32):
-            t = warp * 32 + lane
-            for c in range(t, n4, THREADS):  # thread t: column c of every row, the weight loaded once
-                g = w[4 * c: 4 * c + 4]
-                for b in range(rows):
-                    e = x[b, 4 * c: 4 * c + 4]
-                    lane_ss[lane, b] += np.float32((e * e).sum())
-                    out[b, 4 * c: 4 * c + 4] = e * g
-                    writes[b, 4 * c: 4 * c + 4] += 1
-        for b in range(rows):
-            red[warp * rows + b] = lane_ss[:, b].sum()
+    for b0 in range(0, rows, MAX_ROWS):  # passes of MAX_ROWS rows
+        rp = min(MAX_ROWS, rows - b0)
+        for warp in range(WARPS):
+            lane_ss = np.zeros((32, rp), dtype=np.float32)
+            for lane in range(32):
+                t = warp * 32 + lane
+                for c in range(t, n4, THREADS):  # thread t: column c of the pass's rows, the weight loaded once
+                    g = w[4 * c: 4 * c + 4]
+                    for b in range(rp):
+                        e = x[b0 + b, 4 * c: 4 * c + 4]
+                        lane_ss[lane, b] += np.float32((e * e).sum())
+                        out[b0 + b, 4 * c: 4 * c + 4] = e * g
+                        writes[b0 + b, 4 * c: 4 * c + 4] += 1
+            for b in range(rp):
+                red[warp * rows + b0 + b] = lane_ss[:, b].sum()
     factor = np.full(rows, np.nan, dtype=np.float32)
     for t in range(rows):  # threads t < rows: row t's total over the warps
         tot = sum(float(red[q * rows + t]) for q in range(WARPS))
@@ -43,7 +47,7 @@ def rmsnorm_rows(x: np.ndarray, w: np.ndarray, eps: float, rows: int, out_stride
     return out, factor, writes
 
 
-@pytest.mark.parametrize("rows", range(1, 9))
+@pytest.mark.parametrize("rows", [*range(1, 9), 9, 16, 20, 32])
 @pytest.mark.parametrize("n", [256, 2048, 4096, 5120, 14336])
 def test_rmsnorm_rows_writes_each_element_once_and_its_rows_factor(rows, n):
     rng = np.random.default_rng(rows * 100000 + n)
@@ -74,7 +78,7 @@ def swiglu_rows(g_rows: np.ndarray, u_rows: np.ndarray, n: int, rows: int, ystri
     return h, writes
 
 
-@pytest.mark.parametrize("rows", range(1, 9))
+@pytest.mark.parametrize("rows", [*range(1, 9), 20, 32])
 @pytest.mark.parametrize("n", [1, 2, 8, 16, 32])  # a tile's rows (dec.h tile_rows)
 def test_swiglu_rows_covers_every_row_once(rows, n):
     rng = np.random.default_rng(rows + 10 * n)
@@ -89,9 +93,28 @@ def test_swiglu_rows_covers_every_row_once(rows, n):
 
 
 def argmax_rows(vals: np.ndarray, n: int, base: int, rows: int, stride: int) -> list[tuple[float, int]]:
-    """dec_argmax.cu's argmax_rows: warp w takes rows w, w + 8, ...; each lane the max of
-    elements lane, lane + 32, ... (ties to the smaller index, as dec.h's key), then the warp."""
+    """dec_argmax.cu's argmax_rows: n <= 32 (a power of two): warp w takes rows w 32/n .. + 32/n - 1,
+    n lanes a row, each lane one element, the row's n keys reduced by xor shuffles (offsets n/2 .. 1);
+    longer rows: warp w takes rows w, w + 8, ...; each lane the max of elements lane, lane + 32,
+    ... (ties to the smaller index, as dec.h's key), then the warp."""
     best = [None] * rows
+    if n <= 32:
+        per_warp = 32 // n
+        for warp in range(WARPS):
+            for b0 in range(warp * per_warp, rows, WARPS * per_warp):
+                keys = [None] * 32
+                for lane in range(32):
+                    b, j = b0 + lane // n, lane % n
+                    keys[lane] = (vals[b * stride + j], -(base + j)) if b < rows else (-np.inf, -2**40)
+                off = n // 2
+                while off:
+                    keys = [max(keys[ln], keys[ln ^ off]) for ln in range(32)]
+                    off //= 2
+                for lane in range(32):
+                    b = b0 + lane // n
+                    if lane % n == 0 and b < rows:
+                        best[b] = (keys[lane][0], -keys[lane][1])
+        return best
     for warp in range(WARPS):
         for b in range(warp, rows, 8):
             keys = []
@@ -104,8 +127,8 @@ def argmax_rows(vals: np.ndarray, n: int, base: int, rows: int, stride: int) -> 
     return best
 
 
-@pytest.mark.parametrize("rows", range(1, 9))
-@pytest.mark.parametrize("n", [1, 8, 33, 64])
+@pytest.mark.parametrize("rows", [*range(1, 9), 20, 32])
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32, 64])  # a tile's rows: powers of two (dec.h tile_rows)
 def test_argmax_rows_finds_each_rows_first_maximum(rows, n):
     rng = np.random.default_rng(rows * 7 + n)
     stride = 128
@@ -114,3 +137,26 @@ def test_argmax_rows_finds_each_rows_first_maximum(rows, n):
     for b in range(rows):
         row = vals[b * stride: b * stride + n]
         assert got[b] == (row.max(), 1000 + int(np.argmax(row)))
+
+
+def test_each_ctas_best_joined_once_is_each_rows_first_maximum():
+    """The head's tiles go to CTAs in turn; each CTA keeps its best key of each row over its tiles
+    ([smem.best], argmax_rows per tile) and joins it to the step's once (argmax_publish): the max
+    of maxima is the row's first maximum, ties included (dec.h's key: larger value, then smaller
+    index)."""
+    rng = np.random.default_rng(5)
+    rows, vocab, r, ctas = 20, 512, 4, 7
+    logits = rng.integers(-4, 4, (rows, vocab)).astype(np.float64)  # many ties across tiles
+    key = lambda v, i: (v, -i)  # noqa: E731  (dec.h argmax_key's order)
+    local = [[None] * rows for _ in range(ctas)]
+    for i in range(vocab // r):  # tile i of the head: rows i r .. i r + r - 1, CTA i mod ctas
+        cta = i % ctas
+        tile = np.zeros(rows * 128)
+        for b in range(rows):
+            tile[b * 128: b * 128 + r] = logits[b, i * r: i * r + r]
+        for b, (v, idx) in enumerate(argmax_rows(tile, r, i * r, rows, 128)):
+            k = key(v, idx)
+            local[cta][b] = k if local[cta][b] is None else max(local[cta][b], k)
+    for b in range(rows):
+        v, neg = max(local[c][b] for c in range(ctas))
+        assert (v, -neg) == (logits[b].max(), int(np.argmax(logits[b])))
