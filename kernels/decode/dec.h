@@ -82,7 +82,8 @@ constexpr unsigned XIN_PAD = 32;
 // sync words
 constexpr unsigned FINISH = 0;
 constexpr unsigned BEST = 2;                 // u64 a sequence at words 2 + 2 b, 3 + 2 b
-constexpr unsigned MAX_BATCH = 32;           // [fact.batch] accept
+constexpr unsigned MAX_BATCH = 32;           // [fact.batch] accept (dec_step_wide's; dec_step's is 8)
+constexpr unsigned NARROW_BATCH = 8;         // batches up to this: dec_step's contract (y_floats)
 // op k's counter at word ops_base(batch) + k: past the batch's BEST words, in whole 16s (16 up to batch 7)
 __host__ __device__ constexpr unsigned ops_base(unsigned batch) { return (2 + 2 * batch + 15) / 16 * 16; }
 __host__ __device__ constexpr unsigned sync_words(unsigned layers, unsigned batch) {
@@ -103,15 +104,17 @@ struct Model {
   // matters to the roles that take DOWN tiles, the stream and the step)
   unsigned down_chunks = 1;
   __host__ __device__ unsigned stage_bytes() const { return 2 * tile_elems; }
-  // floats a sequence in one of the step's two y buffers: a GU tile's 2 r rows (r <= tile_elems /
-  // the narrowest k, and every k is whole 256s: r <= 64), at least 16 (dec_matvec's matvec with
-  // fewer than 8 rows adds its warps' sums through y[8 .. 16)); [smem.y] is two buffers of batch
-  // such rows
+  // floats a sequence in one of the step's two y buffers ([smem.y]: two buffers of batch such
+  // rows): a GU tile's 2 r rows with r <= tile_elems / 256 (every k is whole 256s), at least 16
+  // (dec_matvec's matvec with fewer than 8 rows adds its warps' sums through y[8 .. 16))
+  __host__ __device__ unsigned y_floats() const { return tile_elems / 128; }
+  // the same sized by the narrowest k of this model (r <= tile_elems / it), for the batches past
+  // 8 (dec_step_wide's [smem.y]): 32 rows of every tile's sums would take the ring's room
   __host__ __device__ unsigned narrowest_k() const {
     const unsigned a = hidden < q_dim() ? hidden : q_dim(), c = inter / down_chunks;
     return a < c ? a : c;
   }
-  __host__ __device__ unsigned y_floats() const {
+  __host__ __device__ unsigned wide_y_floats() const {
     const unsigned r = tile_elems / narrowest_k(), r2 = 2 * (r < 64 ? r : 64);
     return r2 > 16 ? r2 : 16;
   }

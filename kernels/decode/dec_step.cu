@@ -121,7 +121,7 @@ PL_ENTRY(run) {
   // rows of tile i (sequence b's at y + b ys). O and DOWN add their rows to the residual: right
   // after the wait, thread (b mine + j) r + row loads row `row` of this CTA's j-th tile of
   // sequence b (when they all fit), so the add at the end of each tile waits on no load.
-  const unsigned ys = m.y_floats();  // a sequence's rows in a y buffer
+  const unsigned ys = B > dec::NARROW_BATCH ? m.wide_y_floats() : m.y_floats();  // a sequence's rows in a y buffer
   const auto matvec_op = [&](unsigned kind, unsigned layer, auto input, auto epilogue) {
     const dec::MatOp op = dec::mat_op(m, kind, layer);
     const unsigned first = dec::first_tile(cta, rot, G);
