@@ -69,6 +69,7 @@ PL_ENTRY(run) {
   if (m.hidden > m.tile_elems || m.inter > m.tile_elems || m.q_dim() > m.tile_elems) __trap();  // a row per tile at least (folds away)
   if (m.inter % (256 * m.down_chunks)) __trap();  // whole 256s a DOWN chunk (the kernel file's choice; folds away)
   unsigned* sync = static_cast<unsigned*>(PL_WORKSPACE(sync));
+  unsigned long long* best = reinterpret_cast<unsigned long long*>(sync + dec::BEST);  // a key a sequence
   float* x = static_cast<float*>(PL_WORKSPACE(x));
   float* qkv = static_cast<float*>(PL_WORKSPACE(qkv));
   const uint16_t* ao = static_cast<const uint16_t*>(PL_WORKSPACE(ao));
@@ -177,7 +178,7 @@ PL_ENTRY(run) {
       }
       if (kind == dec::HEAD) {  // this CTA's best of each sequence joins the step's, once
         pl::named_barrier_sync(bar, dec::THREADS);
-        PL_CALL(argmax_publish, reinterpret_cast<unsigned long long*>(sync + dec::BEST), B);
+        PL_CALL(argmax_publish, best, B);
       }
       stamp(3, dec::now_ns()), stamp(4, data_wait), stamp(5, loads);
       signal(OPS + k, j);
@@ -219,7 +220,6 @@ PL_ENTRY(run) {
               });
     matvec_op(dec::DOWN, l, copy_input(h, m.inter, m.down_chunks), residual);
   }
-  unsigned long long* best = reinterpret_cast<unsigned long long*>(sync + dec::BEST);
   matvec_op(dec::HEAD, 0, norm_input(p.norms + (size_t)(2 * m.layers) * m.hidden),
             [&](unsigned i, const dec::MatOp& op, const float* yb) {
               for (unsigned e = t; e < op.r * B; e += dec::THREADS)

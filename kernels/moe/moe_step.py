@@ -44,6 +44,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools
     from pipelink.runtime import Kernel, LaunchError
 from pipelink.runtime.entry import (device_index, expect_cubin, expect_disjoint, expect_manifest, expect_stream,
                             expect_tensor, flag, kernel_file, optional_dir, tensor_device)
+from pipelink.runtime.launch_values import stream_handle
 
 from moe_models import MODELS, MoeModel, linked_model, model_from_hf_config, resolve_model
 
@@ -184,17 +185,14 @@ class MoeStep:
         return s
 
 
-def _torch_stream(stream):
-    """torch's stream object for a launch's `stream` (None: the current stream)."""
+def _torch_stream(stream, device: int):
+    """torch's stream object for a launch's `stream` (None: the current stream); the handle is read
+    and checked as the runtime reads a launch's (launch_values.stream_handle)."""
     import torch
 
     if stream is None or isinstance(stream, torch.cuda.Stream):
         return stream
-    if hasattr(stream, "__cuda_stream__"):
-        return torch.cuda.ExternalStream(int(stream.__cuda_stream__()[1]))
-    if hasattr(stream, "cuda_stream"):
-        return torch.cuda.ExternalStream(int(stream.cuda_stream))
-    return torch.cuda.ExternalStream(int(stream))
+    return torch.cuda.ExternalStream(stream_handle(stream, device))
 
 
 def add_shared_expert(model: MoeModel, x, out, shared_w13, shared_w2, stream=None) -> None:
@@ -206,7 +204,7 @@ def add_shared_expert(model: MoeModel, x, out, shared_w13, shared_w2, stream=Non
 
     import torch
 
-    ts = _torch_stream(stream)
+    ts = _torch_stream(stream, x.device.index)
     with torch.cuda.stream(ts) if ts is not None else contextlib.nullcontext():
         Is = model.shared_inter
         gu = torch.nn.functional.linear(x, shared_w13).float()
