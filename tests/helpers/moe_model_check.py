@@ -7,6 +7,9 @@ gate (gpu_bench.sanitize_jobs).
 Fresh random weights and tokens (seeded), the output NaN-poisoned first; tolerance
 |out - ref| <= 2e-2 (|ref| + rms(ref)) on tokens whose routing margin (moe_reference's gap) is
 above 1e-4 (near-ties may route either way: left out and counted, at most max(2, T / 10)).
+--routed-only: a model with a shared expert (DeepSeek-V3) without it, in the kernel and the
+reference alike: the sanitizer runs then see the linked kernel and no torch GEMM (racecheck
+reports hazards inside cuBLAS's own bf16 kernels, which run the shared expert).
 """
 
 from __future__ import annotations
@@ -46,15 +49,20 @@ def model_weights(torch, m, seed):
     return w, g
 
 
-def check(model, T: int, seed: int = 4321, stats: dict | None = None) -> str:
+def check(model, T: int, seed: int = 4321, stats: dict | None = None, routed_only: bool = False) -> str:
     """'' if the layer of `model` matches its reference at T tokens, else what is wrong; `stats`
-    (if given) gets the near-tied token count and the largest error on the others."""
+    (if given) gets the near-tied token count and the largest error on the others. routed_only:
+    the layer without its shared expert (the same kernel; nothing runs after it)."""
+    import dataclasses
+
     import torch
 
     import moe_reference
     import moe_step as ms
 
     m = moe_models.resolve_model(model)
+    if routed_only:
+        m = dataclasses.replace(m, shared_inter=0, target=m.target or m.name)
     w, g = model_weights(torch, m, seed)
     x = torch.randn(T, m.hidden, generator=g, device="cuda").to(torch.bfloat16)
     out = torch.full((T, m.hidden), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -82,11 +90,12 @@ def main() -> int:
     ap.add_argument("--model", required=True, help="a linked model or a moe_models.VARIANTS test link")
     ap.add_argument("--tokens", default="1,37", help="comma-separated T values")
     ap.add_argument("--seed", type=int, default=4321)
+    ap.add_argument("--routed-only", action="store_true", help="leave the shared expert out (kernel and reference)")
     a = ap.parse_args()
     wrong = []
     for T in (int(t) for t in a.tokens.split(",")):
         stats: dict = {}
-        if w := check(a.model, T, a.seed, stats):
+        if w := check(a.model, T, a.seed, stats, a.routed_only):
             wrong.append(w)
         print(f"{a.model} T={T}: " + (w or f"near-tied {stats['tied']}, max |err| {stats['max_err']:.3e}, "
                                             f"max err / (|ref| + rms) {stats['rel']:.3e} (tolerance 2e-2)"), flush=True)
