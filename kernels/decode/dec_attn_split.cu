@@ -35,6 +35,13 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_TRACE
 #define DEC_TRACE 0
 #endif
+// Blocks of a task that thread 0 asks L2 for ahead of the one being scored (cp.async.bulk
+// prefetch of the keys' and the values' contiguous runs), at batch <= REG_BATCH: a task's blocks
+// then come sooner at long contexts, while at batch 32 the lookahead made the step slower (its
+// 32 input rows are read through L2 by every CTA). 0: none (docs/DECISIONS.md has the figures).
+#ifndef DEC_KV_AHEAD
+#define DEC_KV_AHEAD 2
+#endif
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
@@ -73,6 +80,10 @@ __device__ __forceinline__ void load_keys(BlockRows& r, const uint16_t* kc, unsi
         r.k[i][c] = pp < n ? *reinterpret_cast<const uint4*>(kc + (size_t)(b + pp) * hd + qd * (hd / 4) + 8 * c)
                            : make_uint4(0u, 0u, 0u, 0u);
   }
+}
+// positions b .. b + n - 1 of a head's keys or values (rows of hd bf16) into L2
+__device__ __forceinline__ void prefetch_rows(const uint16_t* c, unsigned b, unsigned n, unsigned hd) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + (size_t)b * hd), "r"(n * hd * 2u) : "memory");
 }
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   return (unsigned)to_bf16(lo) | (unsigned)to_bf16(hi) << 16;
@@ -212,10 +223,20 @@ PL_ENTRY(run) {
     return ((size_t)(sq * m.layers + l) * m.kv_heads + kvh) * p.max_seq * hd;
   };
   BlockRows rows;
+  // thread 0: the block at position b of a task's chunk into L2 (nothing past the chunk)
+  const bool kv_ahead = DEC_KV_AHEAD && B <= REG_BATCH;
+  const auto prefetch_block = [&](size_t off, unsigned b, unsigned c1) {
+    if (kv_ahead && t == 0 && b < c1) {
+      prefetch_rows(p.kcache + off, b, min(BLOCK, c1 - b), hd);
+      prefetch_rows(p.vcache + off, b, min(BLOCK, c1 - b), hd);
+    }
+  };
   const auto load_first_block = [&](unsigned l, const Chunk& ch) {
     const size_t off = head_off(ch.sq, l, ch.kvh);
     load_keys(rows, p.kcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
     load_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, pset, NSETS, dch);
+#pragma unroll
+    for (unsigned a = 1; a <= DEC_KV_AHEAD; ++a) prefetch_block(off, ch.c0 + a * BLOCK, ch.c1);
   };
   for (unsigned l = 0; l < m.layers; ++l) {
     const unsigned kq = 1 + 5 * l;
@@ -283,6 +304,10 @@ PL_ENTRY(run) {
       // one before it.
       for (unsigned b = c0; b < c1; b += BLOCK) {
         const unsigned n = min(BLOCK, c1 - b), nb = b + BLOCK, nn = nb < c1 ? min(BLOCK, c1 - nb) : 0;
+        if (b != c0) {  // (the first block's went with its loads)
+          const unsigned ahead = (b - c0) / BLOCK + DEC_KV_AHEAD, blocks = (c1 - c0 + BLOCK - 1) / BLOCK;
+          if (ahead < blocks) prefetch_block(head_off(sq, l, kvh), c0 + ahead * BLOCK, c1);
+        }
         // head gid's scores at positions 32 warp + 8 i + 2 qd + j (mma's C layout)
         float sc[TILES][2];
         {

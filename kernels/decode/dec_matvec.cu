@@ -37,9 +37,15 @@ constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned INFLIGHT = 8;  // chunks a lane loads before it multiplies: 128 bytes in flight
 constexpr unsigned SCRATCH = 8;   // y[SCRATCH + w]: warp w's segment sum when rows < WARPS
 constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a pass of matvec_batch ([smem.red])
-constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
+#ifndef DEC_BATCH_INFLIGHT
+#define DEC_BATCH_INFLIGHT 4
+#endif
+constexpr unsigned BATCH_INFLIGHT = DEC_BATCH_INFLIGHT;  // k32 blocks a lane loads before it multiplies
 constexpr unsigned NARROW_BATCH = 8;    // matvec_batch's A holds the vectors in rows gid < 8 up to here
-constexpr unsigned WIDE_INFLIGHT = 2;   // the wide path's k32 blocks in flight (four A runs a block)
+#ifndef DEC_WIDE_INFLIGHT
+#define DEC_WIDE_INFLIGHT 2
+#endif
+constexpr unsigned WIDE_INFLIGHT = DEC_WIDE_INFLIGHT;  // the wide path's k32 blocks in flight (four A runs a block)
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const unsigned aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};

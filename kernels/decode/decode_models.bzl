@@ -65,7 +65,7 @@ def decode_down_chunks(m, batch):
             return c
     return fits[-1]
 
-def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = None, stream = None, spills = "error", tags = []):
+def llama_decode(name, model, attention = "split", unfused = False, batch = 1, step = None, stream = None, spills = "error", tags = [], matvec = None):
     """The decode step of `model` (a DECODE_MODELS key) with one of DECODE_ATTENTION (or another
     build of package dec_attn, by label). unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
@@ -78,7 +78,7 @@ def llama_decode(name, model, attention = "split", unfused = False, batch = 1, s
     fused_kernel(
         name = name,
         arch = "sm_90a",
-        components = [{":dec_step": step, ":dec_stream": stream}.get(c, c) for c in DECODE_COMPONENTS] + [DECODE_ATTENTION.get(attention, attention)],
+        components = [{":dec_step": step, ":dec_stream": stream, ":dec_matvec": matvec or ":dec_matvec"}.get(c, c) for c in DECODE_COMPONENTS] + [DECODE_ATTENTION.get(attention, attention)],
         kernel = "llama_decode.kernel.toml",
         facts = dict([(f, m[f]) for f in DECODE_FACTS] + [
             ("unfused", unfused),
@@ -104,8 +104,9 @@ def decode_models():
     for name, (model, batch) in DECODE_BATCHES.items():
         llama_decode(name = name, model = model, batch = batch)
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
-    llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace")
-    llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace")
+    # (the stamps and the attention's L2 lookahead spill 8 B: the timeline's own cost)
+    llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace", spills = "warning")
+    llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace", spills = "warning")
     # batch 32 with stages of 16 KB (three of them, not two of 32 KB): timed beside llama3_1b_b32
     llama_decode(name = "llama3_1b_b32_8k", model = "llama3_2_1b", batch = 32, stream = ":dec_stream_wide_8k")
     llama_decode(name = "llama3_1b_b32_trace", model = "llama3_2_1b", batch = 32, step = ":dec_step_wide_trace", attention = ":dec_attn_split_trace",
@@ -116,3 +117,12 @@ def decode_models():
     # Llama-3.2-1B with the stream's L2 lookahead off (dec_stream.cu DEC_L2_AHEAD; the default
     # is 3): what it buys, timed beside llama3_1b
     llama_decode(name = "llama3_1b_no_l2ahead", model = "llama3_2_1b", stream = ":dec_stream_no_l2ahead")
+    # the attention without its L2 lookahead (dec_attn_split.cu DEC_KV_AHEAD; the default is 2
+    # blocks at batch <= 8): what it buys, timed beside llama3_1b and llama3_1b_b8
+    llama_decode(name = "llama3_1b_no_kvahead", model = "llama3_2_1b", attention = ":dec_attn_split_kv0")
+    llama_decode(name = "llama3_1b_b8_no_kvahead", model = "llama3_2_1b", batch = 8, attention = ":dec_attn_split_kv0")
+    # the step's matvec with more k-blocks in flight (dec_matvec.cu DEC_WIDE_INFLIGHT,
+    # DEC_BATCH_INFLIGHT), timed beside the default
+    llama_decode(name = "llama3_1b_b32_w4", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide4")
+    llama_decode(name = "llama3_1b_b32_w8", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide8")
+    llama_decode(name = "llama3_1b_b8_n8", model = "llama3_2_1b", batch = 8, matvec = ":dec_matvec_narrow8")
