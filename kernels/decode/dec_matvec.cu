@@ -37,10 +37,7 @@ constexpr unsigned THREADS = 256, WARPS = THREADS / 32;
 constexpr unsigned INFLIGHT = 8;  // chunks a lane loads before it multiplies: 128 bytes in flight
 constexpr unsigned SCRATCH = 8;   // y[SCRATCH + w]: warp w's segment sum when rows < WARPS
 constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a pass of matvec_batch ([smem.red])
-#ifndef DEC_BATCH_INFLIGHT
-#define DEC_BATCH_INFLIGHT 4
-#endif
-constexpr unsigned BATCH_INFLIGHT = DEC_BATCH_INFLIGHT;  // k32 blocks a lane loads before it multiplies
+constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
 constexpr unsigned NARROW_BATCH = 8;    // matvec_batch's A holds the vectors in rows gid < 8 up to here
 #ifndef DEC_WIDE_INFLIGHT
 #define DEC_WIDE_INFLIGHT 2

@@ -70,8 +70,9 @@ def llama_decode(name, model, attention = "split", unfused = False, batch = 1, s
     build of package dec_attn, by label). unfused:
     the baseline build, launched once per op with the op range as parameters (dec.h OpRange).
     batch: sequences a step (the kernel fact; the simple attention package accepts 1).
-    step, stream: the step role's and the weight stream's packages (other builds of their
-    sources, for a variant; by default decode_step(batch) and decode_stream(batch)).
+    step, stream, matvec: the step role's, the weight stream's and the matvec library's packages
+    (other builds of their sources, for a variant; by default decode_step(batch),
+    decode_stream(batch) and :dec_matvec).
     spills: fused_kernel's ("warning" for a diagnostic build whose stamps cost registers)."""
     m = DECODE_MODELS[model]
     step, stream = step or decode_step(batch), stream or decode_stream(batch)
@@ -121,8 +122,6 @@ def decode_models():
     # blocks at batch <= 8): what it buys, timed beside llama3_1b and llama3_1b_b8
     llama_decode(name = "llama3_1b_no_kvahead", model = "llama3_2_1b", attention = ":dec_attn_split_kv0")
     llama_decode(name = "llama3_1b_b8_no_kvahead", model = "llama3_2_1b", batch = 8, attention = ":dec_attn_split_kv0")
-    # the step's matvec with more k-blocks in flight (dec_matvec.cu DEC_WIDE_INFLIGHT,
-    # DEC_BATCH_INFLIGHT), timed beside the default
+    # batch 32 with the matvec's wide path keeping 4 k-blocks in flight a warp (dec_matvec.cu
+    # DEC_WIDE_INFLIGHT; the default is 2), to time beside llama3_1b_b32
     llama_decode(name = "llama3_1b_b32_w4", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide4")
-    llama_decode(name = "llama3_1b_b32_w8", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide8")
-    llama_decode(name = "llama3_1b_b8_n8", model = "llama3_2_1b", batch = 8, matvec = ":dec_matvec_narrow8")
