@@ -239,16 +239,27 @@ __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned need) 
       : "memory");
 }
 
-// c += A · B for one mma.sync m16n8k16 step (bf16 operands, f32 sums) with A's rows gid + 8 zero:
-// a_lo, a_hi the lane's A words of row gid (k pairs 2 qd and 2 qd + 8), b_lo, b_hi its B words
-// (the same k pairs, column gid). The split-KV scores and the batched matvec both take each
-// lane's operands from one 16-byte run, so their k order is a permutation both operands share.
-__device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a_hi, unsigned b_lo, unsigned b_hi) {
+// c += A · B for one mma.sync m16n8k16 step (bf16 operands, f32 sums): a0, a2 the lane's A words
+// of row gid (k pairs 2 qd and 2 qd + 8), a1, a3 row gid + 8's, b0, b1 its B words (the same k
+// pairs, column gid). The split-KV scores and the batched matvec both take each lane's operands
+// from one 16-byte run, so their k order is a permutation both operands share.
+__device__ __forceinline__ void mma_k16_rows16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b_lo), "r"(b_hi));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// the same with A's rows gid + 8 zero
+__device__ __forceinline__ void mma_k16(float (&c)[4], unsigned a_lo, unsigned a_hi, unsigned b_lo, unsigned b_hi) {
+  mma_k16_rows16(c, a_lo, 0u, a_hi, 0u, b_lo, b_hi);
+}
+
+// `bytes` (a multiple of 16) from src into L2, nothing waiting for them (the weight stream's
+// lookahead, the attention's next K/V blocks)
+__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 // A 16-byte copy global -> shared through L2 (cp.async.cg: data other CTAs wrote), in flight

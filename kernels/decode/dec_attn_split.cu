@@ -81,10 +81,6 @@ __device__ __forceinline__ void load_keys(BlockRows& r, const uint16_t* kc, unsi
                            : make_uint4(0u, 0u, 0u, 0u);
   }
 }
-// positions b .. b + n - 1 of a head's keys or values (rows of hd bf16) into L2
-__device__ __forceinline__ void prefetch_rows(const uint16_t* c, unsigned b, unsigned n, unsigned hd) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c + (size_t)b * hd), "r"(n * hd * 2u) : "memory");
-}
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   return (unsigned)to_bf16(lo) | (unsigned)to_bf16(hi) << 16;
 }
@@ -227,8 +223,9 @@ PL_ENTRY(run) {
   const bool kv_ahead = DEC_KV_AHEAD && B <= REG_BATCH;
   const auto prefetch_block = [&](size_t off, unsigned b, unsigned c1) {
     if (kv_ahead && t == 0 && b < c1) {
-      prefetch_rows(p.kcache + off, b, min(BLOCK, c1 - b), hd);
-      prefetch_rows(p.vcache + off, b, min(BLOCK, c1 - b), hd);
+      const unsigned bytes = min(BLOCK, c1 - b) * hd * 2u;  // positions b .. of the head's keys and values
+      dec::prefetch_l2(p.kcache + off + (size_t)b * hd, bytes);
+      dec::prefetch_l2(p.vcache + off + (size_t)b * hd, bytes);
     }
   };
   const auto load_first_block = [&](unsigned l, const Chunk& ch) {

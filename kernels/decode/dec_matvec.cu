@@ -81,17 +81,6 @@ __device__ __forceinline__ void mma_k32(float (&c)[4], const uint4& a, const uin
   dec::mma_k16(c, a.z, a.w, b.z, b.w);
 }
 
-// c += A · B for one m16n8k16 step with every A row live: a0, a2 row gid's words (k pairs 2 qd,
-// 2 qd + 8), a1, a3 row gid + 8's
-__device__ __forceinline__ void mma_k16_rows16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                               unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (unsigned off = 16; off; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -167,8 +156,8 @@ PL_CALLABLE(matvec_batch)(unsigned pl_inst, const void* tile, const void* xin, u
           for (unsigned mt = 0; mt < 2; ++mt)
             if (mt < mtiles) {
               const uint4 &lo = a[u][2 * mt], &hi = a[u][2 * mt + 1];
-              mma_k16_rows16(acc[mt], lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
-              mma_k16_rows16(acc[mt], lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
+              dec::mma_k16_rows16(acc[mt], lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
+              dec::mma_k16_rows16(acc[mt], lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
             }
       }
       // C: acc[mt][0, 1] row 16 mt + gid, acc[mt][2, 3] row 16 mt + 8 + gid; columns 2 qd, 2 qd + 1

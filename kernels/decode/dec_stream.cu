@@ -59,9 +59,6 @@ __device__ __forceinline__ bool mbar_test(uint64_t* bar, unsigned phase) {  // m
       : "memory");
   return done;
 }
-__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
 
 // This CTA's loads of the step in schedule order (dec.h: tile i of matvec op n when
 // first_tile(cta, rot) + j G = i, each tile loads_per_tile loads of r rows). A cursor is four
@@ -129,7 +126,7 @@ PL_ENTRY(run) {
       while (!mbar_test(empty + stage, phase ^ 1u)) {
         const unsigned now = dec::now_ns();
         if (ahead_n < issued + DEC_L2_AHEAD && walk.more(ahead) && now - last >= DEC_L2_PACE_NS) {
-          prefetch_l2(walk.src(ahead), walk.bytes(ahead));
+          dec::prefetch_l2(walk.src(ahead), walk.bytes(ahead));
           walk.next(ahead), ++ahead_n, last = now;
         }
         __nanosleep(64);

@@ -62,7 +62,7 @@ def check(model, T: int, seed: int = 4321, stats: dict | None = None, routed_onl
 
     m = moe_models.resolve_model(model)
     if routed_only:
-        m = dataclasses.replace(m, shared_inter=0, target=m.target or m.name)
+        m = dataclasses.replace(m, shared_inter=0)
     w, g = model_weights(torch, m, seed)
     x = torch.randn(T, m.hidden, generator=g, device="cuda").to(torch.bfloat16)
     out = torch.full((T, m.hidden), float("nan"), dtype=torch.bfloat16, device="cuda")
