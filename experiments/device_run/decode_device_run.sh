@@ -37,7 +37,7 @@ has timeline && for b in ${TIMELINE_BUILDS:-llama3_1b_trace}; do for c in ${TIME
   TAIL=8 step timeline_${b}_$c 60 python3 benchmarks/llama_decode_timeline.py --build $b --context $c; done; done
 has pair && step pair 100 python3 $B pair --rounds 5
 has counterexample && step counterexample 45 python3 $B counterexample --watchdog 20
-has sanitize && TAIL=10 step sanitize 120 python3 $B sanitize --steps 4 --watchdog 40
+has sanitize && TAIL=10 step sanitize 420 python3 $B sanitize --steps 4 --watchdog 200
 # Issue 41's gpt-oss target on the same machine: its f64 check (carry its cubin and manifest too)
 has moe && TAIL=8 step moe_gpt_oss 90 python3 benchmarks/moe_bench.py check --model gpt_oss_120b --tokens 1,16,128,1024,4096
 has ncu && TAIL=40 step ncu 60 ncu --clock-control none --kernel-name llama_decode --launch-skip 3 --launch-count 1 \

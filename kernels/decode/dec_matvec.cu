@@ -40,7 +40,7 @@ constexpr unsigned MAX_GROUPS = 4;  // n8 groups of tile rows a pass of matvec_b
 constexpr unsigned BATCH_INFLIGHT = 4;  // k32 blocks a lane loads before it multiplies
 constexpr unsigned NARROW_BATCH = 8;    // matvec_batch's A holds the vectors in rows gid < 8 up to here
 #ifndef DEC_WIDE_INFLIGHT
-#define DEC_WIDE_INFLIGHT 2
+#define DEC_WIDE_INFLIGHT 4
 #endif
 constexpr unsigned WIDE_INFLIGHT = DEC_WIDE_INFLIGHT;  // the wide path's k32 blocks in flight (four A runs a block)
 

@@ -122,6 +122,6 @@ def decode_models():
     # blocks at batch <= 8): what it buys, timed beside llama3_1b and llama3_1b_b8
     llama_decode(name = "llama3_1b_no_kvahead", model = "llama3_2_1b", attention = ":dec_attn_split_kv0")
     llama_decode(name = "llama3_1b_b8_no_kvahead", model = "llama3_2_1b", batch = 8, attention = ":dec_attn_split_kv0")
-    # batch 32 with the matvec's wide path keeping 4 k-blocks in flight a warp (dec_matvec.cu
-    # DEC_WIDE_INFLIGHT; the default is 2), to time beside llama3_1b_b32
-    llama_decode(name = "llama3_1b_b32_w4", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide4")
+    # batch 32 with the matvec's wide path keeping 2 k-blocks in flight a warp (dec_matvec.cu
+    # DEC_WIDE_INFLIGHT; the default is 4): what the 4 buy, timed beside llama3_1b_b32
+    llama_decode(name = "llama3_1b_b32_w2", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide2")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 WARPS, INFLIGHT, MAX_GROUPS, PAD = 8, 4, 4, 32
-NARROW_BATCH, WIDE_INFLIGHT = 8, 2  # dec_matvec.cu: batches past 8 take the wide path
+NARROW_BATCH, WIDE_INFLIGHT = 8, 4  # dec_matvec.cu: batches past 8 take the wide path
 
 
 def _mma(c, a_regs, b_regs):
