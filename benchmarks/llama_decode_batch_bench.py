@@ -34,18 +34,29 @@ CHECKS = [("llama_tiny", 3, (7, 1, 300), 24),
                                513, 600, 700, 777, 800, 850, 900, 950, 999, 1000, 17, 40, 5), 8)]
 
 
-def batch_one(model: str, batch: int, prompts: list[int], steps: int) -> int:
+def variant_target(model: str, batch: int, variant: str) -> str:
+    """The link of `model` at `batch` built with another package (decode_models.bzl's _<variant> links)."""
+    import llama_pack
+    return f"{llama_pack.kernel_target(_config(model), batch)}_{variant}"
+
+
+def batch_one(model: str, batch: int, prompts: list[int], steps: int, variant: str | None = None) -> int:
     """B prompts of different lengths through the attention prefill (each into its own cache) and
     their last tokens through one megakernel step, then `steps` teacher-forced steps of the whole
-    batch; every sequence's logits rows against the fp32 reference, poisoned before each step."""
+    batch; every sequence's logits rows against the fp32 reference, poisoned before each step.
+    variant: the link <target>_<variant> instead of the default one."""
     import torch
     import llama_reference as ref
-    from llama_megakernel import ST_POS, ST_WORDS, MegakernelStep
+    from llama_megakernel import ST_POS, ST_WORDS, MegakernelStep, default_kernel_dir
     cfg = _config(model)
     w = _weights(cfg, seed=9)
     gen = torch.Generator().manual_seed(12)
     ids = [torch.randint(0, cfg.vocab, (n + steps,), generator=gen).cuda() for n in prompts]
-    s = MegakernelStep(cfg, w, max_seq=max(prompts) + steps, batch=batch)
+    files = None
+    if variant:
+        d, name = default_kernel_dir(), variant_target(model, batch, variant)
+        files = (d / f"{name}.cubin", d / f"{name}.manifest.json")
+    s = MegakernelStep(cfg, w, max_seq=max(prompts) + steps, batch=batch, kernel_files=files)
     s.logits.fill_(float("nan"))
     first, _ = s.prefill([x[:n] for x, n in zip(ids, prompts)])
     rows = [first.double().cpu().reshape(batch, -1)]  # batch 1: logits are [vocab]
@@ -65,20 +76,24 @@ def batch_one(model: str, batch: int, prompts: list[int], steps: int) -> int:
             bad.append(b)
     pos = [int(s.state[ST_WORDS * b + ST_POS]) for b in range(batch)]
     ok = not bad and pos == [n + steps for n in prompts]
-    print(f"RESULT {'correct' if ok else 'wrong'} {s.target} prompts {list(prompts)} + {steps} steps: worst rel "
+    print(f"RESULT {'correct' if ok else 'wrong'} {files[0].stem if files else s.target} prompts {list(prompts)} + {steps} steps: worst rel "
           f"{worst:.2e} (tol 2e-2), decisive token mismatches {mism}, wrong sequences {bad}, positions {pos}",
           flush=True)
     return 0 if ok else 1
 
 
-def worker_args(model, batch, prompts, steps) -> list[str]:
+def worker_args(model, batch, prompts, steps, variant=None) -> list[str]:
     return ["worker", "--model", model, "--batch", str(batch), "--prompts", ",".join(map(str, prompts)),
-            "--steps", str(steps)]
+            "--steps", str(steps)] + (["--variant", variant] if variant else [])
 
 
 def cmd_check(a) -> int:
+    """Every CHECKS row with its default link, then with each --variant's link where it is built."""
+    from llama_megakernel import default_kernel_dir
     bad = 0
-    for row in CHECKS:
+    rows = list(CHECKS) + [(*row, v) for v in a.variant or () for row in CHECKS
+                           if (default_kernel_dir() / f"{variant_target(row[0], row[1], v)}.cubin").is_file()]
+    for row in rows:
         outcome, said = run_watched(worker_args(*row), a.watchdog, __file__)
         bad += outcome != "correct"
         print(f"{'PASS' if outcome == 'correct' else 'FAIL'}  {said}", flush=True)
@@ -149,6 +164,8 @@ def main(argv=None) -> int:
     ap.add_argument("--also-target", action="append", metavar="TARGET",
                     help="bench: another //kernels/decode link at the first batch (other facts, e.g. another "
                          "down_chunks), on its own buffers, packed for it")
+    ap.add_argument("--variant", action="append", metavar="SUFFIX",
+                    help="check: also each row's link <target>_SUFFIX where it is built (e.g. warp); worker: that link")
     ap.add_argument("--also", action="append", metavar="CUBIN",
                     help="bench: an earlier build of the first batch's target (its cubin) in the same rounds")
     a = ap.parse_args(argv)
@@ -156,7 +173,8 @@ def main(argv=None) -> int:
     if not require_gpu(f"llama_decode_batch_bench.py {a.cmd}"):
         return 1
     if a.cmd == "worker":
-        return refused_as_fail(lambda x: batch_one(x.model, x.batch, [int(n) for n in x.prompts.split(",")], x.steps), a)
+        return refused_as_fail(lambda x: batch_one(x.model, x.batch, [int(n) for n in x.prompts.split(",")], x.steps,
+                                                   (x.variant or [None])[-1]), a)
     return refused_as_fail({"check": cmd_check, "bench": cmd_bench}[a.cmd], a)
 
 

@@ -80,7 +80,9 @@ CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simpl
 # Other links of Llama-3.2-1B's composition that check and bench run beside the default build
 # (kernels/decode/decode_models.bzl): name -> bazel-bin/kernels/decode/<name>.{cubin,manifest.json};
 # sanitize runs the llama_tiny build of each (the name with llama_tiny for llama3_1b).
-VARIANTS = ("llama3_1b_uncapped", "llama3_1b_no_l2ahead")
+VARIANTS = ("llama3_1b_uncapped", "llama3_1b_no_l2ahead", "llama3_1b_warp")
+# links of other models with another package, checked (not timed): name -> (model, steps)
+MODEL_VARIANTS = {"qwen3_1_7b_warp": ("qwen3_1_7b", 32)}  # (head_dim 128)
 
 
 def variant_files(name: str) -> tuple:
@@ -188,6 +190,8 @@ def cmd_check(a) -> int:
                 for m, p in (("llama_tiny", 300), ("llama3_2_1b", 1000), ("qwen3_1_7b", 200))]
     variants = [check_args("llama3_2_1b", 128, "split", False, False) + ["--files", *map(str, variant_files(v))]
                 for v in VARIANTS if variant_files(v)[0].is_file()]
+    variants += [check_args(model, steps, "split", False, False) + ["--files", *map(str, variant_files(v))]
+                 for v, (model, steps) in MODEL_VARIANTS.items() if variant_files(v)[0].is_file()]
     for args in [check_args(*row) for row in CHECKS] + variants + prefills + [["worker-graph"]]:
         outcome, said = run_watched(args, a.watchdog)
         bad += outcome != "correct"
@@ -220,6 +224,8 @@ def cmd_sanitize(a) -> int:
                                                    "worker", "--model", "llama_tiny", "--batch", "20", "--prompts",
                                                    "7,1,30,2,3,4,5,6,8,9,10,11,12,13,14,15,16,17,18,40",
                                                    "--steps", "1"]))  # (racecheck: about 80 s a launch)
+    if variant_files("llama_tiny_b20_warp")[0].is_file():  # the wide batch with the per-warp attention
+        jobs.append(("llama_tiny_b20_warp", [*jobs[-1][1], "--variant", "warp"]))
     # each variant's llama_tiny build (a Llama-3.2-1B step under racecheck takes minutes)
     tiny = [v.replace("llama3_1b", "llama_tiny", 1) for v in VARIANTS]
     jobs += [(f"llama_tiny {v}", [sys.executable, __file__, "worker", "--steps", str(a.steps),

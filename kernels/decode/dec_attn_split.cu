@@ -42,6 +42,13 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_KV_AHEAD
 #define DEC_KV_AHEAD 2
 #endif
+// 1: each warp keeps its own softmax state over its 32 positions of a block and sums P·V by mma
+// from its own value rows, so a block needs no barrier and no round trip through shared memory;
+// the four warps' states merge once a task (llama3_1b_warp, _b8_warp, _b32_warp). 0: the block's
+// max and sum through shared memory, every thread a set of positions' values (the default).
+#ifndef DEC_WARP_SOFTMAX
+#define DEC_WARP_SOFTMAX 0
+#endif
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
@@ -93,6 +100,24 @@ __device__ __forceinline__ void load_values(BlockRows& r, const uint16_t* vc, un
   for (unsigned u = 0; u < VPRE; ++u) {
     const unsigned i = pset + u * nsets;
     if (i < n) r.v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8);
+  }
+}
+// DEC_WARP_SOFTMAX: lane (gid, qd)'s value row r < 8 is block position 32 w + 16 (r / 4) + 8 (r / 2 % 2)
+// + 2 qd + r % 2: the positions of its P words as the P·V mma's A (k pairs 2 qd and 2 qd + 8 of the
+// k16 steps s = r / 4, from the score tiles 2 s and 2 s + 1); it holds dims hd / 8 gid .. of them,
+// whole 16-byte runs, so the mma's column n of n-tile t is dim hd / 8 n + t. Past the block's end
+// the rows are zeros (their P is 0, and 0 times a stale NaN would not be).
+__device__ __forceinline__ unsigned warp_value_row(unsigned t, unsigned r) {
+  return t / 32 * 32 + 16 * (r / 4) + 8 * (r / 2 % 2) + 2 * (t % 4) + r % 2;
+}
+__device__ __forceinline__ void load_warp_values(BlockRows& r, const uint16_t* vc, unsigned b, unsigned n, unsigned hd,
+                                                 unsigned t) {
+  static_assert(VPRE == 8, "a lane's eight value rows of a block");
+#pragma unroll
+  for (unsigned u = 0; u < VPRE; ++u) {
+    const unsigned i = warp_value_row(t, u);
+    r.v[u] = i < n ? *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + hd / 8 * (t % 32 / 4))
+                   : make_uint4(0u, 0u, 0u, 0u);
   }
 }
 }  // namespace dec_attn
@@ -231,7 +256,8 @@ PL_ENTRY(run) {
   const auto load_first_block = [&](unsigned l, const Chunk& ch) {
     const size_t off = head_off(ch.sq, l, ch.kvh);
     load_keys(rows, p.kcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
-    load_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, pset, NSETS, dch);
+    if (DEC_WARP_SOFTMAX) load_warp_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
+    else load_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, pset, NSETS, dch);
 #pragma unroll
     for (unsigned a = 1; a <= DEC_KV_AHEAD; ++a) prefetch_block(off, ch.c0 + a * BLOCK, ch.c1);
   };
@@ -287,6 +313,17 @@ PL_ENTRY(run) {
       }
       sync_role();
       const unsigned gid = lane / 4, qd = lane % 4;
+#if DEC_WARP_SOFTMAX
+      // this warp's running max and sum of head gid over its positions, and its P·V sums as the
+      // mma's C tiles (n-tile t: dims hd / 8 (2 qd + j) + t, [j] the probabilities' bf16 high
+      // halves' sums, [2 + j] their low halves', A's rows gid + 8)
+      const unsigned DPL = hd / 8;
+      float mw = -INFINITY, lw = 0.f, pacc[MAX_HD / 8][4];
+#pragma unroll
+      for (unsigned u = 0; u < MAX_HD / 8; ++u)
+#pragma unroll
+        for (unsigned e = 0; e < 4; ++e) pacc[u][e] = 0.f;
+#else
       float mrun_mine = -INFINITY;  // mrun[gid]: the running max of the head whose scores this lane holds
 
       float mrun[MAX_GROUP], lrun[MAX_GROUP], acc[MAX_GROUP][8];
@@ -296,6 +333,7 @@ PL_ENTRY(run) {
 #pragma unroll
         for (unsigned e = 0; e < 8; ++e) acc[hh][e] = 0.f;
       }
+#endif
       // Block b's rows are in `rows` when it begins: the next block's keys are loaded once the
       // scores are taken, its values once the sums are, so each block's round trip overlaps the
       // one before it.
@@ -354,6 +392,72 @@ PL_ENTRY(run) {
               sc[i][j] = gid < g && warp * 32 + 8 * i + 2 * qd + j < n ? cacc[i][j] * scale : -INFINITY;
         }
         if (nn) load_keys(rows, kc, nb, nn, hd, t);
+#if DEC_WARP_SOFTMAX
+        {
+          float mb = -INFINITY;  // head gid's max over the warp's 32 positions: the lane's eight, its quad's
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i) mb = fmaxf(mb, fmaxf(sc[i][0], sc[i][1]));
+          mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+          mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+          const float mnew = fmaxf(mw, mb);
+          const float alpha = mnew == -INFINITY ? 1.f : exp2f(mw - mnew);  // (nothing scored yet: sums are 0)
+          // P as the mma's A words: each probability the sum of two bf16 halves, the high ones in A's
+          // row gid, the low ones in row gid + 8 (one mma for both), so the sums keep f32
+          // probabilities' precision, as the scores keep the queries'
+          unsigned pbig[TILES], psmall[TILES];
+          float ls = 0.f;
+#pragma unroll
+          for (unsigned i = 0; i < TILES; ++i) {
+            float ph[2];
+#pragma unroll
+            for (unsigned j = 0; j < 2; ++j) ph[j] = sc[i][j] == -INFINITY ? 0.f : exp2f(sc[i][j] - mnew), ls += ph[j];
+            pbig[i] = pack_bf16(ph[0], ph[1]);
+            psmall[i] = pack_bf16(ph[0] - bf16_lo(pbig[i]), ph[1] - bf16_hi(pbig[i]));
+          }
+          ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+          ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+          lw = lw * alpha + ls, mw = mnew;
+#pragma unroll
+          for (unsigned u = 0; u < MAX_HD / 8; ++u) {
+            if (u >= DPL) break;
+#pragma unroll
+            for (unsigned e = 0; e < 4; ++e) pacc[u][e] *= alpha;
+          }
+          uint4 vrest[VPRE];  // the second 16 bytes of each row's dims (head_dim 128), loaded here
+#pragma unroll
+          for (unsigned r = 0; r < VPRE; ++r) {
+            const unsigned i = warp_value_row(t, r);
+            if (DPL > 8)
+              vrest[r] = i < n ? *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + DPL * gid + 8)
+                               : make_uint4(0u, 0u, 0u, 0u);
+            if (b + i == pos)  // the stale row at pos: the new value, as the cache now holds it
+#pragma unroll
+              for (unsigned c = 0; c < MAX_HD / 64; ++c) {
+                if (8 * c >= DPL) break;
+                const float* x = vn + DPL * gid + 8 * c;
+                const uint4 w = make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
+                                           pack_bf16(x[6], x[7]));
+                if (c == 0) rows.v[r] = w;
+                else vrest[r] = w;
+              }
+          }
+#pragma unroll
+          for (unsigned s = 0; s < 2; ++s)
+#pragma unroll
+            for (unsigned c = 0; c < MAX_HD / 64; ++c) {
+              if (8 * c >= DPL) break;
+              const uint4* w = c == 0 ? rows.v + 4 * s : vrest + 4 * s;  // k rows 2 qd, 2 qd + 1, 2 qd + 8, 2 qd + 9
+#pragma unroll
+              for (unsigned e = 0; e < 8; ++e) {
+                const unsigned sel = e % 2 ? 0x7632u : 0x5410u;  // element e of both rows: their low or high halves
+                const unsigned b0 = __byte_perm(word_of(w[0], e / 2), word_of(w[1], e / 2), sel);
+                const unsigned b1 = __byte_perm(word_of(w[2], e / 2), word_of(w[3], e / 2), sel);
+                dec::mma_k16_rows16(pacc[8 * c + e], pbig[2 * s], psmall[2 * s], pbig[2 * s + 1], psmall[2 * s + 1], b0, b1);
+              }
+            }
+        }
+        if (nn) load_warp_values(rows, vc, nb, nn, hd, t);
+#else
         {  // the block's max of head gid: the lane's eight, its quad's, then the warps' through red
           float v = -INFINITY;
 #pragma unroll
@@ -424,8 +528,48 @@ PL_ENTRY(run) {
           accumulate(i, *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8));
         if (nn) load_values(rows, vc, nb, nn, hd, pset, NSETS, dch);
         sync_role();  // pr and red are rewritten by the next block
+#endif
       }
       DEC_ATTN_STAMP(3, dec::now_ns());
+#if DEC_WARP_SOFTMAX
+      // the four warps' states: each warp's sums rescaled to the task's max, then added through o
+      // and pr in two rounds (after the barrier below no warp reads the queries in o any more)
+      if (qd == 0 && gid < g) red[gid * 4 + warp] = mw, red[4 * MAX_GROUP + gid * 4 + warp] = lw;
+      sync_role();
+      float mtask = -INFINITY, ltask = 0.f;  // head gid's (finite: a chunk scores at least one position)
+      {
+        const unsigned hh = min(gid, g - 1);
+#pragma unroll
+        for (unsigned w = 0; w < 4; ++w) mtask = fmaxf(mtask, red[hh * 4 + w]);
+#pragma unroll
+        for (unsigned w = 0; w < 4; ++w) {
+          const float mv = red[hh * 4 + w];
+          ltask += mv == -INFINITY ? 0.f : red[4 * MAX_GROUP + hh * 4 + w] * exp2f(mv - mtask);
+        }
+        const float f = mw == -INFINITY ? 0.f : exp2f(mw - mtask);
+#pragma unroll
+        for (unsigned u = 0; u < MAX_HD / 8; ++u) {
+          if (u >= DPL) break;
+          pacc[u][0] = (pacc[u][0] + pacc[u][2]) * f, pacc[u][1] = (pacc[u][1] + pacc[u][3]) * f;
+        }
+      }
+      float* half = warp % 2 ? pr : o;  // warps 0, 2 into o; 1, 3 into pr
+      for (unsigned round = 0; round < 2; ++round) {
+        if (gid < g && warp / 2 == round)
+#pragma unroll
+          for (unsigned u = 0; u < MAX_HD / 8; ++u) {
+            if (u >= DPL) break;
+#pragma unroll
+            for (unsigned j = 0; j < 2; ++j) {
+              float* d = half + gid * hd + DPL * (2 * qd + j) + u;
+              *d = round ? *d + pacc[u][j] : pacc[u][j];
+            }
+          }
+        // every thread has read red's maxima and sums before the first round's barrier
+        if (round == 1 && warp == 0 && qd == 0 && gid < g) red[gid] = ltask;
+        sync_role();
+      }
+#else
       // the position sets' sums into o: lanes of one column chunk within a warp (shuffles), then
       // the four warps' in two rounds through o and pr (free after the last block): plain stores
       // and adds, no shared float atomics (a compare-and-swap loop each on sm_90)
@@ -454,6 +598,7 @@ PL_ENTRY(run) {
           }
         sync_role();
       }
+#endif
       for (unsigned i = t; i < g * hd; i += THREADS) o[i] += pr[i];
       sync_role();
       if (nch == 1) {
@@ -466,10 +611,14 @@ PL_ENTRY(run) {
       const unsigned stride = g * (hd + 2);
       float* slot = part + (size_t)(hs * MAX_CHUNKS + c) * stride;
       for (unsigned i = t; i < g * hd; i += THREADS) slot[i] = o[i];
+#if DEC_WARP_SOFTMAX
+      if (warp == 0 && qd == 0 && gid < g) slot[g * hd + 2 * gid] = mtask, slot[g * hd + 2 * gid + 1] = ltask;
+#else
       if (t == 0)
 #pragma unroll
         for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
           if (hh < g) slot[g * hd + 2 * hh] = mrun[hh], slot[g * hd + 2 * hh + 1] = lrun[hh];
+#endif
       sync_role();
       unsigned* last_flag = reinterpret_cast<unsigned*>(red + 8 * MAX_GROUP);
       if (t == 0)  // (the barrier, then a release: every thread's slot writes go before the count)

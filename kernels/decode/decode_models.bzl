@@ -125,3 +125,10 @@ def decode_models():
     # batch 32 with the matvec's wide path keeping 2 k-blocks in flight a warp (dec_matvec.cu
     # DEC_WIDE_INFLIGHT; the default is 4): what the 4 buy, timed beside llama3_1b_b32
     llama_decode(name = "llama3_1b_b32_w2", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide2")
+    # the attention with each warp's own softmax state, P·V by mma (dec_attn_split.cu
+    # DEC_WARP_SOFTMAX): to check and time beside the defaults, at head_dim 64 and 128
+    for target, model, batch in [("llama3_1b_warp", "llama3_2_1b", 1), ("llama3_1b_b8_warp", "llama3_2_1b", 8),
+                                 ("llama3_1b_b32_warp", "llama3_2_1b", 32), ("qwen3_1_7b_warp", "qwen3_1_7b", 1),
+                                 ("llama_tiny_warp", "llama_tiny", 1), ("llama_tiny_b20_warp", "llama_tiny", 20)]:
+        llama_decode(name = target, model = model, batch = batch, attention = ":dec_attn_split_warp",
+                     spills = "warning" if model == "qwen3_1_7b" else "error")  # (head_dim 128: 112 B of stack)

@@ -13,30 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mma_fragments import mma_m16n8k16 as _mma
+
 WARPS, INFLIGHT, MAX_GROUPS, PAD = 8, 4, 4, 32
 NARROW_BATCH, WIDE_INFLIGHT = 8, 4  # dec_matvec.cu: batches past 8 take the wide path
-
-
-def _mma(c, a_regs, b_regs):
-    """c [32 lanes][4] += A · B of one m16n8k16, A and B assembled from every lane's registers:
-    a_regs [32][4][2] (a0..a3, two elements each), b_regs [32][2][2]."""
-    A, B = np.zeros((16, 16)), np.zeros((16, 8))
-    for lane in range(32):
-        gid, qd = lane // 4, lane % 4
-        for r in range(4):
-            for e in range(2):
-                i = 2 * r + e
-                row = gid if i in (0, 1, 4, 5) else gid + 8
-                col = 2 * qd + (i & 1) + (8 if i >= 4 else 0)
-                A[row, col] = a_regs[lane][r][e]
-        for r in range(2):
-            for e in range(2):
-                B[2 * qd + e + 8 * r, gid] = b_regs[lane][r][e]
-    C = A @ B
-    for lane in range(32):
-        gid, qd = lane // 4, lane % 4
-        for i in range(4):
-            c[lane][i] += C[gid + (8 if i >= 2 else 0), 2 * qd + (i & 1)]
 
 
 def matvec_batch(W: np.ndarray, X: np.ndarray, batch: int, ystride: int, factors=None) -> np.ndarray:
