@@ -80,7 +80,7 @@ CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simpl
 # Other links of Llama-3.2-1B's composition that check and bench run beside the default build
 # (kernels/decode/decode_models.bzl): name -> bazel-bin/kernels/decode/<name>.{cubin,manifest.json};
 # sanitize runs the llama_tiny build of each (the name with llama_tiny for llama3_1b).
-VARIANTS = ("llama3_1b_uncapped", "llama3_1b_no_l2ahead", "llama3_1b_warp")
+VARIANTS = ("llama3_1b_warp",)
 # links of other models with another package, checked (not timed): name -> (model, steps)
 MODEL_VARIANTS = {"qwen3_1_7b_warp": ("qwen3_1_7b", 32)}  # (head_dim 128)
 

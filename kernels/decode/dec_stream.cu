@@ -19,7 +19,7 @@
 // While the ring is full (the step role waits for its input, as in a layer's attention), ask L2
 // for the loads the ring takes next, up to DEC_L2_AHEAD of them, one every DEC_L2_PACE_NS, so
 // HBM keeps streaming through the wait without queueing much more than the cap's bytes at once
-// (0: none, llama3_1b_no_l2ahead; docs/DECISIONS.md has 3 against 0 and 6).
+// (0: none; docs/DECISIONS.md has 3 against 0 and 6).
 #ifndef DEC_L2_AHEAD
 #define DEC_L2_AHEAD 3
 #endif

@@ -108,23 +108,12 @@ def decode_models():
     # (the stamps and the attention's L2 lookahead spill 8 B: the timeline's own cost)
     llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace", spills = "warning")
     llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace", spills = "warning")
-    # batch 32 with stages of 16 KB (three of them, not two of 32 KB): timed beside llama3_1b_b32
-    llama_decode(name = "llama3_1b_b32_8k", model = "llama3_2_1b", batch = 32, stream = ":dec_stream_wide_8k")
     llama_decode(name = "llama3_1b_b32_trace", model = "llama3_2_1b", batch = 32, step = ":dec_step_wide_trace", attention = ":dec_attn_split_trace",
                  spills = "warning")  # (the stamps spill 24 B at batch 32: the timeline's own cost)
-    # Llama-3.2-1B with the stream's loads in flight uncapped (dec_stream.cu DEC_INFLIGHT; the
-    # default is 1): what the cap buys, timed beside llama3_1b
-    llama_decode(name = "llama3_1b_uncapped", model = "llama3_2_1b", stream = ":dec_stream_inflight0")
-    # Llama-3.2-1B with the stream's L2 lookahead off (dec_stream.cu DEC_L2_AHEAD; the default
-    # is 3): what it buys, timed beside llama3_1b
-    llama_decode(name = "llama3_1b_no_l2ahead", model = "llama3_2_1b", stream = ":dec_stream_no_l2ahead")
-    # the attention without its L2 lookahead (dec_attn_split.cu DEC_KV_AHEAD; the default is 2
-    # blocks at batch <= 8): what it buys, timed beside llama3_1b and llama3_1b_b8
-    llama_decode(name = "llama3_1b_no_kvahead", model = "llama3_2_1b", attention = ":dec_attn_split_kv0")
-    llama_decode(name = "llama3_1b_b8_no_kvahead", model = "llama3_2_1b", batch = 8, attention = ":dec_attn_split_kv0")
-    # batch 32 with the matvec's wide path keeping 2 k-blocks in flight a warp (dec_matvec.cu
-    # DEC_WIDE_INFLIGHT; the default is 4): what the 4 buy, timed beside llama3_1b_b32
-    llama_decode(name = "llama3_1b_b32_w2", model = "llama3_2_1b", batch = 32, matvec = ":dec_matvec_wide2")
+    # (The links that timed a decided knob against its default, e.g. llama3_1b_uncapped,
+    # _no_l2ahead, _no_kvahead, _b32_8k, _b32_w2, are deleted once the figures are in
+    # BENCHMARKS.md: each knob stays a define of its source, DEC_INFLIGHT, DEC_L2_AHEAD,
+    # DEC_KV_AHEAD, DEC_TILE_ELEMS, DEC_WIDE_INFLIGHT, and a VARIANT_PACKAGES row brings it back.)
     # the attention with each warp's own softmax state, P·V by mma (dec_attn_split.cu
     # DEC_WARP_SOFTMAX): to check and time beside the defaults, at head_dim 64 and 128
     for target, model, batch in [("llama3_1b_warp", "llama3_2_1b", 1), ("llama3_1b_b8_warp", "llama3_2_1b", 8),
