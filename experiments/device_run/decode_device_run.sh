@@ -11,6 +11,8 @@
 #   ALSO=path/to/llama3_1b_prev.cubin   an earlier build timed in bench's rounds (carry its folder)
 #   needs tools/bazel build //kernels/decode/... //experiments:llama_tiny_mutations
 #         //kernels/attention:attn_causal //kernels/attention:attn_causal_d64 --output_groups=+control
+#   and the candidates not yet measured (tagged manual, so CI does not build them), with their sass tests:
+#         tools/bazel test $(tools/bazel query 'attr(tags, "manual", //kernels/decode:*)') --output_groups=+control
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
