@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT / "benchmarks", ROOT / "kernels" / "decode", ROOT / "tools"):
     sys.path.insert(0, str(p))
 
-from llama_decode_bench import _at_context, _config, _torch_step, _weights, hbm, run_watched  # noqa: E402
+from llama_decode_bench import _at_context, _config, _torch_step, _weights, hbm, run_watched, variant_files  # noqa: E402
 
 # (model, batch, prompt lengths, decode steps): what `check` runs, each in a worker
 CHECKS = [("llama_tiny", 3, (7, 1, 300), 24),
@@ -47,15 +47,12 @@ def batch_one(model: str, batch: int, prompts: list[int], steps: int, variant: s
     variant: the link <target>_<variant> instead of the default one."""
     import torch
     import llama_reference as ref
-    from llama_megakernel import ST_POS, ST_WORDS, MegakernelStep, default_kernel_dir
+    from llama_megakernel import ST_POS, ST_WORDS, MegakernelStep
     cfg = _config(model)
     w = _weights(cfg, seed=9)
     gen = torch.Generator().manual_seed(12)
     ids = [torch.randint(0, cfg.vocab, (n + steps,), generator=gen).cuda() for n in prompts]
-    files = None
-    if variant:
-        d, name = default_kernel_dir(), variant_target(model, batch, variant)
-        files = (d / f"{name}.cubin", d / f"{name}.manifest.json")
+    files = variant_files(variant_target(model, batch, variant)) if variant else None
     s = MegakernelStep(cfg, w, max_seq=max(prompts) + steps, batch=batch, kernel_files=files)
     s.logits.fill_(float("nan"))
     first, _ = s.prefill([x[:n] for x, n in zip(ids, prompts)])
@@ -89,10 +86,9 @@ def worker_args(model, batch, prompts, steps, variant=None) -> list[str]:
 
 def cmd_check(a) -> int:
     """Every CHECKS row with its default link, then with each --variant's link where it is built."""
-    from llama_megakernel import default_kernel_dir
     bad = 0
     rows = list(CHECKS) + [(*row, v) for v in a.variant or () for row in CHECKS
-                           if (default_kernel_dir() / f"{variant_target(row[0], row[1], v)}.cubin").is_file()]
+                           if variant_files(variant_target(row[0], row[1], v))[0].is_file()]
     for row in rows:
         outcome, said = run_watched(worker_args(*row), a.watchdog, __file__)
         bad += outcome != "correct"

@@ -220,12 +220,12 @@ def cmd_sanitize(a) -> int:
     jobs.append(("llama_tiny_b3 (a ragged batch)", [sys.executable, str(Path(__file__).with_name("llama_decode_batch_bench.py")),
                                                     "worker", "--model", "llama_tiny", "--batch", "3", "--prompts", "7,1,30",
                                                     "--steps", str(a.steps)]))
-    jobs.append(("llama_tiny_b20 (wide, ragged)", [sys.executable, str(Path(__file__).with_name("llama_decode_batch_bench.py")),
-                                                   "worker", "--model", "llama_tiny", "--batch", "20", "--prompts",
-                                                   "7,1,30,2,3,4,5,6,8,9,10,11,12,13,14,15,16,17,18,40",
-                                                   "--steps", "1"]))  # (racecheck: about 80 s a launch)
+    wide = [sys.executable, str(Path(__file__).with_name("llama_decode_batch_bench.py")), "worker", "--model",
+            "llama_tiny", "--batch", "20", "--prompts", "7,1,30,2,3,4,5,6,8,9,10,11,12,13,14,15,16,17,18,40",
+            "--steps", "1"]  # (racecheck: about 80 s a launch)
+    jobs.append(("llama_tiny_b20 (wide, ragged)", wide))
     if variant_files("llama_tiny_b20_warp")[0].is_file():  # the wide batch with the per-warp attention
-        jobs.append(("llama_tiny_b20_warp", [*jobs[-1][1], "--variant", "warp"]))
+        jobs.append(("llama_tiny_b20_warp", [*wide, "--variant", "warp"]))
     # each variant's llama_tiny build (a Llama-3.2-1B step under racecheck takes minutes)
     tiny = [v.replace("llama3_1b", "llama_tiny", 1) for v in VARIANTS]
     jobs += [(f"llama_tiny {v}", [sys.executable, __file__, "worker", "--steps", str(a.steps),

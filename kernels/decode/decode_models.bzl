@@ -117,8 +117,8 @@ def decode_models():
     # DEC_KV_AHEAD, DEC_TILE_ELEMS, DEC_WIDE_INFLIGHT, and a VARIANT_PACKAGES row brings it back.)
     # the attention with each warp's own softmax state, P·V by mma (dec_attn_split.cu
     # DEC_WARP_SOFTMAX): to check and time beside the defaults, at head_dim 64 and 128. A
-    # candidate not yet measured is `manual` (CI does not build it; the device run names
-    # :candidates): it becomes a default or is deleted once timed.
+    # candidate not yet measured is `manual` (CI does not build it; decode_device_run.sh's header
+    # builds it by a query for the tag): it becomes a default or is deleted once timed.
     for target, model, batch in [("llama3_1b_warp", "llama3_2_1b", 1), ("llama3_1b_b8_warp", "llama3_2_1b", 8),
                                  ("llama3_1b_b32_warp", "llama3_2_1b", 32), ("qwen3_1_7b_warp", "qwen3_1_7b", 1),
                                  ("llama_tiny_warp", "llama_tiny", 1), ("llama_tiny_b20_warp", "llama_tiny", 20)]:
