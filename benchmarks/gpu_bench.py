@@ -181,25 +181,35 @@ SANITIZER_TOOLS = {"memcheck": ["--report-api-errors", "no"], "racecheck": [], "
 COMPUTE_SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 
-def sanitize_jobs(jobs: list[tuple[str, list[str]]], timeout: float = 900.0) -> int:
+def sanitize_jobs(jobs: list[tuple[str, list[str]]], timeout: float = 900.0, parallel: int = 4) -> int:
     """Each (label, argv) under each of SANITIZER_TOOLS: clean when the tool exits 0 and the run
-    prints `RESULT correct` (it checked its own output). Prints a PASS/FAIL line a run and a
-    summary; 1 if any run failed or compute-sanitizer is missing (the gate cannot pass without it)."""
+    prints `RESULT correct` (it checked its own output). Runs `parallel` at once (racecheck is
+    bound by the host CPU, not the GPU); prints a PASS/FAIL line as each run ends, and a summary;
+    1 if any run failed or compute-sanitizer is missing (the gate cannot pass without it)."""
     import subprocess
+    from concurrent.futures import ThreadPoolExecutor, as_completed
     san = sanitizer()
     if san is None:
         print("FAIL compute-sanitizer not found: the sanitizer gate cannot pass without it")
         return 1
-    bad = runs = 0
-    for label, argv in jobs:
-        for tool, extra in SANITIZER_TOOLS.items():
-            runs += 1
-            cmd = [san, "--tool", tool, *extra, "--error-exitcode", "9", "--print-limit", "10", *argv]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-                text, rc = p.stdout + p.stderr, p.returncode
-            except subprocess.TimeoutExpired:
-                text, rc = f"timed out after {timeout:.0f} s", -1
+
+    def run(label_tool_argv):
+        label, tool, argv = label_tool_argv
+        cmd = [san, "--tool", tool, *SANITIZER_TOOLS[tool], "--error-exitcode", "9", "--print-limit", "10", *argv]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            return p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired:
+            return f"timed out after {timeout:.0f} s", -1
+
+    runs = [(label, tool, argv) for label, argv in jobs for tool in SANITIZER_TOOLS]
+    bad = 0
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        # racecheck runs, the slowest by far, start first; each prints when it ends
+        order = sorted(runs, key=lambda r: r[1] != "racecheck")
+        started = {pool.submit(run, r): r for r in order}
+        for done in as_completed(started):
+            (label, tool, _), (text, rc) = started[done], done.result()
             ok = rc == 0 and "RESULT correct" in text
             bad += not ok
             print(f"{'PASS' if ok else 'FAIL'}  {label:<18} {tool:<10} rc={rc} "
@@ -207,7 +217,7 @@ def sanitize_jobs(jobs: list[tuple[str, list[str]]], timeout: float = 900.0) -> 
                   flush=True)
             if not ok:
                 print("    " + "\n    ".join(text.splitlines()[-25:]))
-    print(f"sanitize: {runs - bad}/{runs} clean")
+    print(f"sanitize: {len(runs) - bad}/{len(runs)} clean")
     return 1 if bad else 0
 
 

@@ -42,7 +42,7 @@ has bench && TAIL=9 step bench 200 python3 $B bench --contexts ${CONTEXTS:-16,10
   --compile-contexts ${COMPILE:-1024} --torch-max-context 8192 --rounds ${ROUNDS:-7} ${ALSO:+--also $ALSO}
 has timeline && for b in ${TIMELINE_BUILDS:-llama3_1b_trace}; do for c in ${TIMELINE:-1024 16}; do  # op by op
   TAIL=8 step timeline_${b}_$c 60 python3 benchmarks/llama_decode_timeline.py --build $b --context $c; done; done
-has pair && step pair 100 python3 $B pair --rounds 5
+has pair && step pair 200 python3 $B pair --batches 1,8,32 --rounds 5
 has counterexample && step counterexample 45 python3 $B counterexample --watchdog 20
 has sanitize && TAIL=10 step sanitize 420 python3 $B sanitize --steps 4 --watchdog 200
 # Issue 41's gpt-oss target on the same machine: its f64 check (carry its cubin and manifest too)
