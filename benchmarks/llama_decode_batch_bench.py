@@ -161,7 +161,7 @@ def main(argv=None) -> int:
                     help="bench: another //kernels/decode link at the first batch (other facts, e.g. another "
                          "down_chunks), on its own buffers, packed for it")
     ap.add_argument("--variant", action="append", metavar="SUFFIX",
-                    help="check: also each row's link <target>_SUFFIX where it is built (e.g. warp); worker: that link")
+                    help="check: also each row's link <target>_SUFFIX where it is built (a candidate's); worker: that link")
     ap.add_argument("--also", action="append", metavar="CUBIN",
                     help="bench: an earlier build of the first batch's target (its cubin) in the same rounds")
     a = ap.parse_args(argv)

@@ -79,10 +79,11 @@ CHECKS = [("llama_tiny", 200, "split", False, False), ("llama_tiny", 200, "simpl
 
 # Other links of Llama-3.2-1B's composition that check and bench run beside the default build
 # (kernels/decode/decode_models.bzl): name -> bazel-bin/kernels/decode/<name>.{cubin,manifest.json};
-# sanitize runs the llama_tiny build of each (the name with llama_tiny for llama3_1b).
-VARIANTS = ("llama3_1b_warp",)
+# sanitize runs the llama_tiny build of each (the name with llama_tiny for llama3_1b). Empty while
+# no candidate is waiting to be timed (the per-warp attention became the default).
+VARIANTS: tuple = ()
 # links of other models with another package, checked (not timed): name -> (model, steps)
-MODEL_VARIANTS = {"qwen3_1_7b_warp": ("qwen3_1_7b", 32)}  # (head_dim 128)
+MODEL_VARIANTS: dict = {}
 
 
 def variant_files(name: str) -> tuple:
@@ -224,8 +225,6 @@ def cmd_sanitize(a) -> int:
             "llama_tiny", "--batch", "20", "--prompts", "7,1,30,2,3,4,5,6,8,9,10,11,12,13,14,15,16,17,18,40",
             "--steps", "1"]  # (racecheck: about 80 s a launch)
     jobs.append(("llama_tiny_b20 (wide, ragged)", wide))
-    if variant_files("llama_tiny_b20_warp")[0].is_file():  # the wide batch with the per-warp attention
-        jobs.append(("llama_tiny_b20_warp", [*wide, "--variant", "warp"]))
     # each variant's llama_tiny build (a Llama-3.2-1B step under racecheck takes minutes)
     tiny = [v.replace("llama3_1b", "llama_tiny", 1) for v in VARIANTS]
     jobs += [(f"llama_tiny {v}", [sys.executable, __file__, "worker", "--steps", str(a.steps),

@@ -5,19 +5,19 @@
 # first.
 #   device run, carry ["bazel-bin/kernels/decode", "bazel-bin/experiments", "bazel-bin/kernels/attention"]:
 #     bash experiments/device_run/decode_device_run.sh
-#   STEPS="smoke check batch warp bench timeline pair counterexample sanitize moe ncu"   (default: all, in this order;
+#   STEPS="smoke check batch bench timeline pair counterexample sanitize moe ncu"   (default: all, in this order;
 #     moe needs bazel-bin/kernels/gpt_oss_120b.cubin and .manifest.json carried as well)
 #   CONTEXTS=16,1024,4096,8192,32768   bench's contexts; COMPILE=1024 where torch.compile is timed; ROUNDS=7
 #   ALSO=path/to/llama3_1b_prev.cubin   an earlier build timed in bench's rounds (carry its folder)
 #   needs tools/bazel build //kernels/decode/... //experiments:llama_tiny_mutations
 #         //kernels/attention:attn_causal //kernels/attention:attn_causal_d64 --output_groups=+control
-#   and the candidates not yet measured (tagged manual, so CI does not build them), with their sass tests:
+#   and any candidates not yet measured (tagged manual, so CI does not build them), with their sass tests:
 #         tools/bazel test $(tools/bazel query 'attr(tags, "manual", //kernels/decode:*)') --output_groups=+control
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source experiments/device_run/device_env.sh
 OUT=${OUT:-/tmp/decode_out}; mkdir -p "$OUT"
-STEPS=${STEPS:-smoke check batch warp bench timeline pair counterexample sanitize moe ncu}
+STEPS=${STEPS:-smoke check batch bench timeline pair counterexample sanitize moe ncu}
 rc=0
 B=benchmarks/llama_decode_bench.py
 if has smoke; then  # one short run first: a kernel that hangs or is wrong here stops the call
@@ -30,14 +30,9 @@ has tests && step tests 420 python3 -m pytest -q tests/kernels/test_llama_megake
 has check && TAIL=13 step check 200 python3 $B check --watchdog 45
 # batch > 1 (llama_tiny_b3, llama3_1b_b4 / _b8): ragged batches against the fp32 reference, then
 # batch 8, 4, 1 per step beside a batch-8 torch.compile step and the batch-8 control
-has batch && TAIL=4 step batch_check 300 python3 benchmarks/llama_decode_batch_bench.py check --watchdog 70 --variant warp
+has batch && TAIL=4 step batch_check 300 python3 benchmarks/llama_decode_batch_bench.py check --watchdog 70
 has batch && TAIL=14 step batch_bench 200 python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024,4096 \
   --batches 8,4,1 --compile-batch 8 --control --rounds ${ROUNDS:-4}
-# the per-warp attention (the _warp links) beside the defaults at batch 8 and 32 (batch 1: bench's VARIANTS)
-has warp && TAIL=10 step warp_b8 150 python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024,4096 --batches 8 \
-  --also-target llama3_1b_b8_warp --compile-batch 0 --rounds 3
-has warp && TAIL=6 step warp_b32 150 python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024 --batches 32 \
-  --also-target llama3_1b_b32_warp --compile-batch 0 --rounds 3
 has bench && TAIL=9 step bench 200 python3 $B bench --contexts ${CONTEXTS:-16,1024,4096,8192,32768} \
   --compile-contexts ${COMPILE:-1024} --torch-max-context 8192 --rounds ${ROUNDS:-7} ${ALSO:+--also $ALSO}
 has timeline && for b in ${TIMELINE_BUILDS:-llama3_1b_trace}; do for c in ${TIMELINE:-1024 16}; do  # op by op

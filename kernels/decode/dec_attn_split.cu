@@ -9,7 +9,9 @@
 // once on the ATTN op's counter per layer, with or without tasks. Memory round trips are what a
 // task's time goes to, so the loads of a block go out together, the first block's before the
 // wait on the QKV op (the cached positions do not depend on it), the next block's while the
-// current one is reduced, and the merge loads the partials in batches. Batch B > 1 (fact
+// current one is reduced, and the merge loads the partials in batches. Each warp keeps its own
+// softmax state (max, sum, P·V by mma) over its 32 positions of a block, so a block has no
+// barrier and no round trip through shared memory; the four warps' states merge once a task. Batch B > 1 (fact
 // `batch`): the tasks cover each sequence's KV heads and chunks in turn, each sequence at its own
 // position, in its own cache, partial slots and counters.
 #define PL_COMPONENT dec_attn
@@ -42,19 +44,12 @@ PL_DECLARE_WORKSPACE(arr);
 #ifndef DEC_KV_AHEAD
 #define DEC_KV_AHEAD 2
 #endif
-// 1: each warp keeps its own softmax state over its 32 positions of a block and sums P·V by mma
-// from its own value rows, so a block needs no barrier and no round trip through shared memory;
-// the four warps' states merge once a task (llama3_1b_warp, _b8_warp, _b32_warp). 0: the block's
-// max and sum through shared memory, every thread a set of positions' values (the default).
-#ifndef DEC_WARP_SOFTMAX
-#define DEC_WARP_SOFTMAX 0
-#endif
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
 constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
 constexpr unsigned MAX_HD = 128;     // [fact.head_dim] accept
-// Each thread's first VPRE value chunks of a block (all of them at head_dim 64) are loaded with
-// its key row, before the scores, so a block costs one round trip to memory, not two.
+// A lane's VPRE value rows of a block (their first 16 bytes: all of them at head_dim 64) are
+// loaded with its key rows, before the scores, so a block costs one round trip to memory, not two.
 constexpr unsigned VPRE = 8;
 constexpr unsigned MERGE_BATCH = 16;  // partials the merging task loads at once (one round trip a batch)
 // Batches up to this keep every sequence's position in registers; larger ones (which would spill
@@ -94,15 +89,7 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 __device__ __forceinline__ unsigned word_of(const uint4& w, unsigned j) {
   return j == 0 ? w.x : j == 1 ? w.y : j == 2 ? w.z : w.w;
 }
-__device__ __forceinline__ void load_values(BlockRows& r, const uint16_t* vc, unsigned b, unsigned n, unsigned hd,
-                                            unsigned pset, unsigned nsets, unsigned dch) {
-#pragma unroll
-  for (unsigned u = 0; u < VPRE; ++u) {
-    const unsigned i = pset + u * nsets;
-    if (i < n) r.v[u] = *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8);
-  }
-}
-// DEC_WARP_SOFTMAX: lane (gid, qd)'s value row r < 8 is block position 32 w + 16 (r / 4) + 8 (r / 2 % 2)
+// P·V by mma: lane (gid, qd)'s value row r < 8 is block position 32 w + 16 (r / 4) + 8 (r / 2 % 2)
 // + 2 qd + r % 2: the positions of its P words as the P·V mma's A (k pairs 2 qd and 2 qd + 8 of the
 // k16 steps s = r / 4, from the score tiles 2 s and 2 s + 1); it holds dims hd / 8 gid .. of them,
 // whole 16-byte runs, so the mma's column n of n-tile t is dim hd / 8 n + t. Past the block's end
@@ -194,7 +181,6 @@ PL_ENTRY(run) {
       if (s < B) tasks += m.kv_heads * chunks(ok ? posv[s] + 1 : 0);
   }
   const float scale = rsqrtf((float)hd) * 1.4426950408889634f;  // softmax in base 2
-  const unsigned DCH = hd / 8, NSETS = THREADS / DCH, dch = t % DCH, pset = t / DCH;
 
   unsigned* rec = nullptr;
   // (a macro: with DEC_TRACE 0 its value is not even evaluated, so the default build's code is
@@ -256,8 +242,7 @@ PL_ENTRY(run) {
   const auto load_first_block = [&](unsigned l, const Chunk& ch) {
     const size_t off = head_off(ch.sq, l, ch.kvh);
     load_keys(rows, p.kcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
-    if (DEC_WARP_SOFTMAX) load_warp_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
-    else load_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, pset, NSETS, dch);
+    load_warp_values(rows, p.vcache + off, ch.c0, min(BLOCK, ch.c1 - ch.c0), hd, t);
 #pragma unroll
     for (unsigned a = 1; a <= DEC_KV_AHEAD; ++a) prefetch_block(off, ch.c0 + a * BLOCK, ch.c1);
   };
@@ -313,7 +298,6 @@ PL_ENTRY(run) {
       }
       sync_role();
       const unsigned gid = lane / 4, qd = lane % 4;
-#if DEC_WARP_SOFTMAX
       // this warp's running max and sum of head gid over its positions, and its P·V sums as the
       // mma's C tiles (n-tile t: dims hd / 8 (2 qd + j) + t, [j] the probabilities' bf16 high
       // halves' sums, [2 + j] their low halves', A's rows gid + 8)
@@ -323,17 +307,6 @@ PL_ENTRY(run) {
       for (unsigned u = 0; u < MAX_HD / 8; ++u)
 #pragma unroll
         for (unsigned e = 0; e < 4; ++e) pacc[u][e] = 0.f;
-#else
-      float mrun_mine = -INFINITY;  // mrun[gid]: the running max of the head whose scores this lane holds
-
-      float mrun[MAX_GROUP], lrun[MAX_GROUP], acc[MAX_GROUP][8];
-#pragma unroll
-      for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-        mrun[hh] = -INFINITY, lrun[hh] = 0.f;
-#pragma unroll
-        for (unsigned e = 0; e < 8; ++e) acc[hh][e] = 0.f;
-      }
-#endif
       // Block b's rows are in `rows` when it begins: the next block's keys are loaded once the
       // scores are taken, its values once the sums are, so each block's round trip overlaps the
       // one before it.
@@ -392,7 +365,6 @@ PL_ENTRY(run) {
               sc[i][j] = gid < g && warp * 32 + 8 * i + 2 * qd + j < n ? cacc[i][j] * scale : -INFINITY;
         }
         if (nn) load_keys(rows, kc, nb, nn, hd, t);
-#if DEC_WARP_SOFTMAX
         {
           float mb = -INFINITY;  // head gid's max over the warp's 32 positions: the lane's eight, its quad's
 #pragma unroll
@@ -457,81 +429,8 @@ PL_ENTRY(run) {
             }
         }
         if (nn) load_warp_values(rows, vc, nb, nn, hd, t);
-#else
-        {  // the block's max of head gid: the lane's eight, its quad's, then the warps' through red
-          float v = -INFINITY;
-#pragma unroll
-          for (unsigned i = 0; i < TILES; ++i) v = fmaxf(v, fmaxf(sc[i][0], sc[i][1]));
-          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-          v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-          if (qd == 0 && gid < g) red[gid * 4 + warp] = v;
-        }
-        sync_role();
-        float alpha[MAX_GROUP];
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-          if (hh >= g) break;
-          const float mb = fmaxf(fmaxf(red[hh * 4], red[hh * 4 + 1]), fmaxf(red[hh * 4 + 2], red[hh * 4 + 3]));
-          const float mnew = fmaxf(mrun[hh], mb);
-          alpha[hh] = exp2f(mrun[hh] - mnew);
-          mrun[hh] = mnew;
-        }
-        {  // head gid's probabilities (mrun_mine: the same max as mrun[gid], by the same fmaxf steps);
-           // lanes past the group hold no scores and add nothing
-          const float* rm = red + min(gid, g - 1) * 4;
-          mrun_mine = fmaxf(mrun_mine, fmaxf(fmaxf(rm[0], rm[1]), fmaxf(rm[2], rm[3])));
-          float v = 0.f;
-#pragma unroll
-          for (unsigned i = 0; i < TILES; ++i)
-#pragma unroll
-            for (unsigned j = 0; j < 2; ++j) {
-              const float ph = sc[i][j] == -INFINITY ? 0.f : exp2f(sc[i][j] - mrun_mine);
-              if (gid < g) pr[gid * BLOCK + warp * 32 + 8 * i + 2 * qd + j] = ph;
-              v += ph;
-            }
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
-          if (qd == 0 && gid < g) red[4 * MAX_GROUP + gid * 4 + warp] = v;
-        }
-        sync_role();
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-          if (hh >= g) break;
-          const float* r2 = red + 4 * MAX_GROUP + hh * 4;
-          lrun[hh] = lrun[hh] * alpha[hh] + (r2[0] + r2[1] + r2[2] + r2[3]);
-#pragma unroll
-          for (unsigned e = 0; e < 8; ++e) acc[hh][e] *= alpha[hh];
-        }
-        // value position i of this thread's set: w holds its chunk (unless it is pos)
-        const auto accumulate = [&](unsigned i, const uint4& w) {
-          float vf[8];
-          if (b + i == pos) {
-#pragma unroll
-            for (unsigned e = 0; e < 8; ++e) vf[e] = vn[dch * 8 + e];
-          } else {
-            const unsigned ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (unsigned e = 0; e < 4; ++e) vf[2 * e] = bf16_lo(ws[e]), vf[2 * e + 1] = bf16_hi(ws[e]);
-          }
-#pragma unroll
-          for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-            if (hh >= g) break;
-            const float pv = pr[hh * BLOCK + i];
-#pragma unroll
-            for (unsigned e = 0; e < 8; ++e) acc[hh][e] += pv * vf[e];
-          }
-        };
-#pragma unroll
-        for (unsigned u = 0; u < VPRE; ++u)  // the preloaded ones: registers named at compile time
-          if (pset + u * NSETS < n) accumulate(pset + u * NSETS, rows.v[u]);
-        for (unsigned i = pset + VPRE * NSETS; i < n; i += NSETS)  // (head_dim 128: the rest, loaded here)
-          accumulate(i, *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + dch * 8));
-        if (nn) load_values(rows, vc, nb, nn, hd, pset, NSETS, dch);
-        sync_role();  // pr and red are rewritten by the next block
-#endif
       }
       DEC_ATTN_STAMP(3, dec::now_ns());
-#if DEC_WARP_SOFTMAX
       // the four warps' states: each warp's sums rescaled to the task's max, then added through o
       // and pr in two rounds (after the barrier below no warp reads the queries in o any more)
       if (qd == 0 && gid < g) red[gid * 4 + warp] = mw, red[4 * MAX_GROUP + gid * 4 + warp] = lw;
@@ -569,36 +468,6 @@ PL_ENTRY(run) {
         if (round == 1 && warp == 0 && qd == 0 && gid < g) red[gid] = ltask;
         sync_role();
       }
-#else
-      // the position sets' sums into o: lanes of one column chunk within a warp (shuffles), then
-      // the four warps' in two rounds through o and pr (free after the last block): plain stores
-      // and adds, no shared float atomics (a compare-and-swap loop each on sm_90)
-#pragma unroll
-      for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-        if (hh >= g) break;
-#pragma unroll
-        for (unsigned e = 0; e < 8; ++e)
-          for (unsigned off = DCH; off < 32; off *= 2) acc[hh][e] += __shfl_xor_sync(0xffffffffu, acc[hh][e], off);
-      }
-      if (t == 0)  // every thread holds the same sums; smem lets a thread pick its head's
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
-          if (hh < g) red[hh] = lrun[hh];
-      float* half = warp % 2 ? pr : o;  // warps 0, 2 into o; 1, 3 into pr
-      for (unsigned round = 0; round < 2; ++round) {
-        if (lane < DCH && warp / 2 == round)
-#pragma unroll
-          for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-            if (hh >= g) break;
-#pragma unroll
-            for (unsigned e = 0; e < 8; ++e) {
-              float* d = half + hh * hd + dch * 8 + e;
-              *d = round ? *d + acc[hh][e] : acc[hh][e];
-            }
-          }
-        sync_role();
-      }
-#endif
       for (unsigned i = t; i < g * hd; i += THREADS) o[i] += pr[i];
       sync_role();
       if (nch == 1) {
@@ -611,14 +480,7 @@ PL_ENTRY(run) {
       const unsigned stride = g * (hd + 2);
       float* slot = part + (size_t)(hs * MAX_CHUNKS + c) * stride;
       for (unsigned i = t; i < g * hd; i += THREADS) slot[i] = o[i];
-#if DEC_WARP_SOFTMAX
       if (warp == 0 && qd == 0 && gid < g) slot[g * hd + 2 * gid] = mtask, slot[g * hd + 2 * gid + 1] = ltask;
-#else
-      if (t == 0)
-#pragma unroll
-        for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
-          if (hh < g) slot[g * hd + 2 * hh] = mrun[hh], slot[g * hd + 2 * hh + 1] = lrun[hh];
-#endif
       sync_role();
       unsigned* last_flag = reinterpret_cast<unsigned*>(red + 8 * MAX_GROUP);
       if (t == 0)  // (the barrier, then a release: every thread's slot writes go before the count)

@@ -73,7 +73,8 @@ def llama_decode(name, model, attention = "split", unfused = False, batch = 1, s
     step, stream, matvec: the step role's, the weight stream's and the matvec library's packages
     (other builds of their sources, for a variant; by default decode_step(batch),
     decode_stream(batch) and :dec_matvec).
-    spills: fused_kernel's ("warning" for a diagnostic build whose stamps cost registers)."""
+    spills: fused_kernel's ("warning" for a diagnostic build whose stamps cost registers, and for
+    head_dim 128's split attention)."""
     m = DECODE_MODELS[model]
     step, stream = step or decode_step(batch), stream or decode_stream(batch)
     fused_kernel(
@@ -100,9 +101,12 @@ def decode_models():
     """For each model: <target> (split-KV attention), <target>_simple (the simple one) and
     <target>_unfused (split-KV, one launch per op: the baseline of what fusing buys)."""
     for model, m in DECODE_MODELS.items():
-        llama_decode(name = m["target"], model = model)
+        # (head_dim 128: the split attention's role holds 32 B of stack, the second 16 bytes of
+        # each value row live beside the next block's keys; docs/DECISIONS.md)
+        spills = "warning" if m["head_dim"] > 64 else "error"
+        llama_decode(name = m["target"], model = model, spills = spills)
         llama_decode(name = m["target"] + "_simple", model = model, attention = "simple")
-        llama_decode(name = m["target"] + "_unfused", model = model, unfused = True)
+        llama_decode(name = m["target"] + "_unfused", model = model, unfused = True, spills = spills)
     for name, (model, batch) in DECODE_BATCHES.items():
         llama_decode(name = name, model = model, batch = batch)
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
@@ -115,13 +119,3 @@ def decode_models():
     # _no_l2ahead, _no_kvahead, _b32_8k, _b32_w2, are deleted once the figures are in
     # BENCHMARKS.md: each knob stays a define of its source, DEC_INFLIGHT, DEC_L2_AHEAD,
     # DEC_KV_AHEAD, DEC_TILE_ELEMS, DEC_WIDE_INFLIGHT, and a VARIANT_PACKAGES row brings it back.)
-    # the attention with each warp's own softmax state, P·V by mma (dec_attn_split.cu
-    # DEC_WARP_SOFTMAX): to check and time beside the defaults, at head_dim 64 and 128. A
-    # candidate not yet measured is `manual` (CI does not build it; decode_device_run.sh's header
-    # builds it by a query for the tag): it becomes a default or is deleted once timed.
-    for target, model, batch in [("llama3_1b_warp", "llama3_2_1b", 1), ("llama3_1b_b8_warp", "llama3_2_1b", 8),
-                                 ("llama3_1b_b32_warp", "llama3_2_1b", 32), ("qwen3_1_7b_warp", "qwen3_1_7b", 1),
-                                 ("llama_tiny_warp", "llama_tiny", 1), ("llama_tiny_b20_warp", "llama_tiny", 20)]:
-        llama_decode(name = target, model = model, batch = batch, attention = ":dec_attn_split_warp",
-                     spills = "warning" if model == "qwen3_1_7b" else "error",  # (head_dim 128: 32 B of stack)
-                     tags = ["manual"])

@@ -1,5 +1,5 @@
-"""The split-KV decode attention's per-warp softmax (kernels/decode/dec_attn_split.cu with
-DEC_WARP_SOFTMAX) emulated lane by lane on the CPU: each warp keeps its own running max and sum of
+"""The split-KV decode attention's per-warp softmax (kernels/decode/dec_attn_split.cu) emulated
+lane by lane on the CPU: each warp keeps its own running max and sum of
 head gid over its 32 positions of every block of a task, takes its probabilities as mma.sync's A
 words (each the sum of two bf16 halves, the high ones in A's row gid, the low ones in row gid + 8),
 its value rows as B by byte permutes of each lane's 16-byte runs (lane (gid, qd)'s row r is block
