@@ -11,9 +11,9 @@
 // wait on the QKV op (the cached positions do not depend on it), the next block's while the
 // current one is reduced, and the merge loads the partials in batches. Each warp keeps its own
 // softmax state (max, sum, P·V by mma) over its 32 positions of a block, so a block has no
-// barrier and no round trip through shared memory; the four warps' states merge once a task. Batch B > 1 (fact
-// `batch`): the tasks cover each sequence's KV heads and chunks in turn, each sequence at its own
-// position, in its own cache, partial slots and counters.
+// barrier and no round trip through shared memory; the four warps' states merge once a task.
+// Batch B > 1 (fact `batch`): the tasks cover each sequence's KV heads and chunks in turn, each
+// sequence at its own position, in its own cache, partial slots and counters.
 #define PL_COMPONENT dec_attn
 #include <pipelink.h>
 
@@ -46,7 +46,7 @@ PL_DECLARE_WORKSPACE(arr);
 #endif
 namespace dec_attn {
 constexpr unsigned MAX_CHUNKS = 32;  // chunks per KV head: `part` holds this many slots a head
-constexpr unsigned BLOCK = THREADS;  // positions scored at once: one a thread
+constexpr unsigned BLOCK = THREADS;  // positions scored at once: 32 a warp
 constexpr unsigned MAX_HD = 128;     // [fact.head_dim] accept
 // A lane's VPRE value rows of a block (their first 16 bytes: all of them at head_dim 64) are
 // loaded with its key rows, before the scores, so a block costs one round trip to memory, not two.
@@ -125,7 +125,7 @@ PL_ENTRY(run) {
   float* q = reinterpret_cast<float*>(PL_SMEM_PTR(q));     // [g][hd]
   float* kn = reinterpret_cast<float*>(PL_SMEM_PTR(kv));   // [hd]: the new key, then the new value
   float* vn = kn + hd;
-  float* pr = reinterpret_cast<float*>(PL_SMEM_PTR(pr));   // [g][BLOCK]
+  float* pr = reinterpret_cast<float*>(PL_SMEM_PTR(pr));   // [g][hd]: warps 1 and 3's sums at the merge
   float* red = reinterpret_cast<float*>(PL_SMEM_PTR(red)); // [2][g][4] + the merge flag
   float* o = reinterpret_cast<float*>(PL_SMEM_PTR(o));     // [g][hd]
   const unsigned bar = PL_BARRIER(attn);
