@@ -73,8 +73,7 @@ def llama_decode(name, model, attention = "split", unfused = False, batch = 1, s
     step, stream, matvec: the step role's, the weight stream's and the matvec library's packages
     (other builds of their sources, for a variant; by default decode_step(batch),
     decode_stream(batch) and :dec_matvec).
-    spills: fused_kernel's ("warning" for a diagnostic build whose stamps cost registers, and for
-    head_dim 128's split attention)."""
+    spills: fused_kernel's ("warning" for head_dim 128's split attention)."""
     m = DECODE_MODELS[model]
     step, stream = step or decode_step(batch), stream or decode_stream(batch)
     fused_kernel(
@@ -101,7 +100,7 @@ def decode_models():
     """For each model: <target> (split-KV attention), <target>_simple (the simple one) and
     <target>_unfused (split-KV, one launch per op: the baseline of what fusing buys)."""
     for model, m in DECODE_MODELS.items():
-        # (head_dim 128: the split attention's role holds 32 B of stack, the second 16 bytes of
+        # (head_dim 128: the split attention's role holds 32-40 B of stack, the second 16 bytes of
         # each value row live beside the next block's keys; docs/DECISIONS.md)
         spills = "warning" if m["head_dim"] > 64 else "error"
         llama_decode(name = m["target"], model = model, spills = spills)
@@ -110,11 +109,9 @@ def decode_models():
     for name, (model, batch) in DECODE_BATCHES.items():
         llama_decode(name = name, model = model, batch = batch)
     # Llama-3.2-1B with the step's timeline stamps (benchmarks/llama_decode_timeline.py)
-    # (the stamps and the attention's L2 lookahead spill 8 B: the timeline's own cost)
-    llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace", spills = "warning")
-    llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace", spills = "warning")
-    llama_decode(name = "llama3_1b_b32_trace", model = "llama3_2_1b", batch = 32, step = ":dec_step_wide_trace", attention = ":dec_attn_split_trace",
-                 spills = "warning")  # (the stamps spill 24 B at batch 32: the timeline's own cost)
+    llama_decode(name = "llama3_1b_trace", model = "llama3_2_1b", step = ":dec_step_trace", attention = ":dec_attn_split_trace")
+    llama_decode(name = "llama3_1b_b8_trace", model = "llama3_2_1b", batch = 8, step = ":dec_step_trace", attention = ":dec_attn_split_trace")
+    llama_decode(name = "llama3_1b_b32_trace", model = "llama3_2_1b", batch = 32, step = ":dec_step_wide_trace", attention = ":dec_attn_split_trace")
     # (The links that timed a decided knob against its default, e.g. llama3_1b_uncapped,
     # _no_l2ahead, _no_kvahead, _b32_8k, _b32_w2, are deleted once the figures are in
     # BENCHMARKS.md: each knob stays a define of its source, DEC_INFLIGHT, DEC_L2_AHEAD,

@@ -1,13 +1,13 @@
-"""The split-KV decode attention's per-warp softmax (kernels/decode/dec_attn_split.cu) emulated
-lane by lane on the CPU: each warp keeps its own running max and sum of
-head gid over its 32 positions of every block of a task, takes its probabilities as mma.sync's A
-words (each the sum of two bf16 halves, the high ones in A's row gid, the low ones in row gid + 8),
-its value rows as B by byte permutes of each lane's 16-byte runs (lane (gid, qd)'s row r is block
-position 32 w + 16 (r / 4) + 8 (r / 2 % 2) + 2 qd + r % 2, its dims hd / 8 gid ..), and the four
-warps' states merge once a task as the kernel indexes [smem.o]. The task's output, max and sum must
-equal softmax attention over its chunk, the position `pos` taking the new key and value (its
-cache row stale), for every group size, both head dims and chunk lengths that end mid-block and
-mid-warp; a value-row order the operands do not share is caught."""
+"""The split-KV decode attention's per-warp softmax (kernels/decode/dec_attn_split.cu) emulated lane by
+lane on the CPU: each warp keeps its own running max and sum of head gid over its 32 positions of
+every block of a task, takes its probabilities as mma.sync's A words (each the sum of two bf16
+halves, the high ones in A's row gid, the low ones in row gid + 8), its value rows as B by byte
+permutes of each lane's 16-byte runs (lane (gid, qd)'s row r is block position 32 w + 16 (r / 4) + 8
+(r / 2 % 2) + 2 qd + r % 2, its dims hd / 8 gid ..), and the four warps' states merge once a task as
+the kernel indexes [smem.o]. The task's output, max and sum must equal softmax attention over its
+chunk, the position `pos` taking the new key and value (its cache row stale), for every group size,
+both head dims and chunk lengths that end mid-block and mid-warp; a value-row order the operands do
+not share is caught."""
 
 from __future__ import annotations
 
