@@ -94,6 +94,15 @@ BASELINE_TOL = 4e-2
 BIN = Path(os.environ.get("PIPELINK_MOE_STEP_DIR") or ROOT / "bazel-bin" / "kernels")  # as moe_step.load
 
 
+def _shown(path: Path) -> str:
+    """path as a message names it: relative to the checkout where it lies inside it (a
+    PIPELINK_MOE_STEP_DIR elsewhere, or relative to the working directory, is named as given)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 # ---- inputs and the float64 reference ------------------------------------------------------
 
 def weights(seed=None):
@@ -265,9 +274,9 @@ def moe_step_columns(builds=()) -> tuple[dict, str]:
     opener.step is its MoeStep."""
     entry = ROOT / "kernels" / "moe" / "moe_step.py"
     if not entry.exists():
-        return {}, f"{entry.relative_to(ROOT)} does not exist yet"
+        return {}, f"{_shown(entry)} does not exist yet"
     cubins = {"moe_step": BIN / f"{TARGET}.cubin", "moe_step:control": BIN / f"{TARGET}.control.cubin"}
-    missing = [str(p.relative_to(ROOT)) for p in cubins.values() if not p.exists()]
+    missing = [_shown(p) for p in cubins.values() if not p.exists()]
     manifests = {n: BIN / f"{TARGET}.manifest.json" for n in cubins}
     for name, bdir in builds:  # another build's linked kernel (checked by parse_builds), same rounds
         cubins[f"moe_step_{name}"] = Path(bdir) / f"{TARGET}.cubin"
@@ -501,7 +510,7 @@ def cmd_sanitize(a) -> int:
         return 1
     cubin = BIN / f"{TARGET}.cubin"
     if not cubin.exists():
-        print(f"FAIL {cubin.relative_to(ROOT)} is missing: nothing to sanitize")
+        print(f"FAIL {_shown(cubin)} is missing: nothing to sanitize")
         return 1
     runs = {}
     for T in a.sanitize_tokens:
