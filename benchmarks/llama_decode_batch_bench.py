@@ -7,6 +7,8 @@ DECODE_BATCHES): correctness of a ragged batch against the fp32 reference, and Â
     python3 benchmarks/llama_decode_batch_bench.py bench --contexts 1024,4096 --rounds 4
         # Llama-3.2-1B shapes: llama3_1b_b8, llama3_1b_b4 and llama3_1b (batch 1) per step, torch.compile
         # of a batch-8 bf16 step (CUDA graph); sustained (each timed graph >= 200 ms), interleaved rounds
+    ncu --launch-skip 2 --launch-count 1 ... python3 benchmarks/llama_decode_batch_bench.py profile \
+        --batches 32 --contexts 1024                    # one step of a link, for ncu
 
 Each check runs in a child process under a watchdog, as llama_decode_bench.py's workers. Reads
 bazel-bin/kernels/decode (tools/bazel build //kernels/decode/... --output_groups=+control) and, for
@@ -143,9 +145,25 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_profile(a) -> int:
+    """Three launches of the first --batches link at the first --contexts, every sequence at that
+    context (the caches random), for ncu --launch-skip 2 --launch-count 1: one step's profile."""
+    import torch
+    import llama_models as lm
+    from llama_megakernel import MegakernelStep
+    cfg = lm.MODELS["llama3_2_1b"]
+    c, b = int(a.contexts.split(",")[0]), int(a.batches.split(",")[0])
+    run = _at_context(MegakernelStep(cfg, _weights(cfg, seed=1), max_seq=c + 1, batch=b), c)
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    print(f"profile: llama3_2_1b batch {b} context {c}: 3 launches", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["check", "bench", "worker"])
+    ap.add_argument("cmd", choices=["check", "bench", "worker", "profile"])
     ap.add_argument("--model", default="llama_tiny", choices=["llama_tiny", "llama3_2_1b"])
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--prompts", default="7,1,300", help="worker: each sequence's prompt length")
@@ -171,7 +189,7 @@ def main(argv=None) -> int:
     if a.cmd == "worker":
         return refused_as_fail(lambda x: batch_one(x.model, x.batch, [int(n) for n in x.prompts.split(",")], x.steps,
                                                    (x.variant or [None])[-1]), a)
-    return refused_as_fail({"check": cmd_check, "bench": cmd_bench}[a.cmd], a)
+    return refused_as_fail({"check": cmd_check, "bench": cmd_bench, "profile": cmd_profile}[a.cmd], a)
 
 
 if __name__ == "__main__":
