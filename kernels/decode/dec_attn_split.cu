@@ -62,7 +62,7 @@ constexpr unsigned REG_BATCH = 8;
 // tile i, dims [qd hd / 4, (qd + 1) hd / 4) of its key row, and holds the queries' same dims: the
 // mma's k order is a permutation of the head's dims that both operands share, so a lane's keys are
 // whole 16-byte runs of the row, as the per-thread rows were. Each f32 query is the sum of two
-// bf16 halves (two mmas), so the scores keep the f32 queries' precision.
+// bf16 halves (A's rows gid and gid + 8 of one mma), so the scores keep the f32 queries' precision.
 constexpr unsigned TILES = 4;              // n8 tiles a warp: 32 positions
 constexpr unsigned KPRE_CH = 2;            // a lane's 16-byte runs of a row preloaded (all of them at head_dim 64)
 constexpr unsigned MAX_CH = MAX_HD / 32;   // its runs at head_dim 128
@@ -329,7 +329,8 @@ PL_ENTRY(run) {
                 krest[i][c - KPRE_CH] =
                     row < n ? *reinterpret_cast<const uint4*>(kc + (size_t)(b + row) * hd + qd * (hd / 4) + 8 * c)
                             : make_uint4(0u, 0u, 0u, 0u);
-            if (b + row == pos)  // the stale row at pos: the new key, as the cache now holds it
+            if (b == c0 && b + row == pos)  // the stale row at pos (the first block's loads went out before
+                                            // the cache append; later ones come after it): the new key
 #pragma unroll
               for (unsigned c = 0; c < MAX_CH; ++c) {
                 if (c * 32 >= hd) break;
@@ -354,15 +355,17 @@ PL_ENTRY(run) {
               const unsigned c = ks / 2;
               const uint4& w = c < KPRE_CH ? rows.k[i][c] : krest[i][c - KPRE_CH];
               const unsigned b_lo = word_of(w, 2 * (ks % 2)), b_hi = word_of(w, 2 * (ks % 2) + 1);
-              dec::mma_k16(cacc[i], a.x, a.y, b_lo, b_hi);  // the queries' high halves
-              dec::mma_k16(cacc[i], a.z, a.w, b_lo, b_hi);  // and their low halves
+              // the queries' high halves in A's row gid, their low halves in row gid + 8: one mma
+              dec::mma_k16_rows16(cacc[i], a.x, a.z, a.y, a.w, b_lo, b_hi);
             }
           }
 #pragma unroll
           for (unsigned i = 0; i < TILES; ++i)
 #pragma unroll
-            for (unsigned j = 0; j < 2; ++j)
-              sc[i][j] = gid < g && warp * 32 + 8 * i + 2 * qd + j < n ? cacc[i][j] * scale : -INFINITY;
+            for (unsigned j = 0; j < 2; ++j) {
+              const float dot = cacc[i][j] + cacc[i][2 + j];  // (rows gid and gid + 8: the two halves)
+              sc[i][j] = gid < g && warp * 32 + 8 * i + 2 * qd + j < n ? dot * scale : -INFINITY;
+            }
         }
         if (nn) load_keys(rows, kc, nb, nn, hd, t);
         {
@@ -402,7 +405,7 @@ PL_ENTRY(run) {
             if (DPL > 8)
               vrest[r] = i < n ? *reinterpret_cast<const uint4*>(vc + (size_t)(b + i) * hd + DPL * gid + 8)
                                : make_uint4(0u, 0u, 0u, 0u);
-            if (b + i == pos)  // the stale row at pos: the new value, as the cache now holds it
+            if (b == c0 && b + i == pos)  // the stale row at pos (the first block's): the new value
 #pragma unroll
               for (unsigned c = 0; c < MAX_HD / 64; ++c) {
                 if (8 * c >= DPL) break;

@@ -100,7 +100,7 @@ def decode_models():
     """For each model: <target> (split-KV attention), <target>_simple (the simple one) and
     <target>_unfused (split-KV, one launch per op: the baseline of what fusing buys)."""
     for model, m in DECODE_MODELS.items():
-        # (head_dim 128: the split attention's role holds 32-40 B of stack, the second 16 bytes of
+        # (head_dim 128: the split attention's role holds 32 B of stack, the second 16 bytes of
         # each value row live beside the next block's keys; docs/DECISIONS.md)
         spills = "warning" if m["head_dim"] > 64 else "error"
         llama_decode(name = m["target"], model = model, spills = spills)
