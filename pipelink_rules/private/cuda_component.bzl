@@ -288,7 +288,7 @@ def _expand_contract(ctx, contract):
     ctx.actions.run(
         executable = python.interpreter,
         arguments = ["-s", script.path] + arguments,
-        inputs = [script, contract] + inputs,
+        inputs = depset([script, contract] + inputs, transitive = [python.files]),
         outputs = [out],
         mnemonic = "PipelinkSubstitute",
         progress_message = "Substituting %{label}'s contract",

@@ -18,6 +18,8 @@ load(
     "local_cuda_build",
     "local_cuda_stub_build",
     "missing_tool_script",
+    "PYTHON_FINGERPRINT_SCRIPT",
+    "PYTHON_LAUNCHER",
     "pipelink_python_build",
     "py_test_interpreter_problem",
     "starlark_string",
@@ -337,6 +339,16 @@ local_cuda_repository = repository_rule(
     doc = "Creates @local_cuda: the local CUDA toolkit as filegroups plus a cuda_toolchain.",
 )
 
+def _python_fingerprint(rctx, python, missing):
+    """What the actions are keyed on instead of the interpreter's path (PYTHON_FINGERPRINT_SCRIPT);
+    the path itself where the interpreter cannot say (then only that checkout hits its cache)."""
+    if missing:
+        return "missing\n"
+    res = rctx.execute([python, "-s", "-c", PYTHON_FINGERPRINT_SCRIPT])
+    if res.return_code != 0:
+        return "path " + python + "\n"
+    return res.stdout
+
 def _pipelink_python_impl(rctx):
     python, how = find_python(rctx)
     bad = control_chars(python) if python else []
@@ -353,6 +365,9 @@ def _pipelink_python_impl(rctx):
     tt = str(Label("//pipelink_rules:python_toolchain_type"))
     defs = str(Label("@rules_python//python:defs.bzl"))
     refusal = missing or py_test_interpreter_problem(python)  # only pipelink's own py_tests use it: fail there
+    rctx.file("interpreter_path", python + "\n")
+    rctx.file("python", PYTHON_LAUNCHER, executable = True)
+    rctx.file("interpreter.fingerprint", _python_fingerprint(rctx, python, missing))
     rctx.file("BUILD.bazel", pipelink_python_build(python, how if type(how) == "string" else "nothing", missing, bzl, tt, defs, refusal))
 
 pipelink_python_repository = repository_rule(

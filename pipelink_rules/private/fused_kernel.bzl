@@ -290,7 +290,7 @@ def _sass_test_impl(ctx):
     info = ctx.attr.kernel[FusedKernelInfo]
     check_sass_args(ctx, ctx.attr.args_extra)
     toolchain = cuda_toolchain(ctx)
-    argv, linker_files, _, init = linker_invocation(ctx)
+    argv, linker_files, _, init = linker_invocation(ctx, runfiles = True)
     tools_dir = init.short_path.rpartition("/")[0].rpartition("/")[0]  # runfiles path of tools/
     cuda_home = toolchain.nvcc.short_path.rsplit("/", 2)[0]  # <home>/bin/nvcc -> <home>
     script = ctx.actions.declare_file(ctx.label.name + ".sh")
