@@ -341,13 +341,19 @@ local_cuda_repository = repository_rule(
 
 def _python_fingerprint(rctx, python, missing):
     """What the actions are keyed on instead of the interpreter's path (PYTHON_FINGERPRINT_SCRIPT);
-    the path itself where the interpreter cannot say (then only that checkout hits its cache)."""
+    the path itself where the interpreter cannot say (then only that checkout hits its cache).
+    Watches the interpreter's site-packages listing: a package installed, removed or upgraded
+    there (a new .dist-info name) re-runs this repository rule, so the fingerprint follows."""
     if missing:
         return "missing\n"
     res = rctx.execute([python, "-s", "-c", PYTHON_FINGERPRINT_SCRIPT])
-    if res.return_code != 0:
+    lines = res.stdout.strip().split("\n")
+    if res.return_code != 0 or len(lines) < 2:
         return "path " + python + "\n"
-    return res.stdout
+    site = rctx.path(lines[-1])
+    if site.exists:
+        site.readdir(watch = "yes")
+    return "\n".join(lines[:-1]) + "\n"
 
 def _pipelink_python_impl(rctx):
     python, how = find_python(rctx)

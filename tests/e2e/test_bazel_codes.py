@@ -257,3 +257,35 @@ def test_a_line_of_brackets_and_blanks_is_read_at_once(tmp_path):
     assert res.returncode == 0, res.stderr
     assert time.monotonic() - t0 < 20
     assert "own = 128\n" in out.read_text()
+
+
+# ---- B-TOOLCHAIN at execution time: @pipelink_python's launcher, run here without Bazel ----------
+
+def _launcher(tmp_path: Path, interpreter: str) -> Path:
+    """The launcher as @pipelink_python writes it, with interpreter_path beside it, reached (as in
+    an action's sandbox) through a symlink in another folder."""
+    text = (RULES / "private" / "cuda_configure_files.bzl").read_text()
+    body = re.search(r'PYTHON_LAUNCHER = """(.*?)"""', text, re.S).group(1)
+    repo, sandbox = tmp_path / "repo", tmp_path / "sandbox"
+    repo.mkdir()
+    sandbox.mkdir()
+    (repo / "python").write_text(body)
+    (repo / "python").chmod(0o755)
+    (repo / "interpreter_path").write_text(interpreter + "\n")
+    (sandbox / "python").symlink_to(repo / "python")
+    return sandbox / "python"
+
+
+def test_launcher_runs_the_interpreter_its_file_names(tmp_path):
+    import sys
+    res = subprocess.run([str(_launcher(tmp_path, sys.executable)), "-c", "import sys; print(sys.argv[1:])", "a b"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "['a b']", res.stderr
+
+
+def test_launcher_of_a_removed_interpreter_is_b_toolchain(tmp_path):
+    res = subprocess.run([str(_launcher(tmp_path, str(tmp_path / "gone" / ".venv" / "bin" / "python"))), "-c", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert res.stderr.startswith("pipelink B-TOOLCHAIN: the linker's interpreter ") and " hint: " in res.stderr
+    assert "tools/setup.sh" in res.stderr

@@ -4,6 +4,8 @@ LaunchError with an R-* code and a hint, never another exception."""
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, settings
 
 from pipelink.runtime import LaunchError
@@ -12,8 +14,16 @@ REFUSED = object()  # what `outcome` returns for a coded refusal
 
 
 def fuzz_settings(max_examples: int):
-    """Deterministic (derandomize: the same examples every run, no example database) and fast."""
-    return settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+    """Deterministic (derandomize: the same examples every run, no example database) and fast.
+
+    A longer hunt, outside CI: PIPELINK_FUZZ_SCALE=<n> runs n times the examples and
+    PIPELINK_FUZZ_RANDOM=1 draws new ones, reproducible with pytest's --hypothesis-seed:
+        PIPELINK_FUZZ_SCALE=50 PIPELINK_FUZZ_RANDOM=1 .venv/bin/python -m pytest \\
+            tests/kernels/test_entry_fuzz_moe.py --hypothesis-seed=7
+    """
+    scale = max(int(os.environ.get("PIPELINK_FUZZ_SCALE", "1") or 1), 1)
+    fixed = os.environ.get("PIPELINK_FUZZ_RANDOM", "") != "1"
+    return settings(max_examples=max_examples * scale, derandomize=fixed, database=None, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
