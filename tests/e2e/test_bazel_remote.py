@@ -9,7 +9,7 @@ stopped in all cases. Two checkouts at different paths build the relink e2e work
   * checkout A (this repo, consumer workspace A) builds cold with --remote_cache: every
     action runs locally and is uploaded;
   * checkout B (a copy of this checkout's files at another path, its own consumer workspace
-    and output base) builds clean with --remote_cache: every compile, pack and link is a
+    and output base, the venv's interpreter and CUDA wheels reached through another path) builds clean with --remote_cache: every compile, pack and link is a
     remote cache hit (counted from --execution_log_json_file), and the top-level outputs are
     bit-identical to A's.
 
@@ -245,10 +245,16 @@ def test_second_checkout_gets_every_action_from_the_remote_cache(remote):
     assert a["PipelinkLink"] == {"ran": len(LINKS)}, a
 
     # Checkout B: the same files at another path, another consumer workspace, a fresh output
-    # base: a clean build takes every compile, pack and link from the remote cache.
+    # base, and its interpreter and toolkit at other paths (a venv reached through another
+    # folder, as a second clone's .venv of the same lock is): a clean build takes every compile,
+    # pack and link from the remote cache, since no action key holds a machine path.
     pl_b, ws_b, ob_b = ROOT / "b" / "pipelink", ROOT / "b" / "ws", ROOT / "b" / "ob"
     _copy_checkout(pl_b)
-    _consumer(ws_b, pl_b, env)
+    venv_b = ROOT / "b" / "venv"
+    venv_b.symlink_to(REPO / ".venv", target_is_directory=True)
+    env_b = {k: v.replace(str(REPO / ".venv"), str(venv_b)) for k, v in env.items()}
+    assert env_b != env, env
+    _consumer(ws_b, pl_b, env_b)
     used.append((ws_b, ob_b))
     t_b = _build(ws_b, ob_b, bg.url, ROOT / "b.json")
     b = _tally(_spawns(ROOT / "b.json"))

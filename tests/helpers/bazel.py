@@ -57,13 +57,16 @@ def bazel_skip_reason() -> str | None:
 
 def rmtree(path: Path) -> None:
     def onerror(func, p, _exc):
-        os.chmod(p, stat.S_IRWXU)
+        # a symlink's own removal fails in a read-only folder: open that folder, never the link's target
+        os.chmod(os.path.dirname(p) if os.path.islink(p) else p, stat.S_IRWXU)
         func(p)
 
     if path.exists():
         # Bazel output bases hold read-only directories.
         for root, dirs, _files in os.walk(path):
             for d in dirs:
+                if os.path.islink(os.path.join(root, d)):  # chmod would follow it out of the tree
+                    continue
                 try:
                     os.chmod(os.path.join(root, d), stat.S_IRWXU)
                 except OSError:
