@@ -197,7 +197,6 @@ pipelink_python_toolchain(
     name = "linker_python",
     launcher = ":python",
     fingerprint = ":interpreter.fingerprint",
-    interpreter_path = {python},
     missing_reason = {missing},
 )
 

@@ -15,7 +15,6 @@ PipelinkPythonInfo = provider(
     fields = {
         "interpreter": "File: the launcher that runs a python (>= 3.11) with z3-solver and cuda-bindings.",
         "files": "depset: the launcher and the interpreter's fingerprint (what the actions are keyed on).",
-        "interpreter_path": "The interpreter's absolute path on this machine (for messages only).",
     },
 )
 
@@ -26,7 +25,6 @@ def _pipelink_python_toolchain_impl(ctx):
     info = PipelinkPythonInfo(
         interpreter = ctx.file.launcher,
         files = depset([ctx.file.launcher, ctx.file.fingerprint]),
-        interpreter_path = ctx.attr.interpreter_path,
     )
     return [platform_common.ToolchainInfo(python = info)]
 
@@ -37,7 +35,6 @@ pipelink_python_toolchain = rule(
                                doc = "A script that execs the interpreter, whose path it reads from a file that is no action input."),
         "fingerprint": attr.label(allow_single_file = True, mandatory = True,
                                   doc = "The interpreter's version and distributions: keys the actions instead of its path."),
-        "interpreter_path": attr.string(mandatory = True),
         "missing_reason": attr.string(doc = "If set, no interpreter was found: fail with this message when used."),
     },
     doc = "The linker's interpreter (a host path behind a launcher). Instances are generated in @pipelink_python.",

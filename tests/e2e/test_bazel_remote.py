@@ -9,9 +9,9 @@ stopped in all cases. Two checkouts at different paths build the relink e2e work
   * checkout A (this repo, consumer workspace A) builds cold with --remote_cache: every
     action runs locally and is uploaded;
   * checkout B (a copy of this checkout's files at another path, its own consumer workspace
-    and output base, the venv's interpreter and CUDA wheels reached through another path) builds clean with --remote_cache: every compile, pack and link is a
-    remote cache hit (counted from --execution_log_json_file), and the top-level outputs are
-    bit-identical to A's.
+    and output base, the venv's interpreter and CUDA wheels reached through another path)
+    builds clean with --remote_cache: every compile, pack and link is a remote cache hit
+    (counted from --execution_log_json_file), and the top-level outputs are bit-identical to A's.
 
 The hit counts go to .pipelink/remote/remote_cache_hits.json.
 """
